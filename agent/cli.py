@@ -1,0 +1,62 @@
+"""The ``explorer`` command line.
+
+Every command turns a bad input into one line on stderr and exit code 2; a traceback from our
+own code never reaches the user. Heavy modules are imported inside the commands that need them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+import typer
+
+from agent.corpus_commands import corpus_app
+from agent.errors import UsageError
+from corpus.errors import CorpusError
+
+app = typer.Typer(
+    name="explorer",
+    help="Run research agents over a corpus of papers, train their adapters, and inspect what they did.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(corpus_app, name="corpus")
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            typer.echo(f"explorer {version('paper-explorer')}")
+        except PackageNotFoundError:
+            typer.echo("explorer (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log informational messages (cache rebuilds)."),
+) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def main() -> None:
+    try:
+        app()
+    except (CorpusError, UsageError) as error:
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""``explorer corpus stats|search|generate|export``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.errors import UsageError
+from corpus import BM25Index, Corpus, DemoConfig, generate, load
+from corpus.loading import with_questions
+from corpus.writing import write_jsonl, write_qasper
+
+corpus_app = typer.Typer(help="Inspect, search, generate and export paper corpora.", no_args_is_help=True)
+console = Console()
+log = logging.getLogger(__name__)
+
+CORPUS_HELP = "Corpus file or directory (QASPER v0.3 JSON, Hugging Face qasper rows, or explorer JSONL). Default: the bundled demo corpus."
+CorpusOption = typer.Option(None, "--corpus", "-c", envvar="EXPLORER_CORPUS", help=CORPUS_HELP)
+QuestionsOption = typer.Option(None, "--questions", help="JSONL of questions that replaces the corpus's own.")
+JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+
+
+def open_corpus(path: Optional[Path], questions: Optional[Path] = None) -> Corpus:
+    """The named corpus, or the demo corpus when none is named; load warnings go to stderr."""
+    corpus = generate(DemoConfig()) if path is None else load(path, questions)
+    if path is None and questions is not None:
+        corpus = with_questions(corpus, questions)
+    counts = corpus.warning_counts()
+    if counts:
+        shown = ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items()))
+        log.warning("%d load warnings (%s); first: %s", len(corpus.warnings), shown, corpus.warnings[0])
+    return corpus
+
+
+def _refuse_overwrite(out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; name a file to write")
+
+
+def _print_json(value) -> None:
+    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+
+
+def corpus_stats(corpus: Corpus) -> dict:
+    sections = sum(len(paper.sections) for paper in corpus.papers)
+    placeholders = sum(1 for paper in corpus.papers for s in paper.sections for text in s.paragraphs if not text)
+    paragraphs = list(corpus.paragraphs())
+    answers = Counter(answer.kind or "empty" for q in corpus.questions for answer in q.answers)
+    splits = Counter(paper.split or "none" for paper in corpus.papers)
+    split_of = {paper.id: paper.split or "none" for paper in corpus.papers}
+    question_splits = Counter(split_of[q.paper_id] for q in corpus.questions)
+    figure_evidence = sum(
+        1 for q in corpus.questions for a in q.answers for text in a.evidence if text.startswith("FLOAT SELECTED")
+    )
+    return {
+        "sources": list(corpus.sources),
+        "papers": len(corpus.papers),
+        "sections": sections,
+        "paragraphs": len(paragraphs),
+        "empty_paragraphs_skipped": placeholders,
+        "words_per_paragraph": round(sum(len(p.text.split()) for p in paragraphs) / max(len(paragraphs), 1), 1),
+        "questions": len(corpus.questions),
+        "answerable_questions": sum(1 for q in corpus.questions if q.answerable),
+        "unanswerable_questions": sum(1 for q in corpus.questions if not q.answerable),
+        "annotations": sum(answers.values()),
+        "answer_kinds": dict(sorted(answers.items())),
+        "figure_evidence": figure_evidence,
+        "papers_per_split": dict(sorted(splits.items())),
+        "questions_per_split": dict(sorted(question_splits.items())),
+        "warnings": corpus.warning_counts(),
+        "sha256": corpus.sha256,
+        "papers_sha256": corpus.papers_sha256,
+        "questions_sha256": corpus.questions_sha256,
+    }
+
+
+@corpus_app.command("stats")
+def stats(
+    corpus_path: Optional[Path] = CorpusOption,
+    questions: Optional[Path] = QuestionsOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Count papers, paragraphs, questions by answer type and split; show content hashes."""
+    corpus = open_corpus(corpus_path, questions)
+    summary = corpus_stats(corpus)
+    started = time.perf_counter()
+    index = BM25Index.cached(corpus)
+    summary["index"] = {
+        "paragraphs": index.bm25.n_docs,
+        "vocabulary": len(index.bm25.vocabulary),
+        "source": index.source,
+        "seconds": round(time.perf_counter() - started, 3),
+    }
+    if as_json:
+        _print_json(summary)
+        return
+    table = Table(title="corpus", show_header=False, title_justify="left")
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = ", ".join(value)
+        table.add_row(key.replace("_", " "), str(value))
+    console.print(table)
+
+
+@corpus_app.command("search")
+def search(
+    query: str = typer.Argument(..., help="Free-text query; tokenized like the paragraphs."),
+    corpus_path: Optional[Path] = CorpusOption,
+    k: int = typer.Option(10, "-k", min=1, max=1000, help="Number of hits."),
+    paper_id: Optional[str] = typer.Option(None, "--paper-id", help="Search only this paper's paragraphs."),
+    as_json: bool = JsonOption,
+) -> None:
+    """BM25 search over paragraphs: the best k, with paper, section and paragraph index."""
+    corpus = open_corpus(corpus_path)
+    index = BM25Index.cached(corpus)
+    if paper_id is not None and paper_id not in corpus:
+        raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` lists its size")
+    hits = index.search(query, k=k, paper_id=paper_id)
+    if as_json:
+        _print_json([asdict(hit) for hit in hits])
+        return
+    if not hits:
+        console.print(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})")
+        return
+    table = Table(title=f"{len(hits)} hits for {query!r}", title_justify="left")
+    for column in ("#", "score", "paper", "section", "¶", "text"):
+        table.add_column(column, overflow="fold")
+    for rank, hit in enumerate(hits, start=1):
+        text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
+        table.add_row(str(rank), f"{hit.score:.3f}", hit.paper_id, f"{hit.section_index}: {hit.section or '-'}",
+                      str(hit.paragraph_index), text)
+    console.print(table)
+
+
+@corpus_app.command("generate")
+def generate_command(
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write."),
+    papers: int = typer.Option(DemoConfig.papers, "--papers", min=1, help="Number of papers."),
+    seed: int = typer.Option(DemoConfig.seed, "--seed", help="Random seed; the same seed gives the same bytes."),
+    unanswerable_ratio: float = typer.Option(DemoConfig.unanswerable_ratio, "--unanswerable-ratio", min=0.0, max=1.0,
+                                             help="Share of unanswerable questions."),
+    questions_per_paper: int = typer.Option(DemoConfig.questions_per_paper, "--questions-per-paper", min=1, max=6),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Write a synthetic NLP/ML paper corpus with QASPER-style questions and splits."""
+    _refuse_overwrite(out, force)
+    config = DemoConfig(papers=papers, seed=seed, unanswerable_ratio=unanswerable_ratio,
+                        questions_per_paper=questions_per_paper)
+    corpus = generate(config)
+    write_jsonl(corpus, out)
+    summary = {"out": str(out), "papers": len(corpus.papers), "questions": len(corpus.questions),
+               "paragraphs": sum(1 for _ in corpus.paragraphs()), "sha256": corpus.sha256}
+    if as_json:
+        _print_json(summary)
+    else:
+        console.print(f"wrote {summary['papers']} papers, {summary['questions']} questions, "
+                      f"{summary['paragraphs']} paragraphs to {out}")
+
+
+@corpus_app.command("export")
+def export(
+    out: Path = typer.Option(..., "--out", "-o", help="File to write."),
+    corpus_path: Optional[Path] = CorpusOption,
+    questions: Optional[Path] = QuestionsOption,
+    to: str = typer.Option("jsonl", "--to", help="jsonl (explorer, one paper per line) or qasper (v0.3 JSON)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Write the corpus as explorer JSONL (or QASPER v0.3 JSON); hashes are kept."""
+    if to not in ("jsonl", "qasper"):
+        raise UsageError(f"--to: unknown format {to!r}; use jsonl or qasper")
+    _refuse_overwrite(out, force)
+    corpus = open_corpus(corpus_path, questions)
+    (write_jsonl if to == "jsonl" else write_qasper)(corpus, out)
+    summary = {"out": str(out), "format": to, "papers": len(corpus.papers), "questions": len(corpus.questions),
+               "sha256": corpus.sha256}
+    if as_json:
+        _print_json(summary)
+    else:
+        console.print(f"wrote {summary['papers']} papers and {summary['questions']} questions to {out} ({to})")

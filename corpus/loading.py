@@ -1,0 +1,264 @@
+"""Read a corpus from QASPER v0.3 JSON, Hugging Face ``allenai/qasper`` rows, or our JSONL.
+
+The layout is recognised from the content, not the file name:
+
+* a JSON object keyed by paper id whose values have ``full_text`` -> QASPER v0.3;
+* JSON rows (a list, or one object per line) with ``full_text`` as columns -> Hugging Face;
+* one ``{"schema_version": 1, "paper": {...}, "questions": [...]}`` object per line -> ours,
+  written by ``explorer corpus export`` and ``explorer corpus generate``.
+
+A directory loads every ``*.json`` and ``*.jsonl`` file in it, in name order (so the official
+train, dev and test files load together). Any problem raises ``CorpusError`` with one line
+that names the file, the line or paper, and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from corpus.collection import Corpus
+from corpus.errors import CorpusError, LoadWarning, from_validation_error, where
+from corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
+from corpus.schema import Items, Paper, Question, Record
+
+SCHEMA_VERSION = 1
+FIGURE_EVIDENCE_PREFIX = "FLOAT SELECTED"
+SUPPORTED = "QASPER v0.3 JSON, Hugging Face allenai/qasper rows (JSON or JSONL), or explorer JSONL"
+
+
+class _Duplicates:
+    """object_pairs_hook that remembers keys seen twice in one object (json keeps the last)."""
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+
+    def __call__(self, pairs: list[tuple[str, object]]) -> dict:
+        result = dict(pairs)
+        if len(result) != len(pairs):
+            seen: set[str] = set()
+            self.keys.extend(key for key, _ in pairs if key in seen or seen.add(key))
+        return result
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CorpusError(f"{path}: no such file; check the path") from None
+    except IsADirectoryError:
+        raise CorpusError(f"{path}: is a directory with no corpus files") from None
+    except OSError as error:
+        raise CorpusError(f"{path}: cannot read ({error.strerror})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise CorpusError(
+            f"{path}:{line}: bytes that are not UTF-8 at offset {error.start} "
+            f"({data[error.start:error.start + 4]!r}); re-encode the file as UTF-8"
+        ) from None
+
+
+def _parse_json(path: Path, text: str, line: int | None = None) -> object:
+    duplicates = _Duplicates()
+    try:
+        value = json.loads(text, object_pairs_hook=duplicates)
+    except json.JSONDecodeError as error:
+        at = f"{path}:{line if line is not None else error.lineno}"
+        raise CorpusError(f"{at}: not valid JSON ({error.msg} at column {error.colno})") from None
+    if duplicates.keys:
+        key = duplicates.keys[0]
+        if isinstance(value, dict) and key in value and line is None:
+            raise CorpusError(f"{path}: duplicate paper id {key!r}; each paper may appear once")
+        raise CorpusError(f"{where(str(path), line)}: key {key!r} appears twice in one JSON object; keep one")
+    return value
+
+
+def _json_documents(path: Path) -> Iterator[tuple[int | None, object]]:
+    """(line number or None, parsed value): one value for a JSON file, one per line for JSONL."""
+    text = _read_text(path)
+    if not text.strip():
+        raise CorpusError(f"{path}: the file is empty; expected {SUPPORTED}")
+    is_jsonl = path.suffix == ".jsonl"
+    if not is_jsonl:
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as error:
+            is_jsonl = error.msg == "Extra data"
+    if not is_jsonl:
+        yield None, _parse_json(path, text)
+        return
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            yield number, _parse_json(path, line, number)
+
+
+def _records(path: Path) -> Iterator[tuple[int | None, str | None, object]]:
+    """(line, paper id if known from the layout, raw record) for every paper in the file."""
+    for line, value in _json_documents(path):
+        if isinstance(value, dict) and line is None and not _is_row(value):
+            for paper_id, raw in value.items():
+                yield None, paper_id, raw
+        elif isinstance(value, list) and line is None:
+            for index, row in enumerate(value):
+                yield None, f"#{index}", row
+        else:
+            yield line, None, value
+
+
+def _is_row(value: dict) -> bool:
+    return "paper" in value or ("id" in value and "full_text" in value)
+
+
+def _paper_from_record(path: Path, line: int | None, key: str | None, raw: object) -> tuple[Paper, list[Question]]:
+    """Recognise the record's layout and convert it; raise CorpusError naming the field."""
+    if not isinstance(raw, dict):
+        place = where(str(path), line, key) if key and not key.startswith("#") else where(str(path), line)
+        kind = type(raw).__name__
+        raise CorpusError(f"{place}: expected a JSON object for a paper, got {kind}; the file should hold {SUPPORTED}")
+    if line is None and key is not None and not key.startswith("#"):
+        return _validated(path, line, key, lambda: from_qasper_v03(key, RawQasperPaper.model_validate(raw)))
+    paper_id = raw.get("id") if isinstance(raw.get("id"), str) else None
+    if "paper" in raw:
+        inner = raw.get("paper")
+        paper_id = inner.get("id") if isinstance(inner, dict) and isinstance(inner.get("id"), str) else None
+        return _validated(path, line, paper_id, lambda: _from_explorer_record(raw))
+    if "full_text" in raw:
+        if isinstance(raw["full_text"], list):
+            raise CorpusError(
+                f"{where(str(path), line, paper_id)}: a single QASPER v0.3 paper without its id; "
+                "wrap papers in one object keyed by paper id, as the official files do"
+            )
+        return _validated(path, line, paper_id, lambda: from_hf_row(RawHfRow.model_validate(raw)))
+    shown = ", ".join(sorted(raw)[:6]) or "no keys"
+    raise CorpusError(f"{where(str(path), line, paper_id)}: unrecognised record with {shown}; expected {SUPPORTED}")
+
+
+def _validated(path: Path, line: int | None, paper_id: str | None, convert):
+    try:
+        return convert()
+    except ValidationError as error:
+        raise from_validation_error(error, where(str(path), line, paper_id)) from None
+
+
+class ExplorerRecord(Record):
+    """One line of explorer JSONL: a paper and the questions about it."""
+
+    schema_version: Literal[1]
+    paper: Paper
+    questions: Items[Question] = ()
+
+
+def _from_explorer_record(raw: dict) -> tuple[Paper, list[Question]]:
+    record = ExplorerRecord.model_validate(raw)
+    return record.paper, list(record.questions)
+
+
+def corpus_files(path: Path) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
+    if not files:
+        raise CorpusError(f"{path}: directory holds no .json or .jsonl files; point --corpus at a corpus file")
+    return files
+
+
+def load(path: str | os.PathLike, questions: str | os.PathLike | None = None) -> Corpus:
+    """Load a corpus file or directory; ``questions`` optionally replaces its questions.
+
+    ``questions`` is a JSONL file of questions (one ``corpus.Question`` per line, as written by
+    ``write_questions``); each must name a paper of the corpus.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CorpusError(f"{path}: no such file or directory; check the --corpus path")
+    papers: list[Paper] = []
+    all_questions: list[tuple[str, Question]] = []
+    first_seen: dict[str, str] = {}
+    for file in corpus_files(path):
+        for line, key, raw in _records(file):
+            paper, paper_questions = _paper_from_record(file, line, key, raw)
+            place = where(str(file), line, paper.id)
+            if paper.id in first_seen:
+                raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); each paper may appear once")
+            first_seen[paper.id] = where(str(file), line)
+            for question in paper_questions:
+                if question.paper_id != paper.id:
+                    raise CorpusError(f"{place}: question {question.id!r} names paper {question.paper_id!r}; fix its paper_id")
+            papers.append(paper)
+            all_questions.extend((place, question) for question in paper_questions)
+    if questions is not None:
+        all_questions = list(_question_lines(Path(questions)))
+    return _assemble(papers, all_questions, sources=tuple(str(p) for p in corpus_files(path)))
+
+
+def with_questions(corpus: Corpus, questions: str | os.PathLike) -> Corpus:
+    """The corpus's papers with the questions of a JSONL file instead of its own."""
+    return _assemble(list(corpus.papers), list(_question_lines(Path(questions))), corpus.sources)
+
+
+def _question_lines(path: Path) -> Iterator[tuple[str, Question]]:
+    for line, value in _json_documents(path):
+        place = where(str(path), line)
+        if not isinstance(value, dict):
+            raise CorpusError(f"{place}: expected one question object per line, got {type(value).__name__}")
+        try:
+            yield place, Question.model_validate(value)
+        except ValidationError as error:
+            raise from_validation_error(error, place) from None
+
+
+def _assemble(papers: list[Paper], questions: list[tuple[str, Question]], sources: tuple[str, ...]) -> Corpus:
+    by_id = {paper.id: paper for paper in papers}
+    seen: dict[str, str] = {}
+    warnings: list[LoadWarning] = []
+    for place, question in questions:
+        if question.id in seen:
+            raise CorpusError(f"{place}: duplicate question id {question.id!r} (first in {seen[question.id]}); ids must be unique")
+        seen[question.id] = place
+        paper = by_id.get(question.paper_id)
+        if paper is None:
+            raise CorpusError(
+                f"{place}: question {question.id!r} is about paper {question.paper_id!r}, "
+                "which is not in the corpus; add the paper or drop the question"
+            )
+        warnings.extend(_evidence_warnings(place.split(":")[0], paper, question))
+    return Corpus(
+        papers=tuple(papers),
+        questions=tuple(question for _, question in questions),
+        warnings=tuple(warnings),
+        sources=sources,
+    )
+
+
+def _evidence_warnings(file: str, paper: Paper, question: Question) -> Iterable[LoadWarning]:
+    """Evidence must quote a paragraph of its own paper exactly (QASPER's Evidence-F1 compares
+    strings); quotes of figures and tables ("FLOAT SELECTED: ...") are a separate, legal kind."""
+    paragraphs = {text for section in paper.sections for text in section.paragraphs if text}
+    for index, answer in enumerate(question.answers):
+        if answer.kind is None:
+            yield LoadWarning("empty_answer", file, paper.id, f"question {question.id!r} answer {index} has no answer of any kind")
+        for text in answer.evidence:
+            if text not in paragraphs and not text.startswith(FIGURE_EVIDENCE_PREFIX):
+                shown = text if len(text) <= 50 else text[:47] + "..."
+                yield LoadWarning(
+                    "evidence_not_a_paragraph", file, paper.id,
+                    f"question {question.id!r} answer {index}: evidence {shown!r} is not a paragraph of the paper",
+                )
+
+
+def from_parts(papers: Iterable[Paper], questions: Iterable[Question], source: str = "<memory>") -> Corpus:
+    """Check papers and questions built in code (the demo generator) exactly as a file would be."""
+    papers = list(papers)
+    seen: set[str] = set()
+    for paper in papers:
+        if paper.id in seen:
+            raise CorpusError(f"{source}: paper {paper.id!r}: duplicate paper id")
+        seen.add(paper.id)
+    return _assemble(papers, [(source, q) for q in questions], sources=(source,))

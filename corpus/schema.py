@@ -1,0 +1,114 @@
+"""Papers, questions and answers: QASPER's data model as frozen pydantic v2 models.
+
+Paragraph addressing. A paragraph is addressed as ``(paper_id, section_index,
+paragraph_index)``, where both indices are positions in the *source* file. QASPER papers
+contain empty paragraphs; we keep them as ``""`` placeholders inside ``Section.paragraphs``
+so that every later index stays equal to the source's, and we never index, search or show
+them. ``Corpus.paragraphs()`` yields only the non-empty ones.
+
+Every container is a tuple, so a loaded corpus cannot be mutated by whoever holds it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal, NamedTuple, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+T = TypeVar("T")
+# Strict everywhere (a "yes" is not a boolean, 1 is not a string), except that a JSON list
+# may become one of our tuples.
+Items = Annotated[tuple[T, ...], Field(strict=False)]
+
+AnswerKind = Literal["extractive", "abstractive", "boolean", "none"]
+Split = Literal["train", "validation", "test"]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Answer(Record):
+    """One annotator's answer, with QASPER's own field names."""
+
+    unanswerable: bool = False
+    extractive_spans: Items[str] = ()
+    yes_no: bool | None = None
+    free_form_answer: str = ""
+    evidence: Items[str] = ()
+    highlighted_evidence: Items[str] = ()
+    annotation_id: str | None = None
+    worker_id: str | None = None
+
+    @property
+    def kind(self) -> AnswerKind | None:
+        """The answer type as QASPER's official evaluator decides it; None if empty."""
+        if self.unanswerable:
+            return "none"
+        if self.extractive_spans:
+            return "extractive"
+        if self.free_form_answer:
+            return "abstractive"
+        if self.yes_no is not None:
+            return "boolean"
+        return None
+
+    @property
+    def reference_text(self) -> str | None:
+        """The reference string QASPER's evaluator scores against; None if empty."""
+        kind = self.kind
+        if kind == "none":
+            return "Unanswerable"
+        if kind == "extractive":
+            return ", ".join(self.extractive_spans)
+        if kind == "abstractive":
+            return self.free_form_answer
+        if kind == "boolean":
+            return "Yes" if self.yes_no else "No"
+        return None
+
+
+class Question(Record):
+    id: str = Field(min_length=1)
+    paper_id: str = Field(min_length=1)
+    text: str = Field(min_length=1)
+    answers: Items[Answer] = ()
+    # QASPER's metadata about how the question was written; kept so an export round-trips.
+    question_writer: str = ""
+    nlp_background: str = ""
+    topic_background: str = ""
+    paper_read: str = ""
+    search_query: str = ""
+
+    @property
+    def answerable(self) -> bool:
+        """True unless every annotator marked the question unanswerable."""
+        return any(not answer.unanswerable for answer in self.answers)
+
+
+class Figure(Record):
+    caption: str
+    file: str = ""
+
+
+class Section(Record):
+    name: str | None
+    paragraphs: Items[str]
+
+
+class Paper(Record):
+    id: str = Field(min_length=1)
+    title: str
+    abstract: str = ""
+    sections: Items[Section] = ()
+    figures_and_tables: Items[Figure] = ()
+    split: Split | None = None
+
+
+class Paragraph(NamedTuple):
+    """One indexed (non-empty) paragraph and its address."""
+
+    paper_id: str
+    section_index: int
+    paragraph_index: int
+    text: str
