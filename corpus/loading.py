@@ -65,11 +65,17 @@ def _read_text(path: Path) -> str:
         ) from None
 
 
+class _ExtraData(Exception):
+    """A whole-file parse found a second JSON value after the first."""
+
+
 def _parse_json(path: Path, text: str, line: int | None = None) -> object:
     duplicates = _Duplicates()
     try:
         value = json.loads(text, object_pairs_hook=duplicates)
     except json.JSONDecodeError as error:
+        if line is None and error.msg == "Extra data":
+            raise _ExtraData from None
         at = f"{path}:{line if line is not None else error.lineno}"
         raise CorpusError(f"{at}: not valid JSON ({error.msg} at column {error.colno})") from None
     if duplicates.keys:
@@ -85,15 +91,14 @@ def _json_documents(path: Path) -> Iterator[tuple[int | None, object]]:
     text = _read_text(path)
     if not text.strip():
         raise CorpusError(f"{path}: the file is empty; expected {SUPPORTED}")
-    is_jsonl = path.suffix == ".jsonl"
-    if not is_jsonl:
+    if path.suffix != ".jsonl":
         try:
-            json.loads(text)
-        except json.JSONDecodeError as error:
-            is_jsonl = error.msg == "Extra data"
-    if not is_jsonl:
-        yield None, _parse_json(path, text)
-        return
+            value = _parse_json(path, text)
+        except _ExtraData:
+            pass  # more than one value: JSONL under another name
+        else:
+            yield None, value
+            return
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             yield number, _parse_json(path, line, number)
