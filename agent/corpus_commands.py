@@ -136,8 +136,12 @@ def search(
         console.print(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})")
         return
     table = Table(title=f"{len(hits)} hits for {query!r}", title_justify="left")
-    for column in ("#", "score", "paper", "section", "¶", "text"):
-        table.add_column(column, overflow="fold")
+    table.add_column("#", no_wrap=True)
+    table.add_column("score", no_wrap=True)
+    table.add_column("paper", no_wrap=True)
+    table.add_column("section", max_width=22, overflow="ellipsis", no_wrap=True)
+    table.add_column("¶", no_wrap=True)
+    table.add_column("text", ratio=1, overflow="fold")
     for rank, hit in enumerate(hits, start=1):
         text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
         table.add_row(str(rank), f"{hit.score:.3f}", hit.paper_id, f"{hit.section_index}: {hit.section or '-'}",

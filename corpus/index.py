@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from corpus.atomic import atomic_file
 from corpus.bm25 import BM25, BM25Params
 from corpus.collection import Corpus
 from corpus.schema import Paragraph
@@ -133,23 +133,14 @@ _ARRAYS = ("indptr", "indices", "weights", "doc_lengths")
 
 
 def _save(path: Path, header: dict, bm25: BM25) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
     vocabulary = "\n".join(bm25.vocabulary).encode("utf-8")  # tokens never contain a newline
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            np.savez(
-                handle,
-                header=np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8),
-                vocabulary=np.frombuffer(vocabulary, dtype=np.uint8),
-                **{name: getattr(bm25, name) for name in _ARRAYS},
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, binary=True) as handle:
+        np.savez(
+            handle,
+            header=np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8),
+            vocabulary=np.frombuffer(vocabulary, dtype=np.uint8),
+            **{name: getattr(bm25, name) for name in _ARRAYS},
+        )
 
 
 def _load(path: Path, header: dict):
