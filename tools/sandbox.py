@@ -38,6 +38,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import operator
 import os
 import resource
 import select
@@ -139,13 +140,15 @@ def _guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
     return safer_getattr(obj, name, default[0] if default else _RAISE)
 
 
-def _inplace(op: str, x: Any, y: Any) -> Any:
-    import operator
+INPLACE_OPERATIONS = {
+    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
+    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
+    ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
+}
 
-    operations = {"+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-                  "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
-                  ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor}
-    return operations[op](x, y)
+
+def _inplace(op: str, x: Any, y: Any) -> Any:
+    return INPLACE_OPERATIONS[op](x, y)
 
 
 def _module_copy(name: str) -> "_ReadOnlyModule":
