@@ -14,6 +14,7 @@ import typer
 
 from agent.corpus_commands import corpus_app
 from agent.errors import UsageError
+from agent.exec_command import exec_command
 from corpus.errors import CorpusError
 
 app = typer.Typer(
@@ -24,6 +25,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(corpus_app, name="corpus")
+app.command("exec")(exec_command)
 
 
 def _version(value: bool) -> None:

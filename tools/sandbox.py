@@ -9,7 +9,8 @@ What it protects against
   are RestrictedPython's safe set plus pure helpers (``sorted``, ``min``, ``enumerate`` ...), with
   no ``open``, ``exec``, ``eval``, ``compile``, ``globals``, ``vars``, ``getattr`` on private names,
   ``type`` or ``__import__``. ``import`` works only for an allow-list of modules (default:
-  ``math``, ``re``, ``json``), and an import yields a read-only copy of the module's public,
+  ``math``, ``re``, ``json``; ``Limits.allowed_modules`` may name others from the audited
+  ``VETTED_MODULES`` and nothing else), and an import yields a read-only copy of the module's public,
   non-module attributes, so ``re.enum.sys`` and the like do not exist.
 * Runaway actions: each action has a wall-clock limit enforced by the host (SIGKILL), a CPU
   limit (RLIMIT_CPU), an address-space limit (RLIMIT_AS) and an output limit. C-level work
@@ -58,6 +59,10 @@ from corpus import BM25Index, Corpus
 from tools.paper_tools import TOOLS, PaperTools
 
 DEFAULT_MODULES = ("math", "re", "json")
+# Modules an action may be allowed to import. Each was audited: its public attributes are pure
+# functions, classes and constants; none is a module (those are dropped anyway) and none formats
+# strings against objects (``string.Formatter`` reaches attributes, so ``string`` is not here).
+VETTED_MODULES = ("math", "re", "json", "collections", "itertools", "functools", "statistics", "heapq", "bisect", "datetime")
 LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading underscores, so not _
 ACTION_FILENAME = "<action>"
 
@@ -71,6 +76,16 @@ class Limits:
     memory_bytes: int = 2 * 2**30
     output_chars: int = 20_000
     allowed_modules: tuple[str, ...] = DEFAULT_MODULES
+
+    def __post_init__(self) -> None:
+        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
+        unvetted = [name for name in self.allowed_modules if name not in VETTED_MODULES]
+        if unvetted:
+            raise ValueError(
+                f"module {unvetted[0]!r} cannot be allowed in actions; choose from {', '.join(VETTED_MODULES)}"
+            )
 
 
 @dataclass

@@ -180,3 +180,43 @@ def test_killed_worker_processes_are_reaped(small_demo, index):
         assert sandbox.pid != old
     with pytest.raises(ChildProcessError):
         os.waitpid(old, os.WNOHANG)
+
+
+def test_vetted_modules_expose_no_module_and_no_host_namespace():
+    import builtins
+    import os as host_os
+    import sys as host_sys
+
+    from tools.sandbox import VETTED_MODULES, _module_copy
+
+    for name in VETTED_MODULES:
+        items = object.__getattribute__(_module_copy(name), "_items")
+        for key, value in items.items():
+            assert type(value).__name__ != "module", (name, key)
+            assert value is not host_os.environ and value is not host_sys.modules, (name, key)
+            assert value is not vars(builtins), (name, key)
+
+
+@pytest.mark.parametrize("module", ["os", "string", "sys", "importlib", "random"])
+def test_modules_outside_the_vetted_set_cannot_be_allowed(module):
+    with pytest.raises(ValueError, match="cannot be allowed"):
+        Limits(allowed_modules=(module,))
+
+
+ALLOWED_MODULE_ESCAPES = {
+    "collections.abc submodule": "import collections\ncollections.abc",
+    "namedtuple field injection": "import collections\ncollections.namedtuple('P', ['x=__import__(\"os\")'])",
+    "functools wrapped globals": "import functools\nfunctools.reduce.__self__",
+    "statistics sys": "import statistics\nstatistics.sys",
+    "datetime module walk": "import datetime\ndatetime.datetime.now().__class__",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED_MODULE_ESCAPES))
+def test_allowed_modules_do_not_open_a_way_out(small_demo, index, name):
+    limits = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, allowed_modules=("collections", "functools", "statistics", "datetime"))
+    with Sandbox(small_demo, limits, index=index) as sandbox:
+        result = sandbox.execute(ALLOWED_MODULE_ESCAPES[name])
+        assert contained(result), (name, result)
+        assert "module" not in (result.value or "")
+        assert sandbox.execute("import collections\ncollections.Counter('aab')['a']").value == "2"

@@ -1,0 +1,73 @@
+"""``explorer exec``: run action files in one episode's sandbox and print each result as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from agent.corpus_commands import CorpusOption, open_corpus
+from agent.errors import UsageError
+from tools.sandbox import DEFAULT_MODULES, VETTED_MODULES, Limits, Sandbox
+
+
+def read_action(path: Path) -> str:
+    """The action text of a file (``-`` is standard input), or one clear line saying why not."""
+    if str(path) == "-":
+        return sys.stdin.read()
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such action file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory; name action files (.py)") from None
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path}: not UTF-8 (byte {error.start}); save the action as UTF-8") from None
+    except OSError as error:
+        raise UsageError(f"{path}: cannot read ({error.strerror})") from None
+
+
+def build_limits(wall_seconds: float, cpu_seconds: int, memory_mb: int, output_chars: int, modules: list[str]) -> Limits:
+    try:
+        return Limits(
+            wall_seconds=wall_seconds,
+            cpu_seconds=cpu_seconds,
+            memory_bytes=memory_mb * 2**20,
+            output_chars=output_chars,
+            allowed_modules=tuple(modules) if modules else DEFAULT_MODULES,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def exec_command(
+    files: List[Path] = typer.Argument(..., help="Action files, run in order in one sandbox; '-' reads standard input."),
+    corpus_path: Optional[Path] = CorpusOption,
+    wall_seconds: float = typer.Option(10.0, "--wall-seconds", help="Wall-clock limit per action."),
+    cpu_seconds: int = typer.Option(10, "--cpu-seconds", help="CPU-time limit per action."),
+    memory_mb: int = typer.Option(2048, "--memory-mb", help="Memory an action may add to the worker, in MiB."),
+    output_chars: int = typer.Option(20_000, "--output-chars", help="Printed characters allowed per action."),
+    allow_module: List[str] = typer.Option(
+        [], "--allow-module", help=f"A module actions may import (repeat; default {', '.join(DEFAULT_MODULES)}; "
+        f"choose from {', '.join(VETTED_MODULES)})."
+    ),
+    pretty: bool = typer.Option(False, "--pretty", help="Indent each result instead of one JSON object per line."),
+) -> None:
+    """Run ACTION files in one episode's sandbox, as a policy's actions would run, and print
+    each result (stdout, value, error, limit hit, tool calls, outcome) as one JSON object per line.
+
+    Variables persist from one file to the next, like notebook cells. The exit code is 0 when
+    every action ran, even if an action raised: the error is part of its result.
+    """
+    if sum(1 for path in files if str(path) == "-") > 1:
+        raise UsageError("'-' (standard input) can be named only once")
+    limits = build_limits(wall_seconds, cpu_seconds, memory_mb, output_chars, allow_module)
+    actions = [(str(path), read_action(path)) for path in files]  # every file read before any runs
+    corpus = open_corpus(corpus_path)
+    with Sandbox(corpus, limits) as sandbox:
+        for name, code in actions:
+            result = {"file": name, **sandbox.execute(code).to_json()}
+            typer.echo(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False))
