@@ -26,6 +26,7 @@ test: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/search.py
+	$(BIN)/python bench/sandbox.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -18,22 +18,21 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import pickle
-import platform
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tracemalloc
-from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.common import write_results  # noqa: E402
 
 LIBRARIES = ("ours", "rank_bm25", "bm25s")
 
@@ -136,20 +135,6 @@ def cache_load_seconds(corpus) -> dict:
     return {"cache_load_s": statistics.median(load_times), "cache_load_with_hash_s": statistics.median(with_hash)}
 
 
-def machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    versions = ", ".join(f"{name} {version(name)}" for name in ("numpy", "scipy", "rank-bm25", "bm25s"))
-    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB; Python {platform.python_version()}; {versions}"
-
-
 def table(rows_by_size: list[tuple[int, int, dict, list[dict]]]) -> str:
     lines = [
         "| papers | paragraphs | library | build s | query p50 ms | query p95 ms | index MiB | build peak MiB | p50 vs ours | build vs ours |",
@@ -210,24 +195,7 @@ def main() -> None:
     text = "\n".join(report)
     print(text)
     if not args.no_write:
-        write_results(text)
-
-
-def write_results(text: str) -> None:
-    path = ROOT / "bench" / "RESULTS.md"
-    heading = "## BM25 search (bench/search.py)"
-    body = (
-        f"{heading}\n\nMachine: {machine()}. Measured {time.strftime('%Y-%m-%d')} with `python bench/search.py`.\n\n"
-        f"{text}\n"
-    )
-    existing = path.read_text() if path.exists() else "# Benchmark results\n\nEach section is written by the script it names.\n"
-    if heading in existing:
-        before, _, after = existing.partition(heading)
-        rest = after.split("\n## ", 1)
-        existing = before + body + ("\n## " + rest[1] if len(rest) > 1 else "")
-    else:
-        existing = existing.rstrip("\n") + "\n\n" + body
-    path.write_text(existing)
+        write_results("## BM25 search (bench/search.py)", "python bench/search.py", ("numpy", "scipy", "rank-bm25", "bm25s"), text)
 
 
 if __name__ == "__main__":

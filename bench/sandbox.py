@@ -1,0 +1,194 @@
+"""Running one action: our sandbox vs smolagents' LocalPythonExecutor vs a fresh interpreter per step.
+
+    python bench/sandbox.py                # writes its section of bench/RESULTS.md
+    python bench/sandbox.py --no-write --repeats 50
+
+Four workloads, each timed from the host's side (code in, result out):
+
+  trivial    ``1 + 1``
+  search     ``hits = search("...", k=5)`` then the first hit's paper id
+  loop       ``total = 0; for i in range(200000): total += i``
+  start      a new episode's sandbox made ready and running its first trivial action
+
+The executors:
+
+  ours           ``tools.sandbox.Sandbox``: RestrictedPython in a forked, rlimited worker
+                 that already holds the corpus index (the episode-start row forks a new one)
+  smolagents     ``LocalPythonExecutor`` in the host process (an AST interpreter, no process
+                 isolation) with the same tool functions and its default 30 s timeout
+  fresh-python   a new ``python -c`` per step that re-runs the episode's script so far, the
+                 way a stateless REPL keeps variables; the "with tools" variant must load the
+                 corpus and its (cached) index in every step before it can search
+
+All run on the same generated 416-paper demo corpus, in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.common import write_results  # noqa: E402
+from corpus import BM25Index, generate  # noqa: E402
+from corpus.writing import write_jsonl  # noqa: E402
+from tools import PaperTools  # noqa: E402
+from tools.sandbox import Limits, Sandbox  # noqa: E402
+
+TRIVIAL = "1 + 1"
+SEARCH = 'hits = search("What learning rate is used to train QuantLens?", k=5)\nhits[0]["paper_id"]'
+LOOP = "total = 0\nfor i in range(200000):\n    total += i\ntotal"
+WORKLOADS = {"trivial": TRIVIAL, "search": SEARCH, "loop": LOOP}
+PACKAGES = ("RestrictedPython", "smolagents")
+
+
+def timed(call, repeats: int) -> list[float]:
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        seconds.append(time.perf_counter() - started)
+    return seconds
+
+
+def bench_ours(corpus, index, repeats: dict[str, int]) -> dict[str, list[float]]:
+    results = {}
+    limits = Limits(wall_seconds=60, cpu_seconds=60)
+    with Sandbox(corpus, limits, index=index) as sandbox:
+        sandbox.execute(TRIVIAL)  # the worker's one-time set-up belongs to the start row
+        for name, code in WORKLOADS.items():
+            def run(code=code):
+                result = sandbox.execute(code)
+                assert result.error is None and result.limit_hit is None, result
+            run()
+            results[name] = timed(run, repeats[name])
+
+    def start():
+        with Sandbox(corpus, limits, index=index) as sandbox:
+            assert sandbox.execute(TRIVIAL).value == "2"
+    start()
+    results["start"] = timed(start, repeats["start"])
+    return results
+
+
+def bench_smolagents(corpus, index, repeats: dict[str, int]) -> dict[str, list[float]]:
+    from smolagents.local_python_executor import LocalPythonExecutor
+
+    def new_executor():
+        executor = LocalPythonExecutor([])
+        executor.send_tools(PaperTools(corpus, index).functions())
+        return executor
+
+    results = {}
+    executor = new_executor()
+    for name, code in WORKLOADS.items():
+        run = lambda code=code: executor(code)  # noqa: E731
+        run()
+        results[name] = timed(run, repeats[name])
+    results["start"] = timed(lambda: new_executor()(TRIVIAL), repeats["start"])
+    return results
+
+
+FRESH_PREAMBLE = """
+import sys
+sys.path.insert(0, {root!r})
+from corpus import BM25Index, load
+from tools import PaperTools
+corpus = load({corpus!r})
+globals().update(PaperTools(corpus, BM25Index.cached(corpus)).functions())
+"""
+
+
+def bench_fresh(corpus_file: Path, repeats: dict[str, int], with_tools: bool) -> dict[str, list[float]]:
+    """Each step runs ``python -c`` on the episode's script so far (here: one earlier action)."""
+    preamble = FRESH_PREAMBLE.format(root=str(ROOT), corpus=str(corpus_file)) if with_tools else ""
+
+    def step(code: str, history: str = "x = 1\n"):
+        subprocess.run([sys.executable, "-c", preamble + history + code], check=True, capture_output=True)
+
+    names = ["search", "start"] if with_tools else ["trivial", "loop", "start"]
+    results = {}
+    for name in names:
+        code = TRIVIAL if name == "start" else WORKLOADS[name]
+        history = "" if name == "start" else "x = 1\n"
+        step(code, history)
+        results[name] = timed(lambda code=code, history=history: step(code, history), repeats[name])
+    return results
+
+
+def summary(seconds: list[float]) -> tuple[float, float]:
+    return statistics.median(seconds) * 1000, float(np.percentile(seconds, 95)) * 1000
+
+
+def table(rows: dict[str, dict[str, list[float]]]) -> str:
+    lines = [
+        "| workload | executor | runs | p50 ms | p95 ms | p50 vs ours |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for workload in ("trivial", "search", "loop", "start"):
+        ours = summary(rows["ours"][workload])[0]
+        for executor, by_workload in rows.items():
+            if workload not in by_workload:
+                continue
+            p50, p95 = summary(by_workload[workload])
+            lines.append(
+                f"| {workload} | {executor} | {len(by_workload[workload])} | {p50:.3f} | {p95:.3f} | {p50 / ours:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=300, help="runs of the trivial and search actions")
+    parser.add_argument("--loop-repeats", type=int, default=20, help="runs of the 200k-iteration loop")
+    parser.add_argument("--start-repeats", type=int, default=100, help="episode starts")
+    parser.add_argument("--fresh-repeats", type=int, default=20, help="runs per workload of the fresh-interpreter REPL")
+    parser.add_argument("--no-write", action="store_true", help="print the table without updating bench/RESULTS.md")
+    args = parser.parse_args()
+
+    corpus = generate()
+    index = BM25Index.cached(corpus)
+    repeats = {"trivial": args.repeats, "search": args.repeats, "loop": args.loop_repeats, "start": args.start_repeats}
+    fresh_repeats = dict.fromkeys(repeats, args.fresh_repeats)
+    rows = {}
+    rows["ours"] = bench_ours(corpus, index, repeats)
+    print("ours done", file=sys.stderr)
+    rows["smolagents"] = bench_smolagents(corpus, index, {**repeats, "loop": max(3, args.loop_repeats // 4)})
+    print("smolagents done", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as directory:
+        corpus_file = Path(directory) / "demo.jsonl"
+        write_jsonl(corpus, corpus_file)
+        rows["fresh-python"] = bench_fresh(corpus_file, fresh_repeats, with_tools=False)
+        rows["fresh-python with tools"] = bench_fresh(corpus_file, fresh_repeats, with_tools=True)
+    print("fresh interpreters done", file=sys.stderr)
+
+    ours = {name: summary(seconds)[0] for name, seconds in rows["ours"].items()}
+    smol_loop = summary(rows["smolagents"]["loop"])[0]
+    report = [
+        table(rows),
+        "",
+        f"- Trivial action round trip, ours: p50 {ours['trivial']:.3f} ms (target <= 1 ms).",
+        f"- 200k-iteration loop: smolagents / ours = {smol_loop / ours['loop']:.1f}x (target >= 10x).",
+        f"- Episode start to first result, ours: p50 {ours['start']:.1f} ms (target < 50 ms).",
+        "- fresh-python rows carry one earlier action (`x = 1`) as the episode's history; every further step "
+        "adds its action to the script, so a fresh-interpreter REPL grows O(steps^2) over an episode.",
+        "- smolagents runs in the host process with no isolation and no memory or CPU limit; the trivial and "
+        "start rows are what our process boundary costs.",
+    ]
+    text = "\n".join(report)
+    print(text)
+    if not args.no_write:
+        write_results("## Sandbox actions (bench/sandbox.py)", "python bench/sandbox.py", PACKAGES, text)
+
+
+if __name__ == "__main__":
+    main()
