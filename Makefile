@@ -20,6 +20,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed
 	$(BIN)/explorer corpus stats
 	$(BIN)/explorer corpus search "$(DEMO_QUESTION)" -k 5
+	$(BIN)/explorer run --out runs/demo
 
 test: $(VENV)/.installed-dev
 	$(BIN)/python -m pytest -q
@@ -29,4 +30,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/sandbox.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache runs

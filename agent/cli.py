@@ -14,7 +14,9 @@ import typer
 
 from agent.corpus_commands import corpus_app
 from agent.errors import UsageError
+from agent.eval_command import eval_command
 from agent.exec_command import exec_command
+from agent.run_commands import run_command, show_command
 from corpus.errors import CorpusError
 
 app = typer.Typer(
@@ -26,6 +28,9 @@ app = typer.Typer(
 )
 app.add_typer(corpus_app, name="corpus")
 app.command("exec")(exec_command)
+app.command("run")(run_command)
+app.command("show")(show_command)
+app.command("eval")(eval_command)
 
 
 def _version(value: bool) -> None:

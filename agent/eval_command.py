@@ -1,0 +1,182 @@
+"""``explorer eval``: many episodes into a run directory that survives kills and resumes exactly.
+
+RUN_DIR/manifest.json      config, policy, hashes, versions, git commit, hardware (written first)
+RUN_DIR/trajectories.jsonl one episode per line, appended whole and fsynced as each one ends
+RUN_DIR/metrics.json       answer F1, exact match, abstention table (rewritten at the end)
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
+from agent.environment import git_commit, hardware, versions
+from agent.errors import UsageError
+from agent.loop import corpus_hashes
+from agent.policies import make_policy
+from agent.policies.replay import Replay
+from agent.run_commands import MaxStepsOption, PolicyOption, ReplayOption, SeedOption, episode_config
+from agent.runner import EpisodeRunner
+from agent.writer import TrajectoryLog, read_trajectories
+from corpus import BM25Index
+from corpus.atomic import atomic_file
+
+console = Console(stderr=True)
+SPLITS = ("train", "validation", "test", "all")
+MANIFEST_VERSION = 1
+
+_RUNNER: EpisodeRunner | None = None  # set before the worker pool forks; each worker inherits it
+
+
+def _run_one(question) -> str:
+    assert _RUNNER is not None
+    return _RUNNER.run(question.text, question).model_dump_json()
+
+
+def eval_command(
+    out: Path = typer.Option(..., "--out", "-o", help="Run directory (created; with --resume, finished)."),
+    corpus_path: Optional[Path] = CorpusOption,
+    questions_path: Optional[Path] = QuestionsOption,
+    split: str = typer.Option("test", "--split", help=f"Questions of which split: {', '.join(SPLITS)}."),
+    policy_name: str = PolicyOption,
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the split."),
+    resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT (same config and corpus only)."),
+    workers: int = typer.Option(1, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes."),
+    max_steps: int = MaxStepsOption,
+    seed: int = SeedOption,
+    replay: Optional[Path] = ReplayOption,
+) -> None:
+    """Run a policy on every question of a split; write trajectories, a manifest and metrics."""
+    if split not in SPLITS:
+        raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a run directory")
+    policy = make_policy(policy_name, replay=replay, max_steps=max_steps)
+    corpus = open_corpus(corpus_path, questions_path)
+    selected = corpus if split == "all" else corpus.split(split)
+    questions = list(selected.questions)
+    if isinstance(policy, Replay):
+        recorded = set(policy.questions())
+        questions = [q for q in questions if q.id in recorded]
+    if limit is not None:
+        questions = questions[:limit]
+    if not questions:
+        raise UsageError(f"no questions to run in split {split!r}; choose another --split or --questions file")
+
+    config = {
+        "episode": episode_config(max_steps, seed).model_dump(),
+        "policy": {"name": policy.name, "settings": policy.settings()},
+        "split": split,
+        "limit": limit,
+        "questions": len(questions),
+    }
+    hashes = corpus_hashes(corpus).model_dump()
+    manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
+    _check_run_directory(out, manifest_path, log_path, resume, config, hashes)
+    if not manifest_path.exists():
+        manifest = {
+            "manifest_version": MANIFEST_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "command": sys.argv[1:], "corpus": [str(s) for s in corpus.sources], "config": config, "hashes": hashes,
+            "versions": versions(), "git_commit": git_commit(), "hardware": hardware(),
+        }
+        with atomic_file(manifest_path) as handle:
+            json.dump(manifest, handle, indent=2)
+
+    global _RUNNER
+    _RUNNER = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, episode_config(max_steps, seed))
+    with TrajectoryLog(log_path) as log:
+        done = {t.question_id for t in read_trajectories(log_path)}
+        remaining = [q for q in questions if q.id not in done]
+        if log.torn_bytes:
+            console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
+        if resume:
+            console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written")
+        _run_all(remaining, workers, log, len(questions) - len(remaining), len(questions))
+
+    _write_metrics(out, corpus, questions)
+
+
+def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:
+    if not resume:
+        if manifest_path.exists() or log_path.exists():
+            raise UsageError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
+        return
+    if not manifest_path.exists():
+        raise UsageError(f"{out}: no manifest.json, so there is no run to resume; drop --resume to start one")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise UsageError(f"{manifest_path}: not valid JSON; this run directory cannot be resumed") from None
+    for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, manifest.get("config"))):
+        if now != then:
+            keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))
+            raise UsageError(
+                f"{out}: refusing to resume: the {name} differ from the run's manifest ({', '.join(keys)}); "
+                "use the original settings, or start a new run with another --out"
+            )
+
+
+def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, total: int) -> None:
+    from agent.trajectory import Trajectory
+
+    columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task("episodes", total=total, completed=already)
+        if workers == 1 or len(questions) <= 1:
+            for question in questions:
+                log.append(Trajectory.model_validate_json(_run_one(question)))
+                progress.advance(task)
+            return
+        # fork: workers inherit the corpus, index and policy without pickling them
+        with multiprocessing.get_context("fork").Pool(min(workers, len(questions))) as pool:
+            for line in pool.imap_unordered(_run_one, questions):
+                log.append(Trajectory.model_validate_json(line))
+                progress.advance(task)
+
+
+def _write_metrics(out: Path, corpus, questions: list) -> None:
+    from evaluation.run_metrics import run_metrics
+
+    trajectories = read_trajectories(out / "trajectories.jsonl")
+    wanted = {q.id for q in questions}
+    seen: set[str] = set()
+    unique = []
+    for trajectory in trajectories:  # a question is scored once, whatever the log holds
+        if trajectory.question_id in wanted and trajectory.question_id not in seen:
+            seen.add(trajectory.question_id)
+            unique.append(trajectory)
+    metrics = run_metrics(unique, {q.id: q for q in questions})
+    metrics["duplicate_lines"] = len(trajectories) - len(unique)
+    with atomic_file(out / "metrics.json") as handle:
+        json.dump(metrics, handle, indent=2)
+    print_metrics(metrics, out)
+
+
+def print_metrics(metrics: dict, out: Path) -> None:
+    result = Console()
+    table = Table(title=f"{out}", show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+
+    def shown(value) -> str:
+        return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+    for name in ("episodes", "answer_f1", "exact_match", "false_abstention_rate", "missed_abstention_rate", "mean_steps", "mean_tool_calls"):
+        table.add_row(name, shown(metrics[name]))
+    result.print(table)
+    abstention = Table("gold \\ policy", "answered", "abstained", title="abstention")
+    for row, counts in metrics["abstention"].items():
+        abstention.add_row(row, str(counts["answered"]), str(counts["abstained"]))
+    result.print(abstention)
+    result.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics["status"].items()))
+    result.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'metrics.json'}")

@@ -1,0 +1,114 @@
+"""The episode loop: question -> policy -> action -> sandbox -> observation ... -> outcome."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Callable
+
+from agent.actions import extract_code
+from agent.environment import versions
+from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
+from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
+from agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, Timings, ToolCallRecord, Trajectory
+from corpus import Corpus
+from tools.sandbox import Limits, Sandbox
+
+
+def sandbox_limits(config: EpisodeConfig) -> Limits:
+    return Limits(
+        wall_seconds=config.wall_seconds, cpu_seconds=config.cpu_seconds,
+        memory_bytes=config.memory_mb * 2**20, output_chars=config.output_chars,
+    )
+
+
+def corpus_hashes(corpus: Corpus) -> Hashes:
+    return Hashes(
+        corpus_sha256=corpus.papers_sha256, questions_sha256=corpus.questions_sha256,
+        prompt_template_sha256=prompt_template_sha256(),
+    )
+
+
+def run_episode(
+    question: str,
+    policy: Policy,
+    sandbox: Sandbox,
+    config: EpisodeConfig,
+    hashes: Hashes,
+    *,
+    question_id: str | None = None,
+    paper_id: str | None = None,
+    episode_id: str | None = None,
+    on_step: Callable[[Step], None] | None = None,
+) -> Trajectory:
+    """One episode in ``sandbox`` (a fresh one per episode: no state may carry over)."""
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started = time.perf_counter()
+    system = system_prompt()
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": question_message(question)}]
+    steps: list[Step] = []
+    outcome: Outcome | None = None
+    try:
+        policy.start(EpisodeStart(seed=config.seed, question=question, question_id=question_id))
+    except PolicyError as error:
+        outcome = Outcome(status="policy_error", reason=str(error))
+    while outcome is None:
+        if len(steps) >= config.max_steps:
+            outcome = Outcome(status="step_limit", reason=f"no submit or abstain within {config.max_steps} steps")
+            break
+        size = sum(len(message["content"]) for message in messages)
+        if size > config.context_chars:
+            outcome = Outcome(status="context_limit", reason=f"the conversation holds {size} characters, over the budget of {config.context_chars}")
+            break
+        policy_started = time.perf_counter()
+        try:
+            reply = policy.act([dict(message) for message in messages])
+        except ContextExceeded as error:
+            outcome = Outcome(status="context_limit", reason=str(error))
+            break
+        except PolicyError as error:
+            outcome = Outcome(status="policy_error", reason=str(error))
+            break
+        except Exception as error:  # a policy's own bug ends this episode, not the run
+            outcome = Outcome(status="policy_error", reason=f"{type(error).__name__}: {error}")
+            break
+        policy_seconds = time.perf_counter() - policy_started
+        step, ended = _execute(len(steps), reply.text, sandbox, config)
+        step.generation = reply.generation
+        step.policy_info = reply.info
+        step.timings.policy_seconds = policy_seconds
+        steps.append(step)
+        if on_step is not None:
+            on_step(step)
+        messages += [{"role": "assistant", "content": reply.text}, {"role": "user", "content": step.observation}]
+        outcome = ended
+    return Trajectory(
+        episode_id=episode_id or uuid.uuid4().hex[:12],
+        question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
+        policy=PolicyInfo(name=policy.name, settings=policy.settings()), config=config, steps=steps,
+        outcome=outcome, hashes=hashes, versions=versions(), started_at=started_at,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> tuple[Step, Outcome | None]:
+    code = extract_code(text)
+    if code is None:
+        shown, omitted = cut(FORMAT_ERROR, config.observation_chars)
+        return Step(index=index, action_text=text, code=None, observation=shown, observation_chars_cut=omitted, format_error=True), None
+    result = sandbox.execute(code)
+    shown, omitted = cut(observation(result), config.observation_chars)
+    calls = [ToolCallRecord(**call) for call in result.tool_calls]
+    step = Step(
+        index=index, action_text=text, code=code, observation=shown, observation_chars_cut=omitted,
+        error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost, tool_calls=calls,
+        timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls)),
+    )
+    ended = None
+    if result.outcome is not None:
+        ended = Outcome(
+            status=result.outcome["status"], answer=result.outcome.get("answer"), reason=result.outcome.get("reason"),
+            evidence=[Evidence(**item) for item in result.outcome.get("evidence", [])],
+        )
+    return step, ended

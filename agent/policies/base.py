@@ -1,0 +1,84 @@
+"""The policy interface: a policy sees the message history and returns the text of its next action."""
+
+from __future__ import annotations
+
+import ast
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class EpisodeStart:
+    """What a policy may know when an episode starts, besides the messages it will be shown."""
+
+    seed: int
+    question: str
+    question_id: str | None = None
+
+
+@dataclass
+class Reply:
+    text: str
+    generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
+    info: dict[str, Any] | None = None  # anything else worth recording (replay: drift found)
+
+
+class PolicyError(Exception):
+    """The policy could not produce an action; the episode ends with status policy_error."""
+
+
+class ContextExceeded(Exception):
+    """The conversation no longer fits the policy's context; the episode ends with status context_limit."""
+
+
+class Policy(ABC):
+    """Deterministic given the seed passed to ``start``. Language-model policies implement the same two methods."""
+
+    name: str = ""
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def start(self, episode: EpisodeStart) -> None:
+        self.episode = episode
+
+    @abstractmethod
+    def act(self, messages: list[dict[str, str]]) -> Reply: ...
+
+
+def action(code: str, thought: str = "") -> str:
+    """An action as a model would write it: an optional line of reasoning, then one python block."""
+    prefix = f"{thought}\n\n" if thought else ""
+    return f"{prefix}```python\n{code}\n```"
+
+
+def last_value(messages: list[dict[str, str]]) -> Any:
+    """The Python value shown on the last observation's ``Out:`` line, or None when it is absent or cut."""
+    text = messages[-1]["content"] if messages and messages[-1]["role"] == "user" else ""
+    start = text.rfind("\nOut: ") + 1 if "\nOut: " in text else (0 if text.startswith("Out: ") else -1)
+    if start < 0:
+        return None
+    try:
+        return ast.literal_eval(text[start + len("Out: "):])
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def steps_taken(messages: list[dict[str, str]]) -> int:
+    return sum(1 for message in messages if message["role"] == "assistant")
+
+
+@dataclass
+class Memory:
+    """A bounded memory of (score, item) pairs that keeps the best ``size``."""
+
+    size: int
+    items: list[tuple[float, Any]] = field(default_factory=list)
+
+    def add(self, score: float, item: Any) -> None:
+        if any(existing == item for _, existing in self.items):
+            return
+        self.items.append((score, item))
+        self.items.sort(key=lambda pair: -pair[0])
+        del self.items[self.size:]

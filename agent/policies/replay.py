@@ -1,0 +1,61 @@
+"""Replays a recorded trajectory's actions against the current runtime and records where the
+observations now differ (for reproducing an episode and for catching drift)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from agent.policies.base import EpisodeStart, Policy, PolicyError, Reply
+from agent.trajectory import Trajectory
+
+
+class Replay(Policy):
+    name = "replay"
+
+    def __init__(self, recorded: list[Trajectory], source: Path | None = None) -> None:
+        self.source = source
+        self.by_question: dict[str, Trajectory] = {}
+        self.by_text: dict[str, Trajectory] = {}
+        for trajectory in recorded:
+            if trajectory.question_id is not None:
+                self.by_question.setdefault(trajectory.question_id, trajectory)
+            self.by_text.setdefault(trajectory.question, trajectory)
+
+    def settings(self) -> dict[str, Any]:
+        return {"trajectories": str(self.source) if self.source else None, "episodes": len(self.by_text)}
+
+    def questions(self) -> list[str]:
+        """Question ids in the recording, in its order (what ``eval --policy replay`` runs)."""
+        return list(self.by_question)
+
+    def start(self, episode: EpisodeStart) -> None:
+        super().start(episode)
+        recorded = self.by_question.get(episode.question_id) if episode.question_id else None
+        self.recorded = recorded or self.by_text.get(episode.question)
+        if self.recorded is None:
+            raise PolicyError(f"the recording has no episode for question {episode.question_id or episode.question!r}")
+
+    def act(self, messages: list[dict[str, str]]) -> Reply:
+        assert self.recorded is not None
+        steps = self.recorded.steps
+        index = sum(1 for message in messages if message["role"] == "assistant")
+        if index >= len(steps):
+            raise PolicyError(f"the recording ends after {len(steps)} steps but the episode goes on: the runtime has drifted")
+        info: dict[str, Any] = {"replayed_step": index}
+        if index > 0:
+            then, now = steps[index - 1].observation, messages[-1]["content"]
+            info["previous_observation_matches"] = then == now
+            if then != now:
+                info["drift"] = first_difference(then, now)
+        return Reply(steps[index].action_text, info=info)
+
+
+def first_difference(recorded: str, current: str, context: int = 40) -> dict[str, Any]:
+    position = next((i for i, (a, b) in enumerate(zip(recorded, current)) if a != b), min(len(recorded), len(current)))
+    start = max(position - context, 0)
+    return {
+        "position": position,
+        "recorded": recorded[start:position + context],
+        "current": current[start:position + context],
+    }

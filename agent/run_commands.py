@@ -1,0 +1,117 @@
+"""``explorer run`` (one episode, shown live) and ``explorer show`` (an episode from a log)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.corpus_commands import CorpusOption, open_corpus
+from agent.display import print_episode, print_outcome, print_question, print_step
+from agent.errors import UsageError
+from agent.policies import POLICY_NAMES, make_policy
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig
+from agent.writer import TrajectoryLog, read_trajectories
+from corpus import BM25Index, Corpus
+from corpus.schema import Question
+
+console = Console()
+
+PolicyOption = typer.Option("scripted", "--policy", "-p", help=f"One of: {', '.join(POLICY_NAMES)}.")
+MaxStepsOption = typer.Option(10, "--max-steps", min=1, help="Actions before the episode ends with step_limit.")
+ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")
+SeedOption = typer.Option(0, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it).")
+
+
+def episode_config(max_steps: int, seed: int) -> EpisodeConfig:
+    return EpisodeConfig(max_steps=max_steps, seed=seed)
+
+
+def demo_question(corpus: Corpus) -> Question:
+    """The first answerable question of the test split (else of the corpus): what a bare ``run`` shows."""
+    if not corpus.questions:
+        raise UsageError("the corpus has no questions; pass --question TEXT")
+    test_papers = {paper.id for paper in corpus.papers if paper.split == "test"}
+    answerable = [q for q in corpus.questions if any(a.kind not in (None, "none") for a in q.answers)]
+    for pool in ([q for q in answerable if q.paper_id in test_papers], answerable, list(corpus.questions)):
+        if pool:
+            return pool[0]
+    raise AssertionError("unreachable")
+
+
+def find_question(corpus: Corpus, question_id: str) -> Question:
+    for question in corpus.questions:
+        if question.id == question_id:
+            return question
+    from tools.paper_tools import _closest
+
+    close = _closest(question_id, [q.id for q in corpus.questions])
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise UsageError(f"no question {question_id!r} in the corpus{hint}")
+
+
+def run_command(
+    question_text: Optional[str] = typer.Option(None, "--question", "-q", help="A question of your own (no gold answer)."),
+    question_id: Optional[str] = typer.Option(None, "--question-id", help="A question of the corpus, by id."),
+    corpus_path: Optional[Path] = CorpusOption,
+    policy_name: str = PolicyOption,
+    max_steps: int = MaxStepsOption,
+    seed: int = SeedOption,
+    replay: Optional[Path] = ReplayOption,
+    out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
+) -> None:
+    """Run one episode and show each step live: the code, the tools it called, what it observed."""
+    if question_text is not None and question_id is not None:
+        raise UsageError("pass --question or --question-id, not both")
+    if question_text is not None and not question_text.strip():
+        raise UsageError("--question is empty; write the question to ask")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a directory")
+    policy = make_policy(policy_name, replay=replay, max_steps=max_steps)
+    corpus = open_corpus(corpus_path)
+    question = None
+    if question_id is not None:
+        question = find_question(corpus, question_id)
+    elif question_text is None:
+        question = demo_question(corpus)
+    text = question.text if question else question_text.strip()
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, episode_config(max_steps, seed))
+    print_question(console, text, question.id if question else None, policy.name)
+    trajectory = runner.run(text, question, on_step=lambda step: print_step(console, step))
+    with TrajectoryLog(out / "trajectories.jsonl") as log:
+        log.append(trajectory)
+    print_outcome(console, trajectory, written_to=out / "trajectories.jsonl")
+    if question is not None:
+        gold = "; ".join(a.reference_text for a in question.answers if a.reference_text) or "(none)"
+        console.print(f"[dim]gold answer: {gold}[/dim]")
+
+
+def show_command(
+    trajectories: Path = typer.Argument(..., help="A trajectories .jsonl file (from run or eval)."),
+    episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
+) -> None:
+    """Print an episode the way ``run`` showed it; without --episode, list the file's episodes."""
+    found = read_trajectories(trajectories)
+    if not found:
+        raise UsageError(f"{trajectories}: holds no episodes")
+    if episode is None and len(found) > 1:
+        table = Table("episode", "question", "status", "steps", "answer")
+        for item in found:
+            table.add_row(item.episode_id, item.question[:60], item.outcome.status, str(len(item.steps)), (item.outcome.answer or "")[:30])
+        console.print(table)
+        console.print(f"[dim]{len(found)} episodes; show one with --episode ID[/dim]")
+        return
+    if episode is not None:
+        matches = [t for t in found if episode in (t.episode_id, t.question_id)]
+        if not matches:
+            raise UsageError(f"{trajectories}: no episode {episode!r}; run without --episode to list them")
+        chosen = matches[-1]
+        if len(matches) > 1:
+            console.print(f"[dim]{len(matches)} episodes match {episode!r}; showing the latest[/dim]")
+    else:
+        chosen = found[0]
+    print_episode(console, chosen)

@@ -1,0 +1,41 @@
+"""Runs episodes: one fresh sandbox per episode, the policy, the config, the hashes."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Callable
+
+from agent.loop import corpus_hashes, run_episode, sandbox_limits
+from agent.policies import Policy
+from agent.trajectory import EpisodeConfig, Step, Trajectory
+from corpus import BM25Index, Corpus
+from corpus.schema import Question
+from tools.sandbox import Sandbox
+
+
+def episode_id(policy: str, question_id: str | None, question: str) -> str:
+    """Deterministic: the same question and policy give the same id in every run."""
+    key = question_id or "q-" + hashlib.sha256(question.encode()).hexdigest()[:12]
+    return f"{key}:{policy}"
+
+
+@dataclass
+class EpisodeRunner:
+    corpus: Corpus
+    index: BM25Index
+    policy: Policy
+    config: EpisodeConfig
+
+    def __post_init__(self) -> None:
+        self.hashes = corpus_hashes(self.corpus)
+        self.limits = sandbox_limits(self.config)
+
+    def run(self, text: str, question: Question | None = None, on_step: Callable[[Step], None] | None = None) -> Trajectory:
+        question_id = question.id if question else None
+        with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
+            return run_episode(
+                text, self.policy, sandbox, self.config, self.hashes,
+                question_id=question_id, paper_id=question.paper_id if question else None,
+                episode_id=episode_id(self.policy.name, question_id, text), on_step=on_step,
+            )

@@ -1,0 +1,121 @@
+"""The trajectory: an exact, versioned record of one episode (one JSONL line per episode)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SCHEMA_VERSION = 1
+Status = Literal["submitted", "abstained", "step_limit", "context_limit", "policy_error"]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ToolCallRecord(Record):
+    name: str
+    arguments: dict[str, Any]
+    seconds: float
+    error: str | None = None
+
+
+class Timings(Record):
+    policy_seconds: float = 0.0
+    sandbox_seconds: float = 0.0
+    tools_seconds: float = 0.0
+
+
+class Step(Record):
+    index: int
+    action_text: str
+    code: str | None  # None: the text held no code (a format error)
+    observation: str  # exactly what the policy is shown next, cut marker included
+    observation_chars_cut: int = 0
+    format_error: bool = False
+    error: str | None = None
+    limit_hit: str | None = None
+    variables_lost: bool = False
+    tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
+    policy_info: dict[str, Any] | None = None  # what else the policy reported (replay: drift)
+    timings: Timings = Field(default_factory=Timings)
+
+
+class Evidence(Record):
+    paper_id: str
+    section: int
+    paragraph: int
+    text: str
+
+
+class Outcome(Record):
+    status: Status
+    answer: str | None = None
+    evidence: list[Evidence] = Field(default_factory=list)
+    reason: str | None = None  # abstention reason, or what ended the episode otherwise
+
+
+class PolicyInfo(Record):
+    name: str
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class EpisodeConfig(Record):
+    max_steps: int = Field(10, ge=1)
+    observation_chars: int = Field(4_000, ge=200)
+    context_chars: int = Field(100_000, ge=1_000)
+    seed: int = 0
+    wall_seconds: float = Field(10.0, gt=0)
+    cpu_seconds: int = Field(10, ge=1)
+    memory_mb: int = Field(2_048, ge=64)
+    output_chars: int = Field(20_000, ge=100)
+
+
+class Hashes(Record):
+    corpus_sha256: str
+    questions_sha256: str
+    prompt_template_sha256: str
+
+
+class Trajectory(Record):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    episode_id: str
+    question_id: str | None  # None for a free-text question given on the command line
+    question: str
+    paper_id: str | None = None
+    system_prompt: str
+    policy: PolicyInfo
+    config: EpisodeConfig
+    steps: list[Step]
+    outcome: Outcome
+    hashes: Hashes
+    versions: dict[str, str]
+    started_at: str
+    seconds: float
+
+    def messages(self, upto: int | None = None) -> list[dict[str, str]]:
+        """The conversation the policy saw: before step ``upto`` (all steps when None)."""
+        from agent.prompt import question_message
+
+        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": question_message(self.question)}]
+        for step in self.steps[:upto]:
+            messages.append({"role": "assistant", "content": step.action_text})
+            messages.append({"role": "user", "content": step.observation})
+        return messages
+
+
+TIMING_FIELDS = ("seconds", "started_at", "timings")
+
+
+def without_timings(trajectory: Trajectory) -> dict:
+    """The trajectory minus wall-clock fields, for determinism checks."""
+    data = trajectory.model_dump(exclude={"seconds", "started_at"})
+    for step in data["steps"]:
+        step.pop("timings")
+        for call in step["tool_calls"]:
+            call.pop("seconds")
+        if step["generation"]:
+            step["generation"] = {k: v for k, v in step["generation"].items() if "seconds" not in k}
+    return data

@@ -1,0 +1,52 @@
+"""Answer metrics with the semantics of QASPER's official evaluator (``qasper_evaluator.py``).
+
+A prediction is scored against each annotator's reference (``Answer.reference_text``: the
+extractive spans joined with ", ", the free-form answer, "Yes"/"No", or "Unanswerable") and
+keeps the best. An abstention is the prediction "Unanswerable".
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+from corpus.schema import Question
+
+ABSTENTION = "Unanswerable"
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation, as QASPER uses it: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    predicted, gold = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    common = Counter(predicted) & Counter(gold)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def references(question: Question) -> list[str]:
+    return [text for answer in question.answers if (text := answer.reference_text) is not None]
+
+
+def best_over_references(metric, prediction: str, question: Question) -> float:
+    """The metric against every annotator's reference, keeping the maximum (0 when none exist)."""
+    return max((metric(prediction, reference) for reference in references(question)), default=0.0)
+
+
+def is_answerable(question: Question) -> bool:
+    """QASPER's convention when annotators disagree: answerable if any annotator answered it."""
+    return any(answer.kind not in (None, "none") for answer in question.answers)
