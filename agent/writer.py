@@ -85,7 +85,11 @@ def read_trajectories(path: Path) -> list[Trajectory]:
         raise UsageError(f"{path}: is a directory; name a trajectories .jsonl file") from None
     trajectories = []
     with handle:
-        for number, line in enumerate(handle, 1):
+        try:
+            lines = list(handle)
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{path}: not UTF-8 (byte {error.start}); is this a trajectories file?") from None
+        for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             if not line.endswith("\n"):

@@ -1,0 +1,111 @@
+"""`explorer run`, `show` and `eval` as a user runs them, including kill -9 and --resume."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
+    done = run_cli("corpus", "generate", "--papers", "60", "--seed", "3", "--out", str(path))
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_bare_run_shows_a_demo_episode_and_writes_it(tmp_path):
+    done = run_cli("run", "--out", str(tmp_path / "runs"), env={"COLUMNS": "100"})
+    assert done.returncode == 0, done.stderr
+    for shown in ("Question", "step 1", "search(", "observation", "trajectory written to"):
+        assert shown in done.stdout
+    (trajectory,) = lines(tmp_path / "runs" / "trajectories.jsonl")
+    assert trajectory["outcome"]["status"] in ("submitted", "abstained")
+    assert trajectory["policy"]["name"] == "scripted" and trajectory["hashes"]["corpus_sha256"]
+    shown = run_cli("show", str(tmp_path / "runs" / "trajectories.jsonl"))
+    assert shown.returncode == 0 and "step 1" in shown.stdout and trajectory["outcome"]["status"] in shown.stdout
+
+
+def test_run_a_question_of_my_own_with_another_policy(tmp_path, corpus_file):
+    done = run_cli("run", "--corpus", str(corpus_file), "--question", "Which optimizer is used?",
+                   "--policy", "direct-submit", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = lines(tmp_path / "trajectories.jsonl")
+    assert trajectory["question_id"] is None and len(trajectory["steps"]) == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "--policy", "gpt-9"], "unknown policy 'gpt-9'"),
+    (["run", "--question", "x", "--question-id", "y"], "not both"),
+    (["run", "--question-id", "demo-00000-q9"], "no question 'demo-00000-q9'"),
+    (["run", "--policy", "replay"], "needs --replay"),
+    (["run", "--max-steps", "0"], "max-steps"),
+    (["show", "missing.jsonl"], "no such trajectory file"),
+    (["eval", "--out", "{tmp}/r", "--split", "dev"], "unknown split 'dev'"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
+    done = run_cli(*(arg.format(tmp=tmp_path) for arg in args))
+    assert done.returncode == 2, done
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_eval_writes_manifest_trajectories_and_metrics(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    done = run_cli("eval", "--corpus", str(corpus_file), "--split", "test", "--out", str(out), "--workers", "2")
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["policy"]["name"] == "scripted" and manifest["hashes"]["questions_sha256"]
+    assert {"python", "paper-explorer"} <= set(manifest["versions"]) and manifest["hardware"]["cores"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    trajectories = lines(out / "trajectories.jsonl")
+    assert metrics["episodes"] == len(trajectories) == manifest["config"]["questions"]
+    assert len({t["question_id"] for t in trajectories}) == len(trajectories)
+    assert 0 <= metrics["answer_f1"] <= 1 and set(metrics["abstention"]) == {"answerable", "unanswerable"}
+    again = run_cli("eval", "--corpus", str(corpus_file), "--split", "test", "--out", str(out))
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+
+def test_resume_refuses_another_config_or_corpus(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    assert run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--limit", "3").returncode == 0
+    other = run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--limit", "3", "--max-steps", "4", "--resume")
+    assert other.returncode == 2 and "config" in other.stderr
+    different = run_cli("eval", "--out", str(out), "--limit", "3", "--resume")  # the demo corpus, not the file
+    assert different.returncode == 2 and "hashes" in different.stderr
+
+
+@pytest.mark.slow
+def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file):
+    explorer = Path(sys.executable).parent / "explorer"
+    out = tmp_path / "run"
+    args = [str(explorer), "eval", "--corpus", str(corpus_file), "--split", "all", "--policy", "read-all", "--out", str(out)]
+    rng = random.Random(11)
+    written_at_kill = []
+    for attempt in range(3):
+        process = subprocess.Popen(args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(1.0, 2.5))
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        log = out / "trajectories.jsonl"
+        written_at_kill.append(log.read_bytes().count(b"\n") if log.exists() else 0)
+    done = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    trajectories = lines(out / "trajectories.jsonl")  # every line parses: none is torn
+    ids = [t["question_id"] for t in trajectories]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert len(ids) == len(set(ids)) == manifest["config"]["questions"]
+    assert any(0 < count < len(ids) for count in written_at_kill), written_at_kill  # a kill landed mid-run
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["episodes"] == len(ids) and metrics["duplicate_lines"] == 0
