@@ -28,6 +28,7 @@ test: $(VENV)/.installed-dev
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/sandbox.py
+	$(BIN)/python bench/episodes.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache runs

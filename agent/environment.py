@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import subprocess
@@ -12,14 +13,20 @@ from pathlib import Path
 PACKAGES = ("paper-explorer", "pydantic", "RestrictedPython", "numpy", "scipy", "torch", "transformers", "peft")
 
 
-def versions() -> dict[str, str]:
+@functools.lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, str], ...]:
     found = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             found[name] = version(name)
         except PackageNotFoundError:
             continue
-    return found
+    return tuple(found.items())
+
+
+def versions() -> dict[str, str]:
+    """Looked up once per process: package metadata does not change under a running program."""
+    return dict(_versions())
 
 
 def git_commit() -> str | None:

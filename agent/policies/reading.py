@@ -98,8 +98,13 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
     stems = question_stems(question)
     topic = stems - {stem(n) for n in names_in(question)}
 
+    all_names = names_in(question)
+
     def relevance(sentence: str) -> int:
-        return len({stem(token) for token in TOKEN.findall(sentence)} & topic)
+        """Question terms the sentence shares, plus the names it mentions (even ones the title covers)."""
+        return len({stem(token) for token in TOKEN.findall(sentence)} & topic) + sum(
+            name.lower() in sentence.lower() for name in all_names
+        )
 
     ranked = sorted(usable, key=relevance, reverse=True)  # stable: extraction order breaks ties
     if kind == "polar":
@@ -110,8 +115,8 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
             if answer:
                 return Decision(answer, sentence, "the gain over the strongest baseline, computed from the reported scores")
     for sentence in ranked:
-        if relevance(sentence) == 0:
-            break
+        if not {stem(token) for token in TOKEN.findall(sentence)} & topic:
+            continue
         span = best_span(question, sentence, kind, stems)
         if span:
             return Decision(span, sentence, f"a {kind} found next to the question's terms")
