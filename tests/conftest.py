@@ -29,3 +29,13 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> sub
     environment = {**os.environ, **(env or {})}
     explorer = Path(sys.executable).parent / "explorer"
     return subprocess.run([str(explorer), *args], capture_output=True, text=True, cwd=cwd, env=environment, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer(tmp_path_factory, small_demo):
+    """A Qwen3-style tokenizer trained on the small demo corpus and the prompts (built, never downloaded)."""
+    from agent.prompt import system_prompt
+    from agent.tiny_tokenizer import build_tokenizer
+
+    texts = [system_prompt()] + [p.text for p in small_demo.paragraphs()] + [q.text for q in small_demo.questions]
+    return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"), texts)

@@ -92,14 +92,21 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file)
     out = tmp_path / "run"
     args = [str(explorer), "eval", "--corpus", str(corpus_file), "--split", "all", "--policy", "read-all", "--out", str(out)]
     rng = random.Random(11)
+    log = out / "trajectories.jsonl"
     written_at_kill = []
+
+    def written() -> int:
+        return log.read_bytes().count(b"\n") if log.exists() else 0
+
     for attempt in range(3):
         process = subprocess.Popen(args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(1.0, 2.5))
+        target = written() + rng.randint(1, 40)  # kill at a random episode, whatever the machine's speed
+        deadline = time.monotonic() + 120
+        while written() < target and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(rng.uniform(0, 0.01))
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        log = out / "trajectories.jsonl"
-        written_at_kill.append(log.read_bytes().count(b"\n") if log.exists() else 0)
+        written_at_kill.append(written())
     done = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     trajectories = lines(out / "trajectories.jsonl")  # every line parses: none is torn

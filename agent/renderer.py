@@ -1,0 +1,100 @@
+"""One renderer for serving and training: messages -> Qwen3 ChatML token ids, message by message.
+
+Layout (Qwen3, non-thinking mode)::
+
+    <|im_start|>system\\n{system prompt}<|im_end|>\\n
+    <|im_start|>user\\nQuestion: ...<|im_end|>\\n
+    <|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n{action}<|im_end|>\\n
+    <|im_start|>user\\n{observation}<|im_end|>\\n
+    ...
+
+* Observations are **user** turns (not Qwen's tool role): the trajectory's messages are
+  exactly what is rendered, and nothing re-wraps them.
+* Every assistant turn keeps the empty think block that the generation prompt put before it
+  at serving time. Qwen3's own chat template drops think blocks from earlier turns when it
+  re-renders history; we never re-render, so the prompt at step t is always a prefix of the
+  training sequence.
+* The model stops at ``<|im_end|>``; the newline after it is the renderer's, added the same way
+  when the next prompt is built and when the training sequence is.
+* The assistant mask covers the action's tokens and its ``<|im_end|>``: the tokens a model
+  generates. Role headers, the think block and the newline are never trained on.
+* Text is encoded segment by segment, never the whole conversation at once, so a token can
+  never straddle two messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.errors import UsageError
+
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+EMPTY_THINK = "<think>\n\n</think>\n\n"
+SPECIAL_TOKENS = (IM_START, IM_END, "<think>", "</think>")
+
+
+@dataclass
+class Rendered:
+    ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)  # 1 where the token is trained on (assistant output)
+
+    def extend(self, ids: list[int], trained: bool) -> None:
+        self.ids.extend(ids)
+        self.mask.extend([int(trained)] * len(ids))
+
+
+class ChatRenderer:
+    def __init__(self, tokenizer) -> None:
+        """``tokenizer``: a ``tokenizers.Tokenizer`` that knows Qwen's special tokens."""
+        self.tokenizer = tokenizer
+        missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
+        if missing:
+            raise UsageError(f"the tokenizer lacks Qwen's special tokens {', '.join(missing)}; is it a Qwen3 tokenizer?")
+        self.im_start = tokenizer.token_to_id(IM_START)
+        self.im_end = tokenizer.token_to_id(IM_END)
+
+    @classmethod
+    def from_directory(cls, path: Path) -> ChatRenderer:
+        """A model or tokenizer directory holding ``tokenizer.json`` (every Qwen3 release ships one)."""
+        from tokenizers import Tokenizer
+
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.exists():
+            raise UsageError(f"{path}: no tokenizer.json; name a model or tokenizer directory")
+        try:
+            return cls(Tokenizer.from_file(str(file)))
+        except Exception as error:  # the tokenizers library raises plain Exception on a bad file
+            raise UsageError(f"{file}: not a tokenizer file ({str(error).splitlines()[0]})") from None
+
+    def text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def header(self, role: str) -> list[int]:
+        return [self.im_start, *self.text(f"{role}\n")]
+
+    def generation_prompt(self) -> list[int]:
+        return [*self.header("assistant"), *self.text(EMPTY_THINK)]
+
+    def action(self, content: str) -> list[int]:
+        """What the model generates for an action: its text and the closing ``<|im_end|>``."""
+        return [*self.text(content), self.im_end]
+
+    def render(self, messages: list[dict[str, str]]) -> Rendered:
+        rendered = Rendered()
+        for message in messages:
+            role, content = message["role"], message["content"]
+            if role == "assistant":
+                rendered.extend(self.generation_prompt(), trained=False)
+                rendered.extend(self.action(content), trained=True)
+            else:
+                rendered.extend([*self.header(role), *self.text(content), self.im_end], trained=False)
+            rendered.extend(self.text("\n"), trained=False)
+        return rendered
+
+    def prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The ids a policy is prompted with: the conversation so far, then the generation prompt."""
+        return [*self.render(messages).ids, *self.generation_prompt()]
