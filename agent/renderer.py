@@ -24,6 +24,7 @@ Layout (Qwen3, non-thinking mode)::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +52,8 @@ class ChatRenderer:
         missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
         if missing:
             raise UsageError(f"the tokenizer lacks Qwen's special tokens {', '.join(missing)}; is it a Qwen3 tokenizer?")
+        self._specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
+        self._special_spelling = re.compile("(" + "|".join(re.escape(t) for t in sorted(self._specials, key=len, reverse=True)) + ")")
         self.im_start = tokenizer.token_to_id(IM_START)
         self.im_end = tokenizer.token_to_id(IM_END)
 
@@ -68,7 +71,18 @@ class ChatRenderer:
             raise UsageError(f"{file}: not a tokenizer file ({str(error).splitlines()[0]})") from None
 
     def text(self, text: str) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=False).ids
+        """Plain text to ids. A special token's spelling inside text (a paper or an action that
+        quotes ``<|im_end|>``) is encoded as ordinary characters, never as the control token."""
+        if not any(token in text for token in self._specials):
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        ids: list[int] = []
+        for piece in self._special_spelling.split(text):
+            if piece in self._specials:
+                ids += self.tokenizer.encode(piece[0], add_special_tokens=False).ids
+                ids += self.text(piece[1:])
+            elif piece:
+                ids += self.tokenizer.encode(piece, add_special_tokens=False).ids
+        return ids
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
