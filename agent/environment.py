@@ -13,15 +13,15 @@ from pathlib import Path
 PACKAGES = ("paper-explorer", "pydantic", "RestrictedPython", "numpy", "scipy", "torch", "transformers", "peft")
 
 
-@functools.lru_cache(maxsize=1)
-def _versions() -> tuple[tuple[str, str], ...]:
+@functools.cache
+def _versions() -> dict[str, str]:
     found = {"python": platform.python_version()}
     for name in PACKAGES:
         try:
             found[name] = version(name)
         except PackageNotFoundError:
             continue
-    return tuple(found.items())
+    return found
 
 
 def versions() -> dict[str, str]:

@@ -27,6 +27,7 @@ from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.run_commands import MaxStepsOption, PolicyOption, ReplayOption, SeedOption, episode_config
 from agent.runner import EpisodeRunner
+from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
 from corpus import BM25Index
 from corpus.atomic import atomic_file
@@ -38,9 +39,9 @@ MANIFEST_VERSION = 1
 _RUNNER: EpisodeRunner | None = None  # set before the worker pool forks; each worker inherits it
 
 
-def _run_one(question) -> str:
+def _run_one(question) -> Trajectory:
     assert _RUNNER is not None
-    return _RUNNER.run(question.text, question).model_dump_json()
+    return _RUNNER.run(question.text, question)
 
 
 def eval_command(
@@ -127,20 +128,18 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
 
 
 def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, total: int) -> None:
-    from agent.trajectory import Trajectory
-
     columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
         if workers == 1 or len(questions) <= 1:
             for question in questions:
-                log.append(Trajectory.model_validate_json(_run_one(question)))
+                log.append(_run_one(question))
                 progress.advance(task)
             return
         # fork: workers inherit the corpus, index and policy without pickling them
         with multiprocessing.get_context("fork").Pool(min(workers, len(questions))) as pool:
-            for line in pool.imap_unordered(_run_one, questions):
-                log.append(Trajectory.model_validate_json(line))
+            for trajectory in pool.imap_unordered(_run_one, questions):
+                log.append(trajectory)
                 progress.advance(task)
 
 

@@ -106,9 +106,6 @@ class Trajectory(Record):
         return messages
 
 
-TIMING_FIELDS = ("seconds", "started_at", "timings")
-
-
 def without_timings(trajectory: Trajectory) -> dict:
     """The trajectory minus wall-clock fields, for determinism checks."""
     data = trajectory.model_dump(exclude={"seconds", "started_at"})

@@ -2,33 +2,30 @@
 
 from __future__ import annotations
 
-import os
 import platform
+import sys
 import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.environment import hardware  # noqa: E402
+
 RESULTS = ROOT / "bench" / "RESULTS.md"
 
 
 def machine(packages: tuple[str, ...]) -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    info = hardware()
     versions = []
     for name in packages:
         try:
             versions.append(f"{name} {version(name)}")
         except PackageNotFoundError:
             versions.append(f"{name} (not installed)")
-    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB; Python {platform.python_version()}; {', '.join(versions)}"
+    return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib', 0):.0f} GiB; "
+            f"Python {platform.python_version()}; {', '.join(versions)}")
 
 
 def write_results(heading: str, command: str, packages: tuple[str, ...], text: str) -> None:

@@ -13,7 +13,7 @@ from agent.errors import UsageError
 from corpus import BM25Index
 
 
-class Scripted(Policy):
+class Fixed(Policy):
     """Plays fixed replies, one per step (the last one forever)."""
 
     name = "fixed"
@@ -43,34 +43,34 @@ def run(small_demo, index):
 
 
 def test_submitted_and_abstained(run):
-    submitted = run(Scripted(action('submit("3e-5", evidence=[])')))
+    submitted = run(Fixed(action('submit("3e-5", evidence=[])')))
     assert submitted.outcome.status == "submitted" and submitted.outcome.answer == "3e-5"
-    abstained = run(Scripted(action('abstain("not in the papers")')))
+    abstained = run(Fixed(action('abstain("not in the papers")')))
     assert abstained.outcome.status == "abstained" and abstained.outcome.reason == "not in the papers"
 
 
 def test_step_limit(run):
-    trajectory = run(Scripted(action("search('learning rate', k=1)")), max_steps=3)
+    trajectory = run(Fixed(action("search('learning rate', k=1)")), max_steps=3)
     assert trajectory.outcome.status == "step_limit" and len(trajectory.steps) == 3
 
 
 def test_context_limit_from_the_budget_and_from_the_policy(run):
-    flood = Scripted(action("print('x' * 3000)"))
+    flood = Fixed(action("print('x' * 3000)"))
     trajectory = run(flood, context_chars=8_000, observation_chars=4_000)
     assert trajectory.outcome.status == "context_limit" and "budget" in trajectory.outcome.reason
-    said = run(Scripted(error=ContextExceeded("prompt of 40000 tokens exceeds 32768")))
+    said = run(Fixed(error=ContextExceeded("prompt of 40000 tokens exceeds 32768")))
     assert said.outcome.status == "context_limit" and "32768" in said.outcome.reason
 
 
 def test_policy_errors_end_the_episode_not_the_run(run):
     for error in (PolicyError("server returned 500"), RuntimeError("bug in the policy")):
-        trajectory = run(Scripted(error=error))
+        trajectory = run(Fixed(error=error))
         assert trajectory.outcome.status == "policy_error" and str(error) in trajectory.outcome.reason
         assert trajectory.steps == []
 
 
 def test_format_errors_and_cut_observations_are_recorded(run):
-    trajectory = run(Scripted("I think the answer is 3e-5.", action("print('y' * 5000)"), action("abstain('no')")), observation_chars=1_000)
+    trajectory = run(Fixed("I think the answer is 3e-5.", action("print('y' * 5000)"), action("abstain('no')")), observation_chars=1_000)
     first, second, _ = trajectory.steps
     assert first.format_error and first.code is None and "```python" in first.observation
     assert second.observation_chars_cut > 0 and len(second.observation) <= 1_000
@@ -144,7 +144,7 @@ def test_unknown_policy_is_a_usage_error():
 
 def test_log_appends_whole_lines_and_repairs_a_torn_tail(run, tmp_path):
     path = tmp_path / "log.jsonl"
-    trajectory = run(Scripted(action("abstain('no')")))
+    trajectory = run(Fixed(action("abstain('no')")))
     with TrajectoryLog(path) as log:
         log.append(trajectory)
         log.append(trajectory)
