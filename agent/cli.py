@@ -16,6 +16,7 @@ from agent.corpus_commands import corpus_app
 from agent.errors import UsageError
 from agent.eval_command import eval_command
 from agent.exec_command import exec_command
+from agent.model_commands import tiny_model_command
 from agent.parity_command import check_parity_command
 from agent.run_commands import run_command, show_command
 from corpus.errors import CorpusError
@@ -33,6 +34,7 @@ app.command("run")(run_command)
 app.command("show")(show_command)
 app.command("eval")(eval_command)
 app.command("check-parity")(check_parity_command)
+app.command("tiny-model")(tiny_model_command)
 
 
 def _version(value: bool) -> None:

@@ -42,7 +42,8 @@ def print_step(console: Console, step: Step) -> None:
     if step.code is not None:
         parts.append(Syntax(step.code, "python", theme="ansi_dark", background_color="default", word_wrap=True))
     else:
-        parts.append(Text(step.action_text[:OBSERVATION_WIDTH] or "(empty reply)", style="red"))
+        shown = shorten(step.action_text.strip()) if step.action_text.strip() else f"(a blank reply: {len(step.action_text)} whitespace characters)"
+        parts.append(Text(shown, style="red"))
     calls = ", ".join(
         f"{call.name}({', '.join(f'{k}={_short(v)}' for k, v in call.arguments.items() if v is not None)})"
         + (" [error]" if call.error else "") + f" {call.seconds * 1000:.1f} ms"
@@ -50,6 +51,15 @@ def print_step(console: Console, step: Step) -> None:
     )
     if calls:
         parts.append(Text(f"tools: {calls}", style="cyan"))
+    if step.generation:
+        g = step.generation
+        tokens = f"tokens: prompt {g.get('prompt_tokens')}"
+        if "prefill_tokens" in g:
+            tokens += f", prefilled {g['prefill_tokens']} (cached {g.get('cached_tokens')})"
+        tokens += f", generated {g.get('generated_tokens')}" + (" - hit the cap" if g.get("hit_cap") else "")
+        if g.get("parity_warning"):
+            tokens += f"; parity warning: {g['parity_warning']}"
+        parts.append(Text(tokens, style="magenta"))
     flags = [flag for flag, on in (
         ("format error", step.format_error), (f"limit: {step.limit_hit}", step.limit_hit),
         (f"observation cut by {step.observation_chars_cut} characters", step.observation_chars_cut),

@@ -23,9 +23,13 @@ from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
 from agent.environment import git_commit, hardware, versions
 from agent.errors import UsageError
 from agent.loop import corpus_hashes
-from agent.policies import make_policy
+from agent.policies import PolicyOptions, make_policy
 from agent.policies.replay import Replay
-from agent.run_commands import MaxStepsOption, PolicyOption, ReplayOption, SeedOption, episode_config
+from agent.run_commands import (
+    AdapterOption, BaseUrlOption, MaxContextOption, MaxNewTokensOption, MaxStepsOption, ModelOption, PolicyOption,
+    PromptFormatOption, QuantizationOption, ReplayOption, RetriesOption, SeedOption, TimeoutOption, TokenizerOption,
+    episode_config,
+)
 from agent.runner import EpisodeRunner
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
@@ -56,13 +60,27 @@ def eval_command(
     max_steps: int = MaxStepsOption,
     seed: int = SeedOption,
     replay: Optional[Path] = ReplayOption,
+    model: Optional[str] = ModelOption,
+    adapter: Optional[Path] = AdapterOption,
+    quantization: str = QuantizationOption,
+    max_new_tokens: int = MaxNewTokensOption,
+    max_context: int = MaxContextOption,
+    base_url: Optional[str] = BaseUrlOption,
+    tokenizer: Optional[Path] = TokenizerOption,
+    prompt_format: str = PromptFormatOption,
+    timeout: float = TimeoutOption,
+    retries: int = RetriesOption,
 ) -> None:
     """Run a policy on every question of a split; write trajectories, a manifest and metrics."""
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a run directory")
-    policy = make_policy(policy_name, replay=replay, max_steps=max_steps)
+    if policy_name == "hf" and workers > 1:
+        raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
+    policy = make_policy(policy_name, PolicyOptions(
+        max_steps, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer, prompt_format, timeout, retries,
+    ))
     corpus = open_corpus(corpus_path, questions_path)
     selected = corpus if split == "all" else corpus.split(split)
     questions = list(selected.questions)

@@ -31,6 +31,7 @@ from pathlib import Path
 from agent.errors import UsageError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+END_OF_TEXT_TOKEN = "<|endoftext|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 SPECIAL_TOKENS = (IM_START, IM_END, "<think>", "</think>")
 
@@ -69,6 +70,16 @@ class ChatRenderer:
             return cls(Tokenizer.from_file(str(file)))
         except Exception as error:  # the tokenizers library raises plain Exception on a bad file
             raise UsageError(f"{file}: not a tokenizer file ({str(error).splitlines()[0]})") from None
+
+    @classmethod
+    def from_pretrained(cls, name: str) -> ChatRenderer:
+        """The tokenizer of a hub model id (downloaded by huggingface_hub on the user's machine)."""
+        from tokenizers import Tokenizer
+
+        try:
+            return cls(Tokenizer.from_pretrained(name))
+        except Exception as error:
+            raise UsageError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]})") from None
 
     def text(self, text: str) -> list[int]:
         """Plain text to ids. A special token's spelling inside text (a paper or an action that

@@ -12,7 +12,7 @@ from rich.table import Table
 from agent.corpus_commands import CorpusOption, open_corpus
 from agent.display import print_episode, print_outcome, print_question, print_step
 from agent.errors import UsageError
-from agent.policies import POLICY_NAMES, make_policy
+from agent.policies import POLICY_NAMES, PolicyOptions, make_policy
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from agent.writer import TrajectoryLog, read_trajectories
@@ -25,6 +25,16 @@ PolicyOption = typer.Option("scripted", "--policy", "-p", help=f"One of: {', '.j
 MaxStepsOption = typer.Option(10, "--max-steps", min=1, help="Actions before the episode ends with step_limit.")
 ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")
 SeedOption = typer.Option(0, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it).")
+ModelOption = typer.Option(None, "--model", "-m", help="hf: model directory or hub id; openai: the served model's name.")
+AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model.")
+QuantizationOption = typer.Option("auto", "--quantization", help="hf: auto (4bit on CUDA, none on CPU), 4bit (NF4, double quantization) or none.")
+MaxNewTokensOption = typer.Option(512, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap).")
+MaxContextOption = typer.Option(32_768, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit.")
+BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
+TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json.")
+PromptFormatOption = typer.Option("ids", "--prompt-format", help="openai: ids (token ids, vLLM) or text (servers that take only text).")
+TimeoutOption = typer.Option(120.0, "--timeout", min=1, help="openai: seconds per request.")
+RetriesOption = typer.Option(4, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors.")
 
 
 def episode_config(max_steps: int, seed: int) -> EpisodeConfig:
@@ -60,6 +70,16 @@ def run_command(
     max_steps: int = MaxStepsOption,
     seed: int = SeedOption,
     replay: Optional[Path] = ReplayOption,
+    model: Optional[str] = ModelOption,
+    adapter: Optional[Path] = AdapterOption,
+    quantization: str = QuantizationOption,
+    max_new_tokens: int = MaxNewTokensOption,
+    max_context: int = MaxContextOption,
+    base_url: Optional[str] = BaseUrlOption,
+    tokenizer: Optional[Path] = TokenizerOption,
+    prompt_format: str = PromptFormatOption,
+    timeout: float = TimeoutOption,
+    retries: int = RetriesOption,
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
 ) -> None:
     """Run one episode and show each step live: the code, the tools it called, what it observed."""
@@ -69,7 +89,9 @@ def run_command(
         raise UsageError("--question is empty; write the question to ask")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a directory")
-    policy = make_policy(policy_name, replay=replay, max_steps=max_steps)
+    policy = make_policy(policy_name, PolicyOptions(
+        max_steps, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer, prompt_format, timeout, retries,
+    ))
     corpus = open_corpus(corpus_path)
     question = None
     if question_id is not None:

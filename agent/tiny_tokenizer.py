@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from agent.renderer import END_OF_TEXT_TOKEN as END_OF_TEXT
 from agent.renderer import SPECIAL_TOKENS
-
-END_OF_TEXT = "<|endoftext|>"
 
 # Qwen3's template, reduced to what matters here: ChatML turns, and in non-thinking mode an empty
 # think block opening the generated turn. Like Qwen3's, it drops think blocks from history.

@@ -39,3 +39,11 @@ def tiny_tokenizer(tmp_path_factory, small_demo):
 
     texts = [system_prompt()] + [p.text for p in small_demo.paragraphs()] + [q.text for q in small_demo.questions]
     return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"), texts)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """`explorer tiny-model`'s output, built once per test session (a few seconds, nothing downloaded)."""
+    from agent.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")

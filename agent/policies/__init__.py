@@ -1,7 +1,8 @@
-"""Policies by name. Language-model policies register here too, imported lazily (torch is heavy)."""
+"""Policies by name. Language-model policies are imported only when chosen (torch is heavy)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent.errors import UsageError
@@ -10,28 +11,64 @@ from agent.policies.baselines import DirectSubmit, ReadAll, SingleShotRag
 from agent.policies.replay import Replay
 from agent.policies.scripted import Scripted
 
-POLICY_NAMES = ("scripted", "direct-submit", "single-shot-rag", "read-all", "replay")
+POLICY_NAMES = ("scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai")
+MODEL_POLICIES = ("hf", "openai")
 
 
-def make_policy(name: str, *, replay: Path | None = None, max_steps: int = 10) -> Policy:
-    """The named policy; bad names and missing options are one clear line."""
+@dataclass(frozen=True)
+class PolicyOptions:
+    """Everything a policy may be configured with from the command line."""
+
+    max_steps: int = 10
+    replay: Path | None = None
+    model: str | None = None  # hf: a model directory or hub id; openai: the served model's name
+    adapter: Path | None = None
+    quantization: str = "auto"
+    max_new_tokens: int = 512
+    max_context: int = 32_768
+    base_url: str | None = None
+    tokenizer: Path | None = None
+    prompt_format: str = "ids"
+    timeout: float = 120.0
+    retries: int = 4
+
+
+def make_policy(name: str, options: PolicyOptions = PolicyOptions()) -> Policy:
+    """The named policy; bad names and missing or stray options are one clear line."""
+    if name not in POLICY_NAMES:
+        raise UsageError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+    if options.replay is not None and name != "replay":
+        raise UsageError(f"--replay is only for --policy replay, not {name!r}")
+    if name not in MODEL_POLICIES and (options.model or options.adapter or options.base_url):
+        raise UsageError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
     if name == "replay":
-        if replay is None:
+        if options.replay is None:
             raise UsageError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
         from agent.writer import read_trajectories
 
-        return Replay(read_trajectories(replay), source=replay)
-    if replay is not None:
-        raise UsageError(f"--replay is only for --policy replay, not {name!r}")
-    if name == "scripted":
-        return Scripted()
-    if name == "direct-submit":
-        return DirectSubmit()
-    if name == "single-shot-rag":
-        return SingleShotRag()
-    if name == "read-all":
-        return ReadAll(max_steps=max_steps)
-    raise UsageError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+        return Replay(read_trajectories(options.replay), source=options.replay)
+    if name == "hf":
+        if options.model is None:
+            raise UsageError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
+        from agent.model_commands import require_llm_extra
+
+        require_llm_extra()
+        from agent.policies.hf import HFPolicy
+
+        return HFPolicy(options.model, options.adapter, options.quantization, options.max_new_tokens, options.max_context)
+    if name == "openai":
+        if options.base_url is None or options.model is None or options.tokenizer is None:
+            raise UsageError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
+        if options.adapter is not None:
+            raise UsageError("--adapter is for --policy hf; serve the adapter with the server (see the README's vLLM command)")
+        from agent.policies.openai_server import OpenAIPolicy
+
+        return OpenAIPolicy(options.base_url, options.model, options.tokenizer, options.prompt_format,
+                            options.max_new_tokens, options.max_context, options.timeout, options.retries)
+    return {
+        "scripted": Scripted, "direct-submit": DirectSubmit, "single-shot-rag": SingleShotRag,
+        "read-all": lambda: ReadAll(max_steps=options.max_steps),
+    }[name]()
 
 
-__all__ = ["ContextExceeded", "EpisodeStart", "POLICY_NAMES", "Policy", "PolicyError", "Reply", "make_policy"]
+__all__ = ["ContextExceeded", "EpisodeStart", "POLICY_NAMES", "Policy", "PolicyError", "PolicyOptions", "Reply", "make_policy"]

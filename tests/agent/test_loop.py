@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from agent.policies import Policy, PolicyError, Reply, make_policy
+from agent.policies import Policy, PolicyError, PolicyOptions, Reply, make_policy
 from agent.policies.base import ContextExceeded, action
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig, Trajectory, without_timings
@@ -102,7 +102,7 @@ def test_direct_submit_never_calls_a_tool_and_scripted_does(run, small_demo):
 
 
 def test_read_all_reads_section_by_section_within_the_step_limit(run):
-    trajectory = run(make_policy("read-all", max_steps=10), max_steps=10)
+    trajectory = run(make_policy("read-all", PolicyOptions(max_steps=10)), max_steps=10)
     reads = [c for s in trajectory.steps for c in s.tool_calls if c.name == "read" and c.arguments.get("section") is not None]
     assert [c.arguments["section"] for c in reads] == list(range(len(reads))) and len(reads) >= 3
     assert trajectory.outcome.status in ("submitted", "abstained")
@@ -113,7 +113,7 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path):
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    replayed = run(make_policy("replay", replay=path))
+    replayed = run(make_policy("replay", PolicyOptions(replay=path)))
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
     assert all(s.policy_info.get("previous_observation_matches", True) for s in replayed.steps)
     assert replayed.outcome == original.outcome
@@ -121,7 +121,7 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path):
     data = json.loads(original.model_dump_json())
     data["steps"][0]["observation"] = "Out: []"
     path.write_text(json.dumps(data) + "\n")
-    drifted = run(make_policy("replay", replay=path))
+    drifted = run(make_policy("replay", PolicyOptions(replay=path)))
     assert drifted.steps[1].policy_info["previous_observation_matches"] is False
     assert drifted.steps[1].policy_info["drift"]["position"] >= 0
 
@@ -131,7 +131,7 @@ def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, smal
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    other = run(make_policy("replay", replay=path), small_demo.questions[5])
+    other = run(make_policy("replay", PolicyOptions(replay=path)), small_demo.questions[5])
     assert other.outcome.status == "policy_error" and "no episode" in other.outcome.reason
 
 

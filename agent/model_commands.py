@@ -1,0 +1,34 @@
+"""``explorer tiny-model``: build the CPU test model (see ``agent.tiny_model``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from agent.errors import UsageError
+
+
+def require_llm_extra() -> None:
+    """One clear line instead of an ImportError when the model packages are missing."""
+    import importlib.util
+
+    missing = [name for name in ("torch", "transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UsageError(f"this needs {', '.join(missing)}: install the model extra with pip install -e '.[llm]'")
+
+
+def tiny_model_command(
+    out: Path = typer.Option(..., "--out", "-o", help="Directory to write the model and tokenizer to."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+) -> None:
+    """Build a tiny Qwen3-architecture model with random weights and a locally trained Qwen3-style
+    tokenizer (a few seconds, nothing downloaded), for smoke tests: explorer run --policy hf --model OUT."""
+    require_llm_extra()
+    from agent.tiny_model import build_tiny_model
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a directory")
+    build_tiny_model(out, seed=seed, force=force)
+    typer.echo(f"tiny model written to {out} (try: explorer run --policy hf --model {out} --max-new-tokens 32)")

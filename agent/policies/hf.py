@@ -1,0 +1,179 @@
+"""The ``hf`` policy: a causal LM (Qwen3, optionally with a LoRA adapter) run with transformers.
+
+* Prompts are the shared renderer's token ids (``agent.renderer``), so what is served is what
+  is trained.
+* Greedy decoding, always: the model's generation_config may ask for sampling (Qwen3's does);
+  we override it and record what we overrode in the policy settings.
+* Multi-turn KV cache reuse: the cache holds every token fed so far. Each step keeps the
+  longest prefix the new prompt shares with it and prefills only the rest, so an episode
+  prefills about its final length once instead of the O(steps^2) sum of re-encoding every
+  prompt. When the renderer's re-encoding of an action differs from the ids the model
+  generated, the cache is cut back to the shared prefix (counted as ``cache_cut_tokens``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.errors import UsageError
+from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply
+from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer
+
+SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file in an adapter (or model) directory, by relative path."""
+    hashes = {}
+    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
+        digest = hashlib.sha256()
+        with open(path, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+        hashes[str(path.relative_to(directory))] = digest.hexdigest()
+    return hashes
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def crop(cache, keep: int) -> None:
+    """Keep the first ``keep`` positions of a DynamicCache (transformers 4 and 5 differ here)."""
+    if "tokens_to_remove" in inspect.signature(cache.crop).parameters:
+        cache.crop(cache.get_seq_length() - keep)
+    else:
+        cache.crop(keep)
+
+
+class HFPolicy(Policy):
+    name = "hf"
+
+    def __init__(
+        self, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
+        max_context: int = 32_768, reuse_cache: bool = True,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if quantization not in ("auto", "4bit", "none"):
+            raise UsageError(f"unknown quantization {quantization!r}; choose auto, 4bit or none")
+        if adapter is not None and not (adapter / "adapter_config.json").exists():
+            raise UsageError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
+        model_path = Path(model)
+        if model_path.exists():
+            if not (model_path / "config.json").exists():
+                raise UsageError(f"{model}: no config.json; name a model directory or a hub id")
+            model = str(model_path.resolve())
+        elif model.startswith((".", "/", "~")) or model.count("/") > 1:
+            raise UsageError(f"{model}: no such model directory (a hub id looks like Qwen/Qwen3-8B)")
+        cuda = torch.cuda.is_available()
+        self.quantization = ("4bit" if cuda else "none") if quantization == "auto" else quantization
+        self.dtype = torch.bfloat16 if cuda else torch.float32
+        arguments: dict[str, Any] = {"dtype": self.dtype, "device_map": "auto" if cuda else "cpu"}
+        if self.quantization == "4bit":
+            from transformers import BitsAndBytesConfig
+
+            arguments["quantization_config"] = BitsAndBytesConfig(
+                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                bnb_4bit_compute_dtype=self.dtype,
+            )
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.disable_progress_bar()
+        try:
+            self.model = AutoModelForCausalLM.from_pretrained(model, **arguments)
+        except OSError as error:
+            raise UsageError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
+        if adapter is not None:
+            from peft import PeftModel
+
+            self.model = PeftModel.from_pretrained(self.model, str(adapter))
+        self.model.eval()
+        self.renderer = ChatRenderer.from_directory(model_path) if model_path.exists() else ChatRenderer.from_pretrained(model)
+        self.stop_ids = {self.renderer.im_end}
+        end_of_text = self.renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
+        if end_of_text is not None:
+            self.stop_ids.add(end_of_text)
+        generation_config = getattr(self.model, "generation_config", None)
+        self.overridden = {
+            field: getattr(generation_config, field) for field in SAMPLING_FIELDS
+            if generation_config is not None and getattr(generation_config, field, None) not in (None, False)
+        }
+        self.model_name, self.adapter = model, adapter
+        self.adapter_sha256 = file_hashes(adapter) if adapter is not None else None
+        self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
+        self.device = next(self.model.parameters()).device
+        base = self.model.get_base_model() if adapter is not None else self.model
+        # transformers 5.x renamed the forward argument; 4.x knows only past_key_values
+        self.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+        self._reset()
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "model": self.model_name, "adapter": str(self.adapter) if self.adapter else None,
+            "adapter_sha256": self.adapter_sha256, "quantization": self.quantization, "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device), "decoding": "greedy", "do_sample": False,
+            "overridden_generation_config": self.overridden, "max_new_tokens": self.max_new_tokens,
+            "max_context": self.max_context, "reuse_cache": self.reuse_cache,
+        }
+
+    def _reset(self) -> None:
+        from transformers import DynamicCache
+
+        self.cache = DynamicCache()
+        self.cached_ids: list[int] = []
+
+    def start(self, episode: EpisodeStart) -> None:
+        import torch
+
+        super().start(episode)
+        torch.manual_seed(episode.seed)
+        self._reset()
+
+    def act(self, messages: list[dict[str, str]]) -> Reply:
+        import torch
+
+        prompt = self.renderer.prompt(messages)
+        if len(prompt) + self.max_new_tokens > self.max_context:
+            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {self.max_new_tokens} new ones exceeds the context of {self.max_context}")
+        if not self.reuse_cache:
+            self._reset()
+        keep = min(common_prefix(self.cached_ids, prompt), len(prompt) - 1)  # feed at least one token
+        cut = len(self.cached_ids) - keep
+        if cut:
+            crop(self.cache, keep)
+        started = time.perf_counter()
+        with torch.inference_mode():
+            logits = self._forward(prompt[keep:])
+            prefill_seconds = time.perf_counter() - started
+            generated: list[int] = []
+            while len(generated) < self.max_new_tokens:
+                next_id = int(torch.argmax(logits[0, -1]))
+                generated.append(next_id)
+                if next_id in self.stop_ids or len(generated) == self.max_new_tokens:
+                    break
+                logits = self._forward([next_id])
+        self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
+        hit_cap = not generated or generated[-1] not in self.stop_ids
+        text_ids = generated if hit_cap else generated[:-1]
+        return Reply(self.renderer.decode(text_ids), generation={
+            "prompt_tokens": len(prompt), "cached_tokens": keep, "prefill_tokens": len(prompt) - keep,
+            "cache_cut_tokens": cut, "generated_tokens": len(generated), "hit_cap": hit_cap,
+            "prefill_seconds": prefill_seconds, "decode_seconds": time.perf_counter() - started - prefill_seconds,
+        })
+
+    def _forward(self, ids: list[int]):
+        import torch
+
+        input_ids = torch.tensor([ids], device=self.device)
+        output = self.model(input_ids=input_ids, use_cache=True, **{self.cache_argument: self.cache})
+        return output.logits
