@@ -2,8 +2,17 @@ import json
 import logging
 
 import numpy as np
+import pytest
 
 from corpus import BM25Index, BM25Params
+
+
+@pytest.fixture
+def isolated_cache(tmp_path, monkeypatch):
+    """A cache directory of this test's own: other tests' caches must not count here."""
+    directory = tmp_path / "explorer-cache"
+    monkeypatch.setenv("EXPLORER_CACHE_DIR", str(directory))
+    return directory
 
 
 def cache_files(directory):
