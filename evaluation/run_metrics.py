@@ -42,4 +42,8 @@ def run_metrics(trajectories: list[Trajectory], questions: dict[str, Question]) 
         "status": dict(sorted(Counter(t.outcome.status for t in trajectories).items())),
         "mean_steps": fmean(len(t.steps) for t in trajectories) if trajectories else None,
         "mean_tool_calls": fmean(sum(len(s.tool_calls) for s in t.steps) for t in trajectories) if trajectories else None,
+        # model policies: what the server or the generation cap did to the run
+        "api_retries": sum((s.generation or {}).get("api_retries", 0) for t in trajectories for s in t.steps),
+        "parity_warnings": sum(1 for t in trajectories for s in t.steps if (s.generation or {}).get("parity_warning")),
+        "hit_cap_steps": sum(1 for t in trajectories for s in t.steps if (s.generation or {}).get("hit_cap")),
     }

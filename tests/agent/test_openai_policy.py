@@ -1,0 +1,165 @@
+"""The openai policy against a scripted fake server (retries, failures, parity warnings) and for
+real against `transformers serve` on the tiny model."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from agent.policies import PolicyOptions, make_policy
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig
+from corpus import BM25Index
+from tests.conftest import run_cli
+
+SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
+
+
+class FakeServer:
+    """Answers /v1/completions from a list of (status, body) and records each request body."""
+
+    def __init__(self):
+        self.answers, self.requests = [], []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, **body})
+                status, answer = fake.answers.pop(0) if fake.answers else (200, fake.completion(SUBMIT, len(body["prompt"])))
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def completion(text, prompt_tokens, finish="stop"):
+        return {"choices": [{"text": text, "finish_reason": finish}], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 9}}
+
+
+@pytest.fixture
+def server():
+    fake = FakeServer()
+    yield fake
+    fake.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def index(small_demo):
+    return BM25Index.build(small_demo)
+
+
+def episode(small_demo, index, server, tiny_tokenizer, **options):
+    policy = make_policy("openai", PolicyOptions(base_url=server.url, model="served", tokenizer=tiny_tokenizer,
+                                                 **{"retries": 2, **options}))
+    policy.backoff = 0.01
+    question = small_demo.questions[0]
+    return EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3)).run(question.text, question)
+
+
+def test_token_ids_are_sent_and_the_answer_runs(server, small_demo, index, tiny_tokenizer):
+    trajectory = episode(small_demo, index, server, tiny_tokenizer)
+    assert trajectory.outcome.status == "submitted" and trajectory.outcome.answer == "3e-5"
+    (request,) = server.requests
+    assert request["path"] == "/v1/completions" and request["temperature"] == 0 and request["stop"] == ["<|im_end|>"]
+    assert isinstance(request["prompt"], list) and all(isinstance(i, int) for i in request["prompt"])
+    generation = trajectory.steps[0].generation
+    assert generation["prompt_tokens"] == len(request["prompt"]) and "parity_warning" not in generation
+
+
+def test_server_errors_are_retried_with_backoff_and_counted(server, small_demo, index, tiny_tokenizer):
+    server.answers = [(503, {"error": "busy"}), (429, {"error": "slow down"})]
+    trajectory = episode(small_demo, index, server, tiny_tokenizer)
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation["api_retries"] == 2
+
+
+def test_a_request_that_keeps_failing_ends_the_episode_as_policy_error(server, small_demo, index, tiny_tokenizer):
+    server.answers = [(500, {"error": "down"})] * 3
+    trajectory = episode(small_demo, index, server, tiny_tokenizer)
+    assert trajectory.outcome.status == "policy_error" and "after 3 attempt(s)" in trajectory.outcome.reason
+    server.answers, server.requests = [(400, {"error": "bad request"})], []
+    refused = episode(small_demo, index, server, tiny_tokenizer)
+    assert refused.outcome.status == "policy_error" and len(server.requests) == 1  # a 400 is not retried
+
+
+def test_text_prompts_record_a_parity_warning_when_the_server_counts_otherwise(server, small_demo, index, tiny_tokenizer):
+    server.answers = [(200, FakeServer.completion(SUBMIT, 3))]
+    trajectory = episode(small_demo, index, server, tiny_tokenizer, prompt_format="text")
+    assert isinstance(server.requests[0]["prompt"], str) and server.requests[0]["prompt"].startswith("<|im_start|>system\n")
+    assert "the server counted 3 prompt tokens" in trajectory.steps[0].generation["parity_warning"]
+
+
+def test_an_unreachable_server_is_a_policy_error_not_a_crash(small_demo, index, tiny_tokenizer):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    policy = make_policy("openai", PolicyOptions(base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1))
+    policy.backoff = 0.01
+    question = small_demo.questions[0]
+    trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig()).run(question.text, question)
+    assert trajectory.outcome.status == "policy_error" and "URLError" in trajectory.outcome.reason
+
+
+@pytest.fixture(scope="module")
+def transformers_server(tiny_model):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [str(Path(sys.executable).parent / "transformers"), "serve", str(tiny_model), "--host", "127.0.0.1", "--port", str(port)]
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=2):
+                break
+        except OSError:
+            if process.poll() is not None:
+                pytest.fail("transformers serve exited at start")
+            time.sleep(0.5)
+    else:
+        process.kill()
+        pytest.fail("transformers serve did not come up within 120 s")
+    yield url + "/v1"
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+@pytest.mark.slow
+def test_eval_against_transformers_serve_with_episodes_in_flight(transformers_server, tiny_model, tmp_path):
+    out = tmp_path / "run"
+    done = run_cli("eval", "--policy", "openai", "--base-url", transformers_server, "--model", str(tiny_model),
+                   "--tokenizer", str(tiny_model), "--prompt-format", "text", "--max-new-tokens", "8", "--max-steps", "2",
+                   "--limit", "4", "--workers", "2", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(trajectories) == 4
+    for trajectory in trajectories:
+        assert trajectory["outcome"]["status"] == "step_limit", trajectory["outcome"]
+        for step in trajectory["steps"]:
+            generation = step["generation"]
+            assert generation["server_prompt_tokens"] > 0 and generation["api_retries"] == 0
+            assert ("parity_warning" in generation) == (generation["server_prompt_tokens"] != generation["prompt_tokens"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["status"] == {"step_limit": 4} and metrics["api_retries"] == 0
