@@ -116,3 +116,15 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file)
     assert any(0 < count < len(ids) for count in written_at_kill), written_at_kill  # a kill landed mid-run
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["episodes"] == len(ids) and metrics["duplicate_lines"] == 0
+
+
+def test_scripted_runs_never_import_torch(tmp_path):
+    probe = (
+        "import sys, atexit\n"
+        "atexit.register(lambda: print('heavy:', sorted({'torch', 'transformers'} & set(sys.modules))))\n"
+        f"sys.argv = ['explorer', 'run', '--out', {str(tmp_path)!r}]\n"
+        "from agent.cli import main\nmain()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "heavy: []" in done.stdout
