@@ -108,7 +108,7 @@ def test_read_all_reads_section_by_section_within_the_step_limit(run):
     assert trajectory.outcome.status in ("submitted", "abstained")
 
 
-def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path):
+def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tokenizer):
     original = run(make_policy("scripted"))
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
@@ -117,6 +117,10 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path):
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
     assert all(s.policy_info.get("previous_observation_matches", True) for s in replayed.steps)
     assert replayed.outcome == original.outcome
+    from agent.parity import check_trajectory
+    from agent.renderer import ChatRenderer
+
+    assert check_trajectory(replayed, ChatRenderer.from_directory(tiny_tokenizer)) is None
     # drift: the recording says the first search saw something else
     data = json.loads(original.model_dump_json())
     data["steps"][0]["observation"] = "Out: []"

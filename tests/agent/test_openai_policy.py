@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from agent.parity import check_trajectory
 from agent.policies import PolicyOptions, make_policy
+from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
@@ -82,6 +84,9 @@ def test_token_ids_are_sent_and_the_answer_runs(server, small_demo, index, tiny_
     assert isinstance(request["prompt"], list) and all(isinstance(i, int) for i in request["prompt"])
     generation = trajectory.steps[0].generation
     assert generation["prompt_tokens"] == len(request["prompt"]) and "parity_warning" not in generation
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    assert request["prompt"] == renderer.prompt(trajectory.messages(upto=0))  # the served ids are the trained ones
+    assert check_trajectory(trajectory, renderer) is None
 
 
 def test_server_errors_are_retried_with_backoff_and_counted(server, small_demo, index, tiny_tokenizer):
