@@ -17,7 +17,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.table import Table
 
 from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
 from agent.environment import git_commit, hardware, versions
@@ -35,6 +34,7 @@ from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
 from corpus import BM25Index
 from corpus.atomic import atomic_file
+from corpus.collection import questions_sha256
 
 console = Console(stderr=True)
 SPLITS = ("train", "validation", "test", "all")
@@ -70,10 +70,15 @@ def eval_command(
     prompt_format: str = PromptFormatOption,
     timeout: float = TimeoutOption,
     retries: int = RetriesOption,
+    preregistration: Optional[Path] = typer.Option(
+        None, "--preregistration", help="TOML with frozen hashes and a pass rule (explorer preregister writes one)."),
 ) -> None:
     """Run a policy on every question of a split; write trajectories, a manifest and metrics."""
-    if split not in SPLITS:
-        raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    prereg = None
+    if preregistration is not None:
+        from evaluation import prereg as preregistering
+
+        prereg = preregistering.load(preregistration)
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a run directory")
     if policy_name == "hf" and workers > 1:
@@ -82,15 +87,12 @@ def eval_command(
         max_steps, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer, prompt_format, timeout, retries,
     ))
     corpus = open_corpus(corpus_path, questions_path)
-    selected = corpus if split == "all" else corpus.split(split)
-    questions = list(selected.questions)
-    if isinstance(policy, Replay):
-        recorded = set(policy.questions())
-        questions = [q for q in questions if q.id in recorded]
-    if limit is not None:
-        questions = questions[:limit]
-    if not questions:
-        raise UsageError(f"no questions to run in split {split!r}; choose another --split or --questions file")
+    questions = select_questions(corpus, split, limit, policy.questions() if isinstance(policy, Replay) else None)
+    selected_sha256 = questions_sha256(questions)
+    if prereg is not None:
+        preregistering.check_frozen(prereg, preregistration, corpus.papers_sha256, selected_sha256, len(questions))
+        if prereg.comparison is not None:  # a missing comparison fails now, not after the run
+            preregistering.judge(prereg, preregistration, {"abstention": EMPTY_TABLE})
 
     config = {
         "episode": episode_config(max_steps, seed).model_dump(),
@@ -98,6 +100,8 @@ def eval_command(
         "split": split,
         "limit": limit,
         "questions": len(questions),
+        "selected_questions_sha256": selected_sha256,
+        "preregistration": str(preregistration) if preregistration else None,
     }
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
@@ -122,7 +126,25 @@ def eval_command(
             console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written")
         _run_all(remaining, workers, log, len(questions) - len(remaining), len(questions))
 
-    _write_metrics(out, corpus, questions)
+    _write_metrics(out, questions, _RUNNER.index, (prereg, preregistration) if prereg else None)
+
+
+EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+
+
+def select_questions(corpus, split: str, limit: int | None, recorded: list[str] | None = None) -> list:
+    """The questions a run asks, in corpus order: a split, those a replay recording holds, the first N."""
+    if split not in SPLITS:
+        raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    questions = list((corpus if split == "all" else corpus.split(split)).questions)
+    if recorded is not None:
+        wanted = set(recorded)
+        questions = [q for q in questions if q.id in wanted]
+    if limit is not None:
+        questions = questions[:limit]
+    if not questions:
+        raise UsageError(f"no questions to run in split {split!r}; choose another --split or --questions file")
+    return questions
 
 
 def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:
@@ -161,39 +183,32 @@ def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, to
                 progress.advance(task)
 
 
-def _write_metrics(out: Path, corpus, questions: list) -> None:
-    from evaluation.run_metrics import run_metrics
+def _write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> None:
+    """scores.jsonl (one line per episode: metrics and flags) and metrics.json, both written whole."""
+    from evaluation.retrieval import retrieval_metrics
+    from evaluation.scoring import model_metrics, run_metrics, score_episode
 
     trajectories = read_trajectories(out / "trajectories.jsonl")
-    wanted = {q.id for q in questions}
+    by_id = {q.id: q for q in questions}
     seen: set[str] = set()
     unique = []
     for trajectory in trajectories:  # a question is scored once, whatever the log holds
-        if trajectory.question_id in wanted and trajectory.question_id not in seen:
+        if trajectory.question_id in by_id and trajectory.question_id not in seen:
             seen.add(trajectory.question_id)
             unique.append(trajectory)
-    metrics = run_metrics(unique, {q.id: q for q in questions})
+    scores = [score_episode(t, by_id[t.question_id]) for t in unique]
+    metrics = run_metrics(scores)
+    metrics.update(model_metrics(unique))
     metrics["duplicate_lines"] = len(trajectories) - len(unique)
+    metrics["retrieval"] = retrieval_metrics(index, questions)
+    if prereg is not None:
+        from evaluation.prereg import judge
+
+        metrics["preregistration"] = judge(prereg[0], prereg[1], metrics)
+    with atomic_file(out / "scores.jsonl") as handle:
+        handle.writelines(json.dumps(score) + "\n" for score in scores)
     with atomic_file(out / "metrics.json") as handle:
         json.dump(metrics, handle, indent=2)
-    print_metrics(metrics, out)
+    from evaluation.summary import print_summary
 
-
-def print_metrics(metrics: dict, out: Path) -> None:
-    result = Console()
-    table = Table(title=f"{out}", show_header=True)
-    table.add_column("metric")
-    table.add_column("value", justify="right")
-
-    def shown(value) -> str:
-        return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
-
-    for name in ("episodes", "answer_f1", "exact_match", "false_abstention_rate", "missed_abstention_rate", "mean_steps", "mean_tool_calls"):
-        table.add_row(name, shown(metrics[name]))
-    result.print(table)
-    abstention = Table("gold \\ policy", "answered", "abstained", title="abstention")
-    for row, counts in metrics["abstention"].items():
-        abstention.add_row(row, str(counts["answered"]), str(counts["abstained"]))
-    result.print(abstention)
-    result.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics["status"].items()))
-    result.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'metrics.json'}")
+    print_summary(Console(), metrics, out)

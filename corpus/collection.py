@@ -26,6 +26,11 @@ def _digest(lines: Iterator[str]) -> str:
     return sha.hexdigest()
 
 
+def questions_sha256(questions) -> str:
+    """The hash of a list of questions, in order (a run's frozen question set)."""
+    return _digest(canonical_json(question) for question in questions)
+
+
 @dataclass(frozen=True, eq=False)
 class Corpus:
     """Papers in file order and the questions about them.
@@ -89,7 +94,7 @@ class Corpus:
 
     @cached_property
     def questions_sha256(self) -> str:
-        return _digest(canonical_json(question) for question in self.questions)
+        return questions_sha256(self.questions)
 
     @cached_property
     def sha256(self) -> str:

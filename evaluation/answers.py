@@ -50,3 +50,49 @@ def best_over_references(metric, prediction: str, question: Question) -> float:
 def is_answerable(question: Question) -> bool:
     """QASPER's convention when annotators disagree: answerable if any annotator answered it."""
     return any(answer.kind not in (None, "none") for answer in question.answers)
+
+
+def sub_exact_match(prediction: str, reference: str) -> float:
+    """Bidirectional containment after normalisation: the prediction holds the reference or lies
+    inside it. Empty (or empty after normalisation) on either side scores zero."""
+    predicted, gold = normalize_answer(prediction), normalize_answer(reference)
+    if not predicted or not gold:
+        return 0.0
+    return float(_contains(predicted, gold) or _contains(gold, predicted))
+
+
+def _contains(text: str, part: str) -> bool:
+    """Whole-token containment, so "1" is not found inside "10"."""
+    return f" {part} " in f" {text} "
+
+
+FLOAT_SELECTED = "FLOAT SELECTED"
+
+
+def reference_evidence(answer, text_evidence_only: bool = False) -> list[str]:
+    """An annotator's gold evidence paragraphs; the official evaluator drops figure/table
+    evidence ("FLOAT SELECTED") only in its text-evidence-only mode."""
+    if answer.kind == "none":
+        return []
+    return [text for text in answer.evidence if not (text_evidence_only and FLOAT_SELECTED in text)]
+
+
+def paragraph_f1(predicted: list[str], gold: list[str]) -> float:
+    """QASPER's paragraph_f1_score: exact strings; nothing predicted for nothing gold scores 1."""
+    if not gold and not predicted:
+        return 1.0
+    same = len(set(gold) & set(predicted))
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def answer_and_evidence_f1(prediction: str, evidence: list[str], question: Question, text_evidence_only: bool = False) -> tuple[float, float]:
+    """As the official evaluator: the reference with the best answer F1 (the first of ties)
+    decides the evidence F1 as well."""
+    pairs = [
+        (token_f1(prediction, answer.reference_text), paragraph_f1(evidence, reference_evidence(answer, text_evidence_only)))
+        for answer in question.answers if answer.reference_text is not None
+    ]
+    return max(pairs, key=lambda pair: pair[0]) if pairs else (0.0, 0.0)

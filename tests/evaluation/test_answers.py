@@ -41,3 +41,38 @@ def test_references_follow_qasper_answer_kinds():
     free = question(Answer(free_form_answer="By 2.3 F1 points over BERT."))
     assert best_over_references(token_f1, "2.3 F1 points", free) == pytest.approx(2 * 1 * 0.5 / 1.5)  # "by 23 f1 points over bert": 3 of 6
     assert best_over_references(token_f1, "x", question()) == 0.0
+
+
+from evaluation.answers import answer_and_evidence_f1, paragraph_f1, sub_exact_match  # noqa: E402
+
+
+@pytest.mark.parametrize("prediction, reference, score", [
+    ("3e-5", "a learning rate of 3e-5", 1.0),  # inside the reference
+    ("We use a learning rate of 3e-5.", "3e-5", 1.0),  # holds the reference
+    ("1", "10 layers", 0.0),  # whole tokens only
+    ("", "3e-5", 0.0),
+    ("the", "3e-5", 0.0),  # empty after normalisation
+    ("3e-5", "", 0.0),
+    ("AdamW", "SGD", 0.0),
+])
+def test_sub_exact_match(prediction, reference, score):
+    assert sub_exact_match(prediction, reference) == score
+
+
+def test_paragraph_f1_follows_the_official_evaluator():
+    assert paragraph_f1([], []) == 1.0  # unanswerable, nothing cited
+    assert paragraph_f1(["p1"], []) == 0.0
+    assert paragraph_f1(["p1", "p2"], ["p1"]) == pytest.approx(2 * 0.5 * 1 / 1.5)
+    assert paragraph_f1(["p1", "p1"], ["p1"]) == pytest.approx(2 * 0.5 * 1 / 1.5)  # duplicates count in precision
+
+
+def test_evidence_f1_comes_from_the_best_answer_reference_and_float_selected_modes():
+    q = question(
+        Answer(extractive_spans=("AdamW",), evidence=("FLOAT SELECTED: Table 2", "We train with AdamW.")),
+        Answer(extractive_spans=("SGD",), evidence=("We also tried SGD.",)),
+    )
+    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q) == pytest.approx((1.0, 2 / 3))
+    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q, text_evidence_only=True) == (1.0, 1.0)
+    # the evidence that matches the second annotator does not count: the first has the best answer F1
+    assert answer_and_evidence_f1("AdamW", ["We also tried SGD."], q)[1] == 0.0
+    assert answer_and_evidence_f1("Unanswerable", [], question(Answer(unanswerable=True))) == (1.0, 1.0)

@@ -1,0 +1,98 @@
+"""Score a run: every episode against its gold question, then the run's metrics and detector rates."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from statistics import fmean
+
+from agent.trajectory import Trajectory
+from corpus.schema import Question
+from evaluation.answers import (
+    ABSTENTION, answer_and_evidence_f1, best_over_references, exact_match, is_answerable, sub_exact_match,
+)
+from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, detect, detector_rates, verdict
+from evaluation.stats import bootstrap_mean_ci
+
+
+def prediction(trajectory: Trajectory) -> str:
+    """What the episode answered; an abstention - or no answer at all - is "Unanswerable"."""
+    outcome = trajectory.outcome
+    return outcome.answer if outcome.status == "submitted" and outcome.answer is not None else ABSTENTION
+
+
+def question_type(question: Question) -> str:
+    """The first annotator's answer type, as QASPER's evaluator reports F1 by type."""
+    kinds = [answer.kind for answer in question.answers if answer.kind]
+    return kinds[0] if kinds else "empty"
+
+
+def score_episode(trajectory: Trajectory, question: Question | None) -> dict:
+    flags = detect(trajectory, question)
+    record = {
+        "episode_id": trajectory.episode_id, "question_id": trajectory.question_id, "question": trajectory.question,
+        "status": trajectory.outcome.status, "prediction": prediction(trajectory), "steps": len(trajectory.steps),
+        "tool_calls": sum(len(step.tool_calls) for step in trajectory.steps),
+        "tool_calls_before_end": sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
+        "flags": [flag.to_json() for flag in flags],
+    }
+    if question is not None:
+        predicted, evidence = record["prediction"], [item.text for item in trajectory.outcome.evidence]
+        f1, evidence_f1 = answer_and_evidence_f1(predicted, evidence, question)
+        record.update({
+            "type": question_type(question), "answerable": is_answerable(question), "answer_f1": f1,
+            "exact_match": best_over_references(exact_match, predicted, question),
+            "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
+            "evidence_f1": evidence_f1,
+            "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
+            "abstained": predicted == ABSTENTION,
+        })
+    return record
+
+
+def run_metrics(scores: list[dict], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> dict:
+    scored = [s for s in scores if "answer_f1" in s]
+    table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for s in scored:
+        table["answerable" if s["answerable"] else "unanswerable"]["abstained" if s["abstained"] else "answered"] += 1
+        by_type[s["type"]].append(s["answer_f1"])
+
+    def mean(key: str) -> float | None:
+        return fmean(s[key] for s in scored) if scored else None
+
+    def rate(row: str, column: str) -> float | None:
+        total = sum(table[row].values())
+        return table[row][column] / total if total else None
+
+    from evaluation.detectors import Flag
+
+    rates = detector_rates([[Flag(**f) for f in s["flags"]] for s in scores])
+    return {
+        "episodes": len(scores),
+        "scored": len(scored),
+        "answer_f1": mean("answer_f1"),
+        "answer_f1_ci95": bootstrap_mean_ci([s["answer_f1"] for s in scored]),
+        "exact_match": mean("exact_match"),
+        "sub_exact_match": mean("sub_exact_match"),
+        "evidence_f1": mean("evidence_f1"),
+        "evidence_f1_text_only": mean("evidence_f1_text_only"),
+        "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
+        "abstention": table,
+        "false_abstention_rate": rate("answerable", "abstained"),
+        "missed_abstention_rate": rate("unanswerable", "answered"),
+        "status": dict(sorted(Counter(s["status"] for s in scores).items())),
+        "mean_steps": fmean(s["steps"] for s in scores) if scores else None,
+        "mean_tool_calls": fmean(s["tool_calls"] for s in scores) if scores else None,
+        "detector_rates": rates,
+        "verdict": verdict(rates, collapse_threshold),
+    }
+
+
+def model_metrics(trajectories: list[Trajectory]) -> dict:
+    """What the server or the generation cap did to the run (model policies)."""
+    generations = [step.generation or {} for t in trajectories for step in t.steps]
+    return {
+        "api_retries": sum(g.get("api_retries", 0) for g in generations),
+        "parity_warnings": sum(1 for g in generations if g.get("parity_warning")),
+        "hit_cap_steps": sum(1 for g in generations if g.get("hit_cap")),
+    }

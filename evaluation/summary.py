@@ -1,0 +1,96 @@
+"""A run directory read back, and its terminal summary (``explorer eval``'s last words, ``explorer inspect``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from agent.errors import UsageError
+
+
+@dataclass
+class Run:
+    directory: Path
+    manifest: dict
+    metrics: dict
+    scores: list[dict]
+
+    @property
+    def trajectories(self) -> Path:
+        return self.directory / "trajectories.jsonl"
+
+    def by_question(self) -> dict[str, dict]:
+        return {score["question_id"]: score for score in self.scores}
+
+
+def load_run(directory: Path) -> Run:
+    """A finished run (``explorer eval`` wrote its metrics), or one clear line saying what is missing."""
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: no such run directory")
+    try:
+        manifest = json.loads((directory / "manifest.json").read_text())
+        metrics = json.loads((directory / "metrics.json").read_text())
+        scores = [json.loads(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
+    except FileNotFoundError as error:
+        raise UsageError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
+    except json.JSONDecodeError as error:
+        raise UsageError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
+    return Run(directory, manifest, metrics, scores)
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def print_summary(console: Console, metrics: dict, out: Path | None = None) -> None:
+    table = Table("metric", "value", title=str(out) if out else "metrics")
+    ci = metrics.get("answer_f1_ci95") or {}
+    for name in ("episodes", "answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_text_only",
+                 "false_abstention_rate", "missed_abstention_rate", "mean_steps", "mean_tool_calls"):
+        value = _shown(metrics.get(name))
+        if name == "answer_f1" and ci.get("low") is not None:
+            value += f"  (95% CI {ci['low']:.3f}-{ci['high']:.3f})"
+        table.add_row(name, value)
+    for kind, value in (metrics.get("answer_f1_by_type") or {}).items():
+        table.add_row(f"answer_f1 ({kind})", _shown(value))
+    retrieval = metrics.get("retrieval") or {}
+    for name, value in retrieval.items():
+        if name != "questions":
+            table.add_row(f"search {name}", _shown(value))
+    console.print(table)
+    abstention = Table("gold \\ policy", "answered", "abstained", title="abstention")
+    for row, counts in metrics["abstention"].items():
+        abstention.add_row(row, str(counts["answered"]), str(counts["abstained"]))
+    console.print(abstention)
+    rates = {name: rate for name, rate in (metrics.get("detector_rates") or {}).items() if rate}
+    if rates:
+        detectors = Table("detector", "episodes flagged", title="behaviour")
+        for name, rate in sorted(rates.items(), key=lambda item: -item[1]):
+            detectors.add_row(name, f"{rate:.1%}")
+        console.print(detectors)
+    verdict = metrics.get("verdict")
+    if verdict:
+        style = "bold red" if verdict["verdict"] == "shortcut collapse" else "green"
+        console.print(f"[{style}]{verdict['verdict']}[/{style}]: direct-submit rate {verdict['direct_submit_rate']:.1%} "
+                      f"(threshold {verdict['threshold']:.0%})")
+    console.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics["status"].items()))
+    for name in ("api_retries", "parity_warnings", "hit_cap_steps"):
+        if metrics.get(name):
+            console.print(f"[yellow]{name}: {metrics[name]}[/yellow]")
+    prereg = metrics.get("preregistration")
+    if prereg:
+        style = "bold green" if prereg["pass"] else "bold red"
+        console.print(f"[{style}]preregistered rule: {'PASS' if prereg['pass'] else 'FAIL'}[/{style}] ({prereg['file']})")
+        for check in prereg["checks"]:
+            console.print(f"  {'pass' if check['pass'] else 'FAIL'}: {check['check']} (got {check['value']})")
+        for test in (prereg.get("comparison") or {}).get("fisher", []):
+            console.print(f"  Fisher exact, {test['row']} abstentions vs {prereg['comparison']['run']}: p = {test['p_value']:.4f}"
+                          f"{' (significant)' if test['significant'] else ''}")
+    if out is not None:
+        console.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
