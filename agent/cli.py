@@ -16,6 +16,7 @@ from agent.corpus_commands import corpus_app
 from agent.errors import UsageError
 from agent.eval_command import eval_command
 from agent.exec_command import exec_command
+from agent.inspect_commands import compare_command, inspect_command, preregister_command, report_command
 from agent.model_commands import tiny_model_command
 from agent.parity_command import check_parity_command
 from agent.run_commands import run_command, show_command
@@ -35,6 +36,10 @@ app.command("show")(show_command)
 app.command("eval")(eval_command)
 app.command("check-parity")(check_parity_command)
 app.command("tiny-model")(tiny_model_command)
+app.command("preregister")(preregister_command)
+app.command("inspect")(inspect_command)
+app.command("compare")(compare_command)
+app.command("report")(report_command)
 
 
 def _version(value: bool) -> None:

@@ -16,6 +16,7 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the file should get the mode open() would give
     try:
         mode = "wb" if binary else "w"
         encoding = None if binary else "utf-8"
@@ -27,3 +28,9 @@ def atomic_file(path: str | os.PathLike, binary: bool = False) -> Iterator[IO]:
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

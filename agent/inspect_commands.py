@@ -1,0 +1,137 @@
+"""``explorer preregister``, ``inspect``, ``compare`` and ``report``: what a run did, read back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
+from agent.errors import UsageError
+
+console = Console()
+
+
+def preregister_command(
+    out: Path = typer.Option(..., "--out", "-o", help="The preregistration TOML to write."),
+    corpus_path: Optional[Path] = CorpusOption,
+    questions_path: Optional[Path] = QuestionsOption,
+    split: str = typer.Option("test", "--split", help="Split the run will ask (as explorer eval --split)."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
+    min_correct_abstentions: int = typer.Option(..., "--min-correct-abstentions", min=0, help="Pass only with at least this many abstentions on unanswerable questions."),
+    max_false_abstentions: int = typer.Option(..., "--max-false-abstentions", min=0, help="Pass only with at most this many abstentions on answerable questions."),
+    comparison: Optional[str] = typer.Option(None, "--comparison", help="A run directory to Fisher-test against (relative to OUT's folder)."),
+    alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5, help="Significance level of the comparison."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+) -> None:
+    """Freeze the corpus and question hashes of a future run, with its pass rule, into a TOML file."""
+    from agent.eval_command import select_questions
+    from corpus.atomic import atomic_file
+    from corpus.collection import questions_sha256
+    from evaluation.prereg import template
+
+    if out.exists() and not force:
+        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    corpus = open_corpus(corpus_path, questions_path)
+    questions = select_questions(corpus, split, limit)
+    text = template(corpus.papers_sha256, questions_sha256(questions), len(questions), min_correct_abstentions,
+                    max_false_abstentions, comparison, alpha)
+    with atomic_file(out) as handle:
+        handle.write(text)
+    typer.echo(f"preregistration written to {out} ({len(questions)} questions); run: explorer eval --preregistration {out} ...")
+
+
+def inspect_command(
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
+    episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Show one episode (episode or question id) with its flags."),
+    flag: Optional[str] = typer.Option(None, "--flag", "-f", help="List the episodes a detector flagged, with its evidence."),
+    worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes to list."),
+) -> None:
+    """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
+    from evaluation.detectors import DETECTORS
+    from evaluation.summary import load_run, print_summary
+
+    run = load_run(run_dir)
+    if flag is not None and flag not in DETECTORS:
+        raise UsageError(f"unknown flag {flag!r}; choose one of {', '.join(DETECTORS)}")
+    if episode is not None:
+        from agent.display import print_episode
+        from agent.writer import read_trajectories
+
+        matches = [t for t in read_trajectories(run.trajectories) if episode in (t.episode_id, t.question_id)]
+        if not matches:
+            raise UsageError(f"{run_dir}: no episode {episode!r}; explorer inspect {run_dir} lists the worst ones")
+        print_episode(console, matches[-1])
+        score = next((s for s in run.scores if s["episode_id"] == matches[-1].episode_id), None)
+        if score is not None:
+            if "answer_f1" in score:
+                console.print(f"answer F1 {score['answer_f1']:.3f}, exact match {score['exact_match']:.0f}, evidence F1 {score['evidence_f1']:.3f}")
+            for item in score["flags"]:
+                step = "" if item["step"] is None else f" (step {item['step'] + 1})"
+                console.print(f"[red]flag {item['detector']}{step}[/red]: {item['text']}")
+        return
+    if flag is not None:
+        flagged = [s for s in run.scores if any(f["detector"] == flag for f in s["flags"])]
+        table = Table("episode", "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
+        for score in flagged:
+            for item in (f for f in score["flags"] if f["detector"] == flag):
+                table.add_row(score["episode_id"], score["question"][:50], "-" if item["step"] is None else str(item["step"] + 1), item["text"][:80])
+        console.print(table)
+        return
+    print_summary(console, run.metrics)
+    ranked = sorted(run.scores, key=lambda s: (s.get("answer_f1", 0.0), -len(s["flags"])))[:worst]
+    table = Table("episode", "question", "status", "F1", "flags", title=f"worst {len(ranked)} episodes")
+    for score in ranked:
+        flags = ", ".join(sorted({f["detector"] for f in score["flags"]}))
+        table.add_row(score["episode_id"], score["question"][:50], score["status"], f"{score.get('answer_f1', 0):.2f}", flags)
+    console.print(table)
+
+
+def compare_command(
+    run_a: Path = typer.Argument(..., help="The reference run (e.g. the base model)."),
+    run_b: Path = typer.Argument(..., help="The run compared with it (e.g. the trained adapter)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+) -> None:
+    """Paired comparison of two runs on the same questions: McNemar, Fisher, a bootstrap interval of the F1 difference."""
+    from evaluation.compare import compare_runs
+    from evaluation.summary import load_run
+
+    result = compare_runs(load_run(run_a), load_run(run_b))
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    if not result["same_corpus"]:
+        console.print("[yellow]warning: the runs used different corpora[/yellow]")
+    if result["paired_questions"] == 0:
+        raise UsageError("the runs share no scored question; compare runs of the same split")
+    f1 = result["answer_f1"]
+    ci = f1["paired_difference_ci95"]
+    console.print(f"{result['paired_questions']} paired questions ({result['only_in_a']} only in A, {result['only_in_b']} only in B)")
+    console.print(f"answer F1: A {f1['a']:.3f}, B {f1['b']:.3f}; B - A = {ci['mean']:+.3f} (95% CI {ci['low']:+.3f} to {ci['high']:+.3f})")
+    mcnemar = result["mcnemar_exact_match"]
+    console.print(f"exact McNemar on exact match: only A right {mcnemar['only_a_correct']}, only B right {mcnemar['only_b_correct']}, p = {mcnemar['p_value']:.4f}")
+    for test in result["fisher_abstention"]:
+        console.print(f"Fisher exact on {test['row']} abstentions {test['table']}: p = {test['p_value']:.4f}")
+    console.print(f"direct-submit rate: A {result['direct_submit_rate']['a']:.1%}, B {result['direct_submit_rate']['b']:.1%}")
+    table = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
+    for row in result["largest_differences"]:
+        table.add_row(row["question"][:50], row["a"][:30], row["b"][:30], f"{row['f1_a']:.2f}", f"{row['f1_b']:.2f}")
+    console.print(table)
+
+
+def report_command(
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
+    out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (self-contained, opens offline)."),
+) -> None:
+    """Write one self-contained HTML report of a run: metrics, plots, every episode with its steps and flags."""
+    from evaluation.report import write_report
+    from evaluation.summary import load_run
+
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; name the .html file to write")
+    write_report(load_run(run_dir), out)
+    typer.echo(f"report written to {out}")

@@ -1,0 +1,85 @@
+"""preregister, eval --preregistration, inspect, compare and report as a user runs them."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("runs")
+    corpus = directory / "small.jsonl"
+    assert run_cli("corpus", "generate", "--papers", "40", "--seed", "9", "--out", str(corpus)).returncode == 0
+    base = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--policy", "direct-submit", "--out", str(directory / "base"))
+    assert base.returncode == 0, base.stderr
+    return directory, corpus
+
+
+def test_direct_submit_is_flagged_as_shortcut_collapse(runs):
+    directory, _ = runs
+    metrics = json.loads((directory / "base" / "metrics.json").read_text())
+    assert metrics["verdict"]["verdict"] == "shortcut collapse" and metrics["detector_rates"]["direct_submit"] == 1.0
+    assert metrics["detector_rates"]["no_tool_use"] == 1.0
+    for name in ("answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_text_only"):
+        assert 0 <= metrics[name] <= 1
+    assert metrics["retrieval"]["questions"] > 0 and 0 <= metrics["retrieval"]["recall@5"] <= 1
+
+
+def test_preregistered_eval_reports_the_rule_and_fisher(runs):
+    directory, corpus = runs
+    prereg = directory / "prereg.toml"
+    done = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
+                   "--min-correct-abstentions", "7", "--max-false-abstentions", "4", "--comparison", "base")
+    assert done.returncode == 0, done.stderr
+    run = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted"),
+                  "--preregistration", str(prereg), env={"COLUMNS": "200"})
+    assert run.returncode == 0, run.stderr
+    assert "no shortcut collapse" in run.stdout and "preregistered rule: PASS" in run.stdout
+    assert "Fisher exact, unanswerable abstentions" in run.stdout
+    result = json.loads((directory / "scripted" / "metrics.json").read_text())["preregistration"]
+    assert result["pass"] and result["comparison"]["fisher"][0]["significant"]
+    assert {c["check"] for c in result["checks"]} == {"correct abstentions >= 7", "false abstentions <= 4"}
+
+
+def test_a_preregistration_for_other_questions_stops_the_run_before_it_starts(runs, tmp_path):
+    directory, corpus = runs
+    prereg = tmp_path / "prereg.toml"
+    assert run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
+                   "--min-correct-abstentions", "1", "--max-false-abstentions", "1").returncode == 0
+    done = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "39", "--out", str(tmp_path / "r"), "--preregistration", str(prereg))
+    assert done.returncode == 2 and "questions_sha256 is pinned" in done.stderr
+    assert not (tmp_path / "r" / "trajectories.jsonl").exists()
+    (tmp_path / "bad.toml").write_text("[rule]\nmin_correct_abstentions = 'seven'\n")
+    bad = run_cli("eval", "--corpus", str(corpus), "--out", str(tmp_path / "r2"), "--preregistration", str(tmp_path / "bad.toml"))
+    assert bad.returncode == 2 and "bad.toml: field" in bad.stderr
+
+
+def test_inspect_summary_flags_and_episode(runs):
+    directory, _ = runs
+    summary = run_cli("inspect", str(directory / "base"), env={"COLUMNS": "200"})
+    assert summary.returncode == 0 and "shortcut collapse" in summary.stdout and "worst" in summary.stdout
+    flagged = run_cli("inspect", str(directory / "base"), "--flag", "direct_submit", env={"COLUMNS": "200"})
+    assert flagged.returncode == 0 and "direct_submit: 40 of 40 episodes" in flagged.stdout
+    first = json.loads((directory / "base" / "scores.jsonl").read_text().splitlines()[0])
+    episode = run_cli("inspect", str(directory / "base"), "--episode", first["episode_id"], env={"COLUMNS": "200"})
+    assert episode.returncode == 0 and "flag direct_submit (step 1)" in episode.stdout
+    unknown = run_cli("inspect", str(directory / "base"), "--flag", "laziness")
+    assert unknown.returncode == 2 and "unknown flag 'laziness'" in unknown.stderr
+    missing = run_cli("inspect", str(directory / "nothing"))
+    assert missing.returncode == 2 and "no such run directory" in missing.stderr
+
+
+def test_compare_two_runs(runs):
+    directory, corpus = runs
+    if not (directory / "scripted").exists():
+        assert run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted")).returncode == 0
+    done = run_cli("compare", str(directory / "base"), str(directory / "scripted"), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["paired_questions"] == 40 and result["same_corpus"]
+    assert result["answer_f1"]["b"] > result["answer_f1"]["a"] and result["answer_f1"]["paired_difference_ci95"]["low"] > 0
+    assert result["mcnemar_exact_match"]["p_value"] < 0.05 and result["direct_submit_rate"] == {"a": 1.0, "b": 0.0}
+    shown = run_cli("compare", str(directory / "base"), str(directory / "scripted"), env={"COLUMNS": "200"})
+    assert "exact McNemar" in shown.stdout and "Fisher exact on unanswerable" in shown.stdout
