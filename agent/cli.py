@@ -20,6 +20,7 @@ from agent.inspect_commands import compare_command, inspect_command, preregister
 from agent.model_commands import tiny_model_command
 from agent.parity_command import check_parity_command
 from agent.run_commands import run_command, show_command
+from agent.sft_commands import sft_app, train_command
 from corpus.errors import CorpusError
 
 app = typer.Typer(
@@ -30,6 +31,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(corpus_app, name="corpus")
+app.add_typer(sft_app, name="sft")
 app.command("exec")(exec_command)
 app.command("run")(run_command)
 app.command("show")(show_command)
@@ -40,6 +42,7 @@ app.command("preregister")(preregister_command)
 app.command("inspect")(inspect_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
+app.command("train")(train_command)
 
 
 def _version(value: bool) -> None:

@@ -15,9 +15,12 @@ from evaluation.stats import bootstrap_mean_ci
 
 
 def prediction(trajectory: Trajectory) -> str:
-    """What the episode answered; an abstention - or no answer at all - is "Unanswerable"."""
+    """What the episode answered: the submitted answer, "Unanswerable" for an abstention, and ""
+    (which scores zero against every reference) when it ended without either."""
     outcome = trajectory.outcome
-    return outcome.answer if outcome.status == "submitted" and outcome.answer is not None else ABSTENTION
+    if outcome.status == "submitted":
+        return outcome.answer or ""
+    return ABSTENTION if outcome.status == "abstained" else ""
 
 
 def question_type(question: Question) -> str:
@@ -44,7 +47,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> dict:
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,
             "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
-            "abstained": predicted == ABSTENTION,
+            "abstained": trajectory.outcome.status == "abstained",
         })
     return record
 

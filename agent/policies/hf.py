@@ -117,6 +117,25 @@ class HFPolicy(Policy):
         self.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
         self._reset()
 
+    @classmethod
+    def from_model(cls, model, renderer: ChatRenderer, max_new_tokens: int = 512, max_context: int = 32_768, name: str = "in-memory") -> HFPolicy:
+        """A policy around a model already in memory (the weights being trained, for validation episodes)."""
+        policy = cls.__new__(cls)
+        policy.model, policy.renderer, policy.model_name, policy.adapter, policy.adapter_sha256 = model, renderer, name, None, None
+        policy.quantization = "in-memory"
+        policy.dtype = next(model.parameters()).dtype
+        policy.stop_ids = {renderer.im_end}
+        end_of_text = renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
+        if end_of_text is not None:
+            policy.stop_ids.add(end_of_text)
+        policy.overridden = {}
+        policy.max_new_tokens, policy.max_context, policy.reuse_cache = max_new_tokens, max_context, True
+        policy.device = next(model.parameters()).device
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        policy.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+        policy._reset()
+        return policy
+
     def settings(self) -> dict[str, Any]:
         return {
             "model": self.model_name, "adapter": str(self.adapter) if self.adapter else None,

@@ -1,0 +1,255 @@
+"""``explorer sft teach|build``: the CLI side of sft/ data building (imported lazily)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
+from agent.errors import UsageError
+
+sft_app = typer.Typer(help="Build supervised fine-tuning data from trajectories.", no_args_is_help=True)
+console = Console()
+EVALUATION_SPLITS = ("train", "validation", "test", "none")
+
+
+@sft_app.command("teach")
+def teach_command(
+    out: Path = typer.Option(..., "--out", "-o", help="Trajectories .jsonl to write (appended; a rerun finishes it)."),
+    corpus_path: Optional[Path] = CorpusOption,
+    questions_path: Optional[Path] = QuestionsOption,
+    split: str = typer.Option("train", "--split", help="Questions of which split: train, validation, test or all."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
+    direct: bool = typer.Option(False, "--direct", help="Submit the gold answer as the first action (reproduces the shortcut)."),
+    max_steps: int = typer.Option(10, "--max-steps", min=1),
+) -> None:
+    """Write gold-guided teacher trajectories for a split's questions (real tool calls, gold answers)."""
+    from agent.eval_command import select_questions
+    from agent.runner import EpisodeRunner
+    from agent.trajectory import EpisodeConfig
+    from agent.writer import TrajectoryLog, read_trajectories
+    from corpus import BM25Index
+    from sft.teacher import Teacher
+
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; name the trajectories .jsonl file to write")
+    corpus = open_corpus(corpus_path, questions_path)
+    questions = select_questions(corpus, split, limit)
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), Teacher(corpus, direct=direct), EpisodeConfig(max_steps=max_steps))
+    statuses: dict[str, int] = {}
+    with TrajectoryLog(out) as log:
+        done = {t.question_id for t in read_trajectories(out)}
+        todo = [q for q in questions if q.id not in done]
+        for question in todo:
+            trajectory = runner.run(question.text, question)
+            log.append(trajectory)
+            statuses[trajectory.outcome.status] = statuses.get(trajectory.outcome.status, 0) + 1
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) or "nothing new"
+    typer.echo(f"{len(todo)} teacher trajectories written to {out} ({shown}; {len(questions) - len(todo)} were already there)")
+
+
+@sft_app.command("build")
+def build_command(
+    trajectories: List[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectory files (any policy, or imported)."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory for train.jsonl, validation.jsonl and build_report.json."),
+    tokenizer: Path = typer.Option(..., "--tokenizer", help="The model's tokenizer directory (tokenizer.json)."),
+    corpus_path: Optional[Path] = CorpusOption,
+    questions_path: Optional[Path] = QuestionsOption,
+    min_answer_f1: float = typer.Option(0.5, "--min-answer-f1", min=0.0, max=1.0, help="Keep submitted answers at least this good."),
+    drop_abstentions: bool = typer.Option(False, "--drop-abstentions", help="Drop correct abstentions too."),
+    max_length: int = typer.Option(8192, "--max-length", min=128, help="Longest example in tokens."),
+    overflow: str = typer.Option("drop", "--overflow", help="Longer examples: drop, or split (keep the whole turns that fit)."),
+    validation_share: float = typer.Option(0.2, "--validation-share", min=0.0, max=0.9, help="Share of papers held out for validation."),
+    evaluation_split: str = typer.Option("test", "--evaluation-split", help="Split kept out of training entirely (none to disable)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
+) -> None:
+    """Turn trajectories into training examples (assistant-token labels), with a report of what was kept."""
+    from agent.renderer import ChatRenderer
+    from agent.writer import read_trajectories
+    from corpus.collection import questions_sha256
+    from sft.dataset import BuildSettings, build, split_check, statistics, write
+
+    if overflow not in ("drop", "split"):
+        raise UsageError(f"unknown --overflow {overflow!r}; choose drop or split")
+    if evaluation_split not in EVALUATION_SPLITS:
+        raise UsageError(f"unknown --evaluation-split {evaluation_split!r}; choose one of {', '.join(EVALUATION_SPLITS)}")
+    if (out / "build_report.json").exists() and not force:
+        raise UsageError(f"{out}: already holds a built dataset; pass --force to rebuild it")
+    renderer = ChatRenderer.from_directory(tokenizer)
+    corpus = open_corpus(corpus_path, questions_path)
+    found = [t for path in trajectories for t in read_trajectories(path)]
+    if not found:
+        raise UsageError("the trajectory files hold no episodes")
+    evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == evaluation_split)
+    evaluation_questions = frozenset(q.id for q in corpus.questions if q.paper_id in evaluation_papers)
+    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers)
+    built = build(found, {q.id: q for q in corpus.questions}, renderer, settings)
+    check = split_check(built, evaluation_papers, evaluation_questions)
+    if not check["pass"]:
+        raise UsageError(f"split check failed, ids shared between sets: {json.dumps(check['overlaps'])[:300]}")
+    if not built.train:
+        raise UsageError(f"no training example survived the filters (dropped: {dict(built.dropped)}); relax --min-answer-f1 or add trajectories")
+    tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
+    report = {
+        "trajectories_read": len(found), "sources": [str(p) for p in trajectories],
+        "kept": {"train": len(built.train), "validation": len(built.validation)},
+        "dropped": dict(built.dropped), "split_at_turn_boundary": built.shortened,
+        "settings": {"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
+                     "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split},
+        "split_check": check, "tokenizer": str(tokenizer_file.resolve()),
+        "tokenizer_sha256": hashlib.sha256(tokenizer_file.read_bytes()).hexdigest(),
+        "corpus": [str(s) for s in corpus.sources], "corpus_sha256": corpus.papers_sha256,
+        "questions_sha256": questions_sha256(corpus.questions),
+        "statistics": {"train": statistics(built.train), "validation": statistics(built.validation)},
+    }
+    write(built, out, report)
+    print_build_report(report)
+    typer.echo(f"dataset written to {out}")
+
+
+def print_build_report(report: dict) -> None:
+    table = Table("", "train", "validation", title="SFT dataset")
+    stats = report["statistics"]
+    for name in ("trajectories", "turns_per_trajectory", "tokens", "tokens_per_trajectory", "max_tokens", "trained_tokens"):
+        table.add_row(name, *(_shown(stats[side].get(name)) for side in ("train", "validation")))
+    for kind in ("tool", "final"):
+        table.add_row(f"trained token share ({kind} turns)", *(_shown(stats[side].get("trained_token_share", {}).get(kind)) for side in ("train", "validation")))
+    table.add_row("first action submits", *(_shown(stats[side].get("first_action_submits_share")) for side in ("train", "validation")))
+    console.print(table)
+    dropped = ", ".join(f"{reason}: {count}" for reason, count in report["dropped"].items()) or "nothing"
+    console.print(f"read {report['trajectories_read']} trajectories; dropped {dropped}")
+    if report["split_at_turn_boundary"]:
+        console.print(f"[yellow]{report['split_at_turn_boundary']} examples were cut after their last whole turn that fits[/yellow]")
+    share = stats["train"].get("first_action_submits_share") or 0
+    if share >= 0.25:
+        console.print(f"[bold red]warning: {share:.0%} of training trajectories submit in their first action - "
+                      "the data teaches the direct-submit shortcut[/bold red]")
+
+
+def _shown(value) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+TYPICAL_TRAINED_SHARE = 0.25
+
+
+def model_shape(model: str):
+    """The architecture of ``model`` from its config.json; Qwen/Qwen3-8B's published one when offline."""
+    from sft.memory import QWEN3_8B, Shape
+
+    local = Path(model) / "config.json"
+    if local.exists():
+        return Shape.from_config(json.loads(local.read_text())), str(local)
+    if model == "Qwen/Qwen3-8B":  # the default: no network needed to plan a run
+        return Shape.from_config(QWEN3_8B), "Qwen/Qwen3-8B's published config.json (built in)"
+    try:
+        from transformers import AutoConfig
+
+        return Shape.from_config(AutoConfig.from_pretrained(model).to_dict()), f"{model} (hub config)"
+    except Exception as error:  # offline, or no such repository
+        raise UsageError(f"{model}: cannot read its config ({str(error).splitlines()[0]}); name a local model directory") from None
+
+
+def train_command(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Base model: a directory or hub id (default Qwen/Qwen3-8B)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="A dataset directory written by explorer sft build."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for checkpoints, validation.jsonl and training_summary.json."),
+    config_file: Optional[Path] = typer.Option(None, "--config", help="TOML with any TrainConfig field (the command line wins)."),
+    corpus_path: Optional[Path] = CorpusOption,
+    epochs: Optional[float] = typer.Option(None, "--epochs", min=0.01),
+    max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1),
+    learning_rate: Optional[float] = typer.Option(None, "--learning-rate"),
+    lora_r: Optional[int] = typer.Option(None, "--lora-r", min=1),
+    lora_alpha: Optional[int] = typer.Option(None, "--lora-alpha", min=1),
+    gradient_accumulation_steps: Optional[int] = typer.Option(None, "--gradient-accumulation-steps", min=1),
+    max_length: Optional[int] = typer.Option(None, "--max-length", min=128),
+    quantization: Optional[str] = typer.Option(None, "--quantization", help="auto (4-bit on CUDA), 4bit or none."),
+    eval_steps: Optional[int] = typer.Option(None, "--eval-steps", min=1, help="Also validate every N optimizer steps."),
+    validation_episodes: Optional[int] = typer.Option(None, "--validation-episodes", min=0, help="Greedy validation episodes per checkpoint."),
+    max_direct_submit_rate: Optional[float] = typer.Option(None, "--max-direct-submit-rate", min=0.0, max=1.0),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in OUT."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the estimated peak GPU memory and whether it fits; train nothing."),
+    card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, help="GPU memory of the card to check against (an L4 has 24 GB)."),
+) -> None:
+    """QLoRA SFT on assistant tokens (defaults: the reference recipe for Qwen3-8B on one 24 GB L4),
+    with a checkpoint per epoch, behavioural validation and checkpoint selection by behaviour."""
+    from sft.train import load_config
+
+    overrides = {
+        "model": model, "epochs": epochs, "max_steps": max_steps, "learning_rate": learning_rate, "lora_r": lora_r,
+        "lora_alpha": lora_alpha, "gradient_accumulation_steps": gradient_accumulation_steps, "max_length": max_length,
+        "quantization": quantization, "eval_steps": eval_steps, "validation_episodes": validation_episodes,
+        "max_direct_submit_rate": max_direct_submit_rate,
+    }
+    config = load_config(config_file, overrides)
+    if dry_run:
+        dry_run_report(config, data, card_gib)
+        return
+    if data is None or out is None:
+        raise UsageError("explorer train needs --data (from explorer sft build) and --out")
+    if not (data / "build_report.json").exists():
+        raise UsageError(f"{data}: no build_report.json; build the data with explorer sft build")
+    if out.exists() and any(out.iterdir()) and not resume:
+        raise UsageError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
+    from agent.model_commands import require_llm_extra
+
+    require_llm_extra()
+    from sft.train import train
+
+    corpus = open_corpus(corpus_path)
+    summary = train(config, data, out, corpus, log=console.print, resume=resume)
+    print_training_summary(summary, out)
+
+
+def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:
+    from sft.memory import estimate, tokens_per_second
+
+    shape, source = model_shape(config.model)
+    share, note = TYPICAL_TRAINED_SHARE, (f"assuming {TYPICAL_TRAINED_SHARE:.0%} of an example's tokens are trained, as is typical of "
+                                         "multi-turn agent data; pass --data for your data's own share")
+    if data is not None and (data / "train.jsonl").exists():
+        from sft.dataset import load_examples
+
+        examples = load_examples(data / "train.jsonl")
+        share = max(sum(t["end"] - t["start"] for t in e["turns"]) / len(e["input_ids"]) for e in examples)
+        note = f"at most {share:.0%} of an example's tokens are trained (from {data})"
+    quantized = config.quantization != "none"
+    terms = estimate(shape, config.max_length, config.lora_r, config.target_modules, quantized, config.gradient_checkpointing,
+                     share, config.batch_size)
+    table = Table("term", "GiB", title=f"estimated peak GPU memory: {config.model}, {config.max_length} tokens, LoRA r={config.lora_r}")
+    for name in ("weights", "lora_and_optimizer", "activations", "logits", "cuda_overhead", "total"):
+        table.add_row(name, f"{terms[name]:.2f}")
+    console.print(table)
+    console.print(f"architecture from {source}; {'4-bit NF4' if quantized else '16-bit'} base, "
+                  f"{'with' if config.gradient_checkpointing else 'without'} gradient checkpointing; {note}")
+    console.print(f"LoRA parameters: {terms['lora_parameters']:,}")
+    speed = tokens_per_second(shape)
+    console.print(f"throughput on an L4, estimated: {speed:,.0f} tokens/s (6N FLOPs per token at 30% of 121 TFLOPS)")
+    if data is not None and (data / "build_report.json").exists():
+        tokens = json.loads((data / "build_report.json").read_text())["statistics"]["train"]["tokens"]
+        console.print(f"one epoch of {tokens:,} tokens: about {tokens / speed / 60:.1f} minutes on an L4")
+    fits = terms["total"] <= card_gib * 1e9 / 2**30
+    verdict = "fits" if fits else "does NOT fit"
+    console.print(f"[{'green' if fits else 'bold red'}]{verdict} a {card_gib:g} GB card[/]")
+    if not fits:
+        raise typer.Exit(1)
+
+
+def print_training_summary(summary: dict, out: Path) -> None:
+    table = Table("checkpoint", "step", "val loss", "P(first action ends)", "direct-submit", "tool calls before submit", "answer F1",
+                  title="checkpoints")
+    for record in summary["checkpoints"]:
+        tf, behaviour = record["teacher_forced"], record["behaviour"]
+        table.add_row(record["checkpoint"], str(record["step"]), _shown(tf.get("loss_all")), _shown(tf.get("first_action_end_probability")),
+                      _shown(behaviour.get("direct_submit_rate")), _shown(behaviour.get("tool_calls_before_submit")), _shown(behaviour.get("answer_f1")))
+    console.print(table)
+    for warning in summary["warnings"]:
+        console.print(f"[bold red]WARNING: {warning}[/bold red]")
+    console.print(f"selection ({summary['criterion']}): {summary['best_checkpoint'] or 'none'}")
+    console.print(f"{summary['steps']} steps, {summary['seconds']} s; written to {out} (validation.jsonl, training_summary.json)")

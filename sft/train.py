@@ -1,0 +1,359 @@
+"""QLoRA SFT on assistant tokens with Transformers' Trainer, validated by behaviour, not only loss.
+
+* The data comes pre-tokenised by ``explorer sft build`` through the shared renderer; labels are
+  -100 everywhere but assistant tokens, and the loss is computed only at those positions (the
+  language-model head runs on them alone, which keeps an 8,192-token step within an L4).
+* Every checkpoint (one per epoch) holds the adapter, tokenizer, trainer state, optimizer,
+  scheduler, RNG state, the training arguments and ``explorer_manifest.json`` with the SHA-256
+  of every file and the checkpoint's validation; it loads with plain ``PeftModel.from_pretrained``.
+* Validation per checkpoint: loss and token accuracy on assistant tokens by turn type, the
+  teacher-forced probability that the first action starts with submit/abstain, and K greedy
+  validation episodes (tool calls before submit, direct-submit rate, abstention, answer F1).
+* The best checkpoint is chosen by behaviour (default: the highest answer F1 among those whose
+  direct-submit rate is below 25%), and a loud warning marks validation loss improving while
+  the direct-submit rate rises - the shortcut this project exists to catch.
+
+Because it is the plain Trainer, ``accelerate launch -m agent.cli train ...`` runs the same
+command on several GPUs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from sft.dataset import IGNORE
+
+TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+MANIFEST = "explorer_manifest.json"
+
+
+class TrainConfig(BaseModel):
+    """The reference recipe by default; every field can be set in a TOML file or on the command line."""
+
+    model_config = ConfigDict(extra="forbid", protected_namespaces=())
+
+    model: str = "Qwen/Qwen3-8B"
+    quantization: Literal["auto", "4bit", "none"] = "auto"  # auto: 4-bit NF4 on CUDA, full precision on CPU
+    lora_r: int = Field(4, ge=1)
+    lora_alpha: int = Field(8, ge=1)
+    lora_dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: list(TARGET_MODULES))
+    learning_rate: float = Field(2e-4, gt=0)
+    batch_size: int = Field(1, ge=1)
+    gradient_accumulation_steps: int = Field(4, ge=1)
+    max_length: int = Field(8192, ge=128)
+    gradient_checkpointing: bool = True
+    epochs: float = Field(2, gt=0)
+    max_steps: int = -1
+    eval_steps: int | None = Field(None, ge=1)  # also validate every N optimizer steps (logged, not checkpointed)
+    seed: int = 0
+    validation_examples: int = Field(64, ge=1)  # teacher-forced metrics on at most this many validation examples
+    validation_episodes: int = Field(16, ge=0)  # K greedy episodes per validation
+    validation_max_steps: int = Field(6, ge=1)
+    validation_max_new_tokens: int = Field(256, ge=1)
+    max_direct_submit_rate: float = Field(0.25, ge=0, le=1)
+    selection_metric: Literal["answer_f1", "exact_match"] = "answer_f1"
+
+
+def load_config(path: Path | None, overrides: dict[str, Any]) -> TrainConfig:
+    import tomllib
+
+    from pydantic import ValidationError
+
+    from agent.errors import UsageError
+
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise UsageError(f"{path}: no such training config") from None
+        except tomllib.TOMLDecodeError as error:
+            raise UsageError(f"{path}: not valid TOML ({error})") from None
+    data.update({key: value for key, value in overrides.items() if value is not None})
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise UsageError(f"{path or 'training config'}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+def load_model(config: TrainConfig):
+    """The base in 4-bit (NF4, double quantization, bf16 compute on CUDA) or full precision, with LoRA."""
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    cuda = torch.cuda.is_available()
+    quantize = config.quantization == "4bit" or (config.quantization == "auto" and cuda)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    arguments: dict[str, Any] = {"dtype": dtype, "device_map": {"": 0} if cuda else "cpu"}
+    if quantize:
+        arguments["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
+        )
+    model = AutoModelForCausalLM.from_pretrained(config.model, **arguments)
+    if quantize:
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing,
+                                                gradient_checkpointing_kwargs={"use_reentrant": False})
+    elif config.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    lora = LoraConfig(task_type="CAUSAL_LM", r=config.lora_r, lora_alpha=config.lora_alpha,
+                      lora_dropout=config.lora_dropout, target_modules=config.target_modules)
+    return get_peft_model(model, lora), quantize
+
+
+def assistant_loss(model, input_ids, labels, attention_mask=None, reduction: str = "mean"):
+    """Cross-entropy at the labelled (assistant) positions only: the LM head runs on those
+    hidden states alone instead of on all of them. Equal to the usual shifted loss."""
+    import torch.nn.functional as F
+
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    hidden = base.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != IGNORE
+    logits = base.lm_head(hidden[:, :-1][keep]).float()
+    if logits.shape[0] == 0:
+        return hidden.sum() * 0.0, logits, targets[keep]
+    loss = F.cross_entropy(logits, targets[keep], reduction=reduction)
+    return loss, logits, targets[keep]
+
+
+# -- validation -------------------------------------------------------------------------------------
+
+def teacher_forced(model, examples: list[dict], renderer) -> dict:
+    """Loss and token accuracy on assistant tokens by turn type, and the probability that the
+    first action starts with submit/abstain rather than a tool call."""
+    import torch
+
+    device = next(model.parameters()).device
+    sums = {kind: [0.0, 0, 0] for kind in ("tool", "final", "all")}  # loss sum, correct, tokens
+    end_probabilities = []
+    submit_ids, abstain_ids = renderer.text("submit"), renderer.text("abstain")
+    with torch.inference_mode():
+        for example in examples:
+            ids = torch.tensor([example["input_ids"]], device=device)
+            labels = torch.tensor([example["labels"]], device=device)
+            loss, logits, targets = assistant_loss(model, ids, labels, reduction="none")
+            positions = [p for p, label in enumerate(example["labels"][1:], 1) if label != IGNORE]
+            kinds = {}
+            for turn in example["turns"]:
+                for position in range(turn["start"], turn["end"]):
+                    kinds[position] = turn["type"]
+            correct = (logits.argmax(-1) == targets).tolist()
+            for value, right, position in zip(loss.tolist(), correct, positions):
+                for kind in (kinds.get(position, "tool"), "all"):
+                    sums[kind][0] += value
+                    sums[kind][1] += right
+                    sums[kind][2] += 1
+            end_probabilities.append(_first_action_end_probability(model, example, renderer, submit_ids, abstain_ids))
+    result = {}
+    for kind, (loss_sum, right, count) in sums.items():
+        result[f"loss_{kind}"] = loss_sum / count if count else None
+        result[f"accuracy_{kind}"] = right / count if count else None
+    result["first_action_end_probability"] = sum(end_probabilities) / len(end_probabilities) if end_probabilities else None
+    return result
+
+
+def _first_action_end_probability(model, example: dict, renderer, submit_ids: list[int], abstain_ids: list[int]) -> float:
+    """P(the code of the first action begins with "submit" or "abstain"), teacher-forced up to the code."""
+    import torch
+
+    if not example["turns"]:
+        return 0.0
+    start = example["turns"][0]["start"]
+    action = renderer.decode(example["input_ids"][start:example["turns"][0]["end"]])
+    fence = action.find("```python\n")
+    prefix = example["input_ids"][:start] + renderer.text(action[: fence + len("```python\n")] if fence >= 0 else "")
+    device = next(model.parameters()).device
+    total = 0.0
+    for continuation in (submit_ids, abstain_ids):
+        ids = torch.tensor([prefix + continuation], device=device)
+        logits = model(input_ids=ids, use_cache=False).logits[0].float()
+        log_probs = torch.log_softmax(logits[len(prefix) - 1:-1], dim=-1)
+        total += math.exp(sum(log_probs[i, token].item() for i, token in enumerate(continuation)))
+    return total
+
+
+def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainConfig) -> dict:
+    """K greedy validation episodes with the current weights, scored like ``explorer eval``."""
+    from agent.policies.hf import HFPolicy
+    from agent.runner import EpisodeRunner
+    from agent.trajectory import EpisodeConfig
+    from corpus import BM25Index
+    from evaluation.scoring import run_metrics, score_episode
+
+    questions = {q.id: q for q in corpus.questions}
+    chosen = [questions[qid] for qid in question_ids if qid in questions][: config.validation_episodes]
+    if not chosen:
+        return {"episodes": 0}
+    policy = HFPolicy.from_model(model, renderer, max_new_tokens=config.validation_max_new_tokens, name=config.model)
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, EpisodeConfig(max_steps=config.validation_max_steps))
+    scores = [score_episode(runner.run(q.text, q), q) for q in chosen]
+    metrics = run_metrics(scores)
+    before = [s["tool_calls_before_end"] for s in scores if s["status"] in ("submitted", "abstained")]
+    return {
+        "episodes": len(scores), "answer_f1": metrics["answer_f1"], "exact_match": metrics["exact_match"],
+        "direct_submit_rate": metrics["detector_rates"]["direct_submit"], "abstention": metrics["abstention"],
+        "tool_calls_before_submit": sum(before) / len(before) if before else None, "status": metrics["status"],
+    }
+
+
+# -- selection --------------------------------------------------------------------------------------
+
+def select_checkpoint(records: list[dict], config: TrainConfig) -> dict:
+    """The best checkpoint by behaviour, and the warnings a practitioner must see."""
+    checkpoints = [r for r in records if r.get("checkpoint")]
+    warnings = []
+    for previous, current in zip(checkpoints, checkpoints[1:]):
+        loss_then, loss_now = previous["teacher_forced"]["loss_all"], current["teacher_forced"]["loss_all"]
+        rate_then, rate_now = previous["behaviour"].get("direct_submit_rate"), current["behaviour"].get("direct_submit_rate")
+        if None not in (loss_then, loss_now, rate_then, rate_now) and loss_now < loss_then and rate_now > rate_then:
+            warnings.append(f"validation loss improved ({loss_then:.4f} -> {loss_now:.4f}) while the direct-submit rate rose "
+                            f"({rate_then:.0%} -> {rate_now:.0%}) from {previous['checkpoint']} to {current['checkpoint']}: "
+                            "the policy is learning the shortcut")
+    eligible = [r for r in checkpoints if r["behaviour"].get("episodes")
+                and r["behaviour"]["direct_submit_rate"] < config.max_direct_submit_rate
+                and r["behaviour"].get(config.selection_metric) is not None]
+    best = max(eligible, key=lambda r: r["behaviour"][config.selection_metric], default=None)
+    if best is None and checkpoints:
+        warnings.append(f"no checkpoint has a direct-submit rate below {config.max_direct_submit_rate:.0%}: none is selected")
+    return {
+        "criterion": f"highest {config.selection_metric} among checkpoints with direct-submit rate < {config.max_direct_submit_rate:.0%}",
+        "best_checkpoint": best["checkpoint"] if best else None, "warnings": warnings,
+    }
+
+
+# -- training ---------------------------------------------------------------------------------------
+
+def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume: bool = False) -> dict:
+    import torch
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from agent.errors import UsageError
+    from agent.renderer import ChatRenderer
+    from sft.dataset import load_examples
+
+    report = json.loads((data / "build_report.json").read_text())
+    train_examples, validation_examples = load_examples(data / "train.jsonl"), load_examples(data / "validation.jsonl")
+    if not train_examples:
+        raise UsageError(f"{data}: no training examples")
+    too_long = [e["episode_id"] for e in train_examples if len(e["input_ids"]) > config.max_length]
+    if too_long:
+        raise UsageError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
+                         "rebuild the data with that --max-length")
+    model_dir = Path(config.model)
+    renderer = ChatRenderer.from_directory(model_dir) if model_dir.exists() else ChatRenderer.from_pretrained(config.model)
+    tokenizer_file = model_dir / "tokenizer.json"
+    if tokenizer_file.exists() and sha256_file(tokenizer_file) != report["tokenizer_sha256"]:
+        raise UsageError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
+
+    torch.manual_seed(config.seed)
+    model, quantized = load_model(config)
+    cuda = torch.cuda.is_available()
+    pad = renderer.tokenizer.token_to_id("<|endoftext|>") or 0
+
+    def collate(batch: list[dict]) -> dict:
+        width = max(len(e["input_ids"]) for e in batch)
+        ids = [e["input_ids"] + [pad] * (width - len(e["input_ids"])) for e in batch]
+        labels = [e["labels"] + [IGNORE] * (width - len(e["labels"])) for e in batch]
+        mask = [[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in batch]
+        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
+
+    class AssistantLossTrainer(Trainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            loss, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
+            return (loss, None) if return_outputs else loss
+
+    validation_log = out / "validation.jsonl"
+    question_ids = list(dict.fromkeys(e["question_id"] for e in validation_examples))
+    start = time.perf_counter()
+
+    def validate(step: int, epoch: float) -> dict:
+        was_training = model.training
+        model.eval()
+        record = {
+            "step": step, "epoch": epoch, "seconds": round(time.perf_counter() - start, 1),
+            "teacher_forced": teacher_forced(model, validation_examples[: config.validation_examples], renderer) if validation_examples else {},
+            "behaviour": behaviour(model, renderer, corpus, question_ids, config) if config.validation_episodes else {"episodes": 0},
+        }
+        if was_training:
+            model.train()
+        return record
+
+    class Validation(TrainerCallback):
+        pending: dict | None = None
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if config.eval_steps and state.global_step % config.eval_steps == 0:
+                self._log(validate(state.global_step, state.epoch) | {"checkpoint": None})
+
+        def on_epoch_end(self, args, state, control, **kwargs):
+            self.pending = validate(state.global_step, state.epoch)
+
+        def on_save(self, args, state, control, **kwargs):
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            record = (self.pending or validate(state.global_step, state.epoch)) | {"checkpoint": checkpoint.name}
+            self.pending = None
+            for name in ("tokenizer.json", "tokenizer_config.json"):
+                source = model_dir / name
+                if source.exists():
+                    shutil.copy(source, checkpoint / name)
+            files = {str(p.relative_to(checkpoint)): sha256_file(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            manifest = {"base_model": config.model, "quantized": quantized, "config": config.model_dump(),
+                        "data": str(data), "data_build_report_sha256": sha256_file(data / "build_report.json"),
+                        "validation": record, "files": files}
+            (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
+            self._log(record)
+
+        @staticmethod
+        def _log(record: dict) -> None:
+            with open(validation_log, "a") as handle:
+                handle.write(json.dumps(record) + "\n")
+            behaviour_ = record["behaviour"]
+            tf = record["teacher_forced"]
+            log(f"validation at step {record['step']}: loss {tf.get('loss_all')}, "
+                f"P(first action ends) {tf.get('first_action_end_probability')}, "
+                f"direct-submit {behaviour_.get('direct_submit_rate')}, answer F1 {behaviour_.get('answer_f1')}")
+
+    arguments = TrainingArguments(
+        output_dir=str(out), num_train_epochs=config.epochs, max_steps=config.max_steps,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
+        learning_rate=config.learning_rate, save_strategy="epoch", logging_steps=1, report_to=[], seed=config.seed,
+        bf16=cuda, gradient_checkpointing=config.gradient_checkpointing,
+        gradient_checkpointing_kwargs={"use_reentrant": False}, remove_unused_columns=False,
+        dataloader_num_workers=0, use_cpu=not cuda, disable_tqdm=True, save_only_model=False,
+    )
+    if validation_log.exists() and not resume:
+        validation_log.unlink()
+    trainer = AssistantLossTrainer(model=model, args=arguments, train_dataset=train_examples, data_collator=collate,
+                                   callbacks=[Validation()])
+    result = trainer.train(resume_from_checkpoint=resume or None)
+    records = [json.loads(line) for line in validation_log.read_text().splitlines()] if validation_log.exists() else []
+    selection = select_checkpoint(records, config)
+    summary = {"train_loss": result.training_loss, "steps": result.global_step, "seconds": round(time.perf_counter() - start, 1),
+               "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry], **selection,
+               "checkpoints": [r for r in records if r.get("checkpoint")]}
+    (out / "training_summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,85 @@
+"""Trajectories -> examples: masks, filters, the split by paper, overflow, statistics."""
+
+import pytest
+
+from agent.policies import make_policy
+from agent.renderer import ChatRenderer
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig
+from corpus import BM25Index
+from sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
+from sft.teacher import Teacher
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_tokenizer):
+    return ChatRenderer.from_directory(tiny_tokenizer)
+
+
+@pytest.fixture(scope="module")
+def teacher_runs(small_demo):
+    index = BM25Index.build(small_demo)
+    teacher = EpisodeRunner(small_demo, index, Teacher(small_demo), EpisodeConfig())
+    direct = EpisodeRunner(small_demo, index, Teacher(small_demo, direct=True), EpisodeConfig())
+    questions = list(small_demo.questions)
+    return [teacher.run(q.text, q) for q in questions], [direct.run(q.text, q) for q in questions[:10]]
+
+
+def test_the_teacher_researches_then_answers_with_gold_evidence(teacher_runs, small_demo):
+    trajectories, _ = teacher_runs
+    gold = {q.id: q for q in small_demo.questions}
+    for trajectory in trajectories:
+        names = [c.name for s in trajectory.steps for c in s.tool_calls]
+        assert names[:3] == ["search", "read", "extract"] and names[-1] in ("submit", "abstain")
+        answerable = any(a.kind not in (None, "none") for a in gold[trajectory.question_id].answers)
+        assert trajectory.outcome.status == ("submitted" if answerable else "abstained")
+        if answerable:
+            assert trajectory.outcome.evidence  # the gold paragraphs, resolved by the submit tool
+
+
+def test_labels_are_exactly_the_assistant_messages(teacher_runs, renderer):
+    trajectory = teacher_runs[0][0]
+    example = tokenize_trajectory(trajectory, renderer)
+    trained = [label for label in example["labels"] if label != IGNORE]
+    expected = "".join(step.action_text + "<|im_end|>" for step in trajectory.steps)
+    assert renderer.decode(trained) == expected
+    assert example["input_ids"] == renderer.render(trajectory.messages()).ids  # the same tokens the policy was served
+    assert [turn["type"] for turn in example["turns"]] == ["tool", "tool", "tool", "final"]
+
+
+def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
+    trajectories, direct = teacher_runs
+    questions = {q.id: q for q in small_demo.questions}
+    test_papers = frozenset(p.id for p in small_demo.papers if p.split == "test")
+    built = build(trajectories, questions, renderer, BuildSettings(evaluation_papers=test_papers, validation_share=0.3))
+    assert built.dropped["its paper belongs to the evaluation split"] == sum(1 for t in trajectories if questions[t.question_id].paper_id in test_papers)
+    assert built.train and built.validation
+    check = split_check(built, test_papers, frozenset(q.id for q in small_demo.questions if q.paper_id in test_papers))
+    assert check["pass"] and not check["overlaps"]
+    stats = statistics(built.train)
+    assert stats["first_action_submits_share"] == 0.0 and stats["turns_per_trajectory"] == 4
+    assert abs(sum(stats["trained_token_share"].values()) - 1) < 1e-9
+    shortcut = build(direct, questions, renderer, BuildSettings(validation_share=0.0))
+    assert statistics(shortcut.train)["first_action_submits_share"] == 1.0
+
+
+def test_bad_outcomes_are_dropped_with_their_reason(renderer, small_demo):
+    index = BM25Index.build(small_demo)
+    runner = EpisodeRunner(small_demo, index, make_policy("direct-submit"), EpisodeConfig())
+    questions = {q.id: q for q in small_demo.questions}
+    built = build([runner.run(q.text, q) for q in small_demo.questions[:12]], questions, renderer, BuildSettings())
+    assert set(built.dropped) <= {"answered an unanswerable question", "answer F1 below 0.5"} and sum(built.dropped.values()) >= 6
+
+
+def test_long_examples_are_dropped_or_split_at_turn_boundaries_never_cut(teacher_runs, renderer, small_demo):
+    trajectories, _ = teacher_runs
+    questions = {q.id: q for q in small_demo.questions}
+    full = tokenize_trajectory(trajectories[0], renderer)
+    limit = full["turns"][-1]["end_of_turn"] - 1  # the final turn no longer fits
+    dropped = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, validation_share=0.0))
+    assert dropped.dropped[f"longer than {limit} tokens"] == 1 and not dropped.train
+    split = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, overflow="split", validation_share=0.0))
+    (example,) = split.train
+    assert split.shortened == 1 and len(example["input_ids"]) <= limit and example["split_at_turn"] == 3
+    assert example["input_ids"] == full["input_ids"][: len(example["input_ids"])]
+    assert renderer.decode(example["input_ids"][-1:]) == "\n"  # it ends after a whole turn
