@@ -1,7 +1,10 @@
 """The GPU check: Qwen3-8B's architecture with random weights (nothing downloaded), loaded in 4-bit
 NF4 with double quantization, running a 10-step episode with KV cache reuse; reports prefill and
 decode tokens/s and peak memory, and fails when the 4-bit model plus an 8,192-token context
-would not fit the target card (24 GB, an L4, by default).
+would not fit the target card (24 GB, an L4, by default). Then QLoRA training steps with the
+default recipe (LoRA r=4 on all projections, gradient checkpointing, the assistant-only loss) at
+8,192 tokens: peak memory and tokens/s, beside ``explorer train --dry-run``'s estimate; the
+recipe must stay below 22 GiB.
 
     bash bench/gpu_check.sh                      # on a CUDA machine
     python bench/gpu_check.py --tiny             # the same path on CPU with the tiny model (a smoke test)
@@ -24,13 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# Qwen/Qwen3-8B config.json as published (architecture only; the weights here are random).
-QWEN3_8B = {
-    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-}
-GIB = 2**30
+from sft.memory import GIB, QWEN3_8B  # noqa: E402  (Qwen/Qwen3-8B's published config; the weights here are random)
+
+TRAIN_BUDGET_GIB = 22.0
 
 
 def build_random_model(shape: dict, directory: Path, tokenizer_from: Path) -> Path:
@@ -43,8 +42,12 @@ def build_random_model(shape: dict, directory: Path, tokenizer_from: Path) -> Pa
     im_end = tokenizer.token_to_id("<|im_end|>")
     config = Qwen3Config(**shape, eos_token_id=im_end, torch_dtype="bfloat16")
     torch.manual_seed(0)
-    with torch.device("cpu"):
-        model = Qwen3ForCausalLM(config).to(torch.bfloat16)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)  # build in 16 bits: 8B parameters in fp32 would need 32 GB of host memory
+    try:
+        model = Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(default)
     model.save_pretrained(directory)
     del model
     for name in ("tokenizer.json", "tokenizer_config.json"):
@@ -88,11 +91,14 @@ def run(args) -> dict:
         with torch.inference_mode():
             policy._forward([policy.renderer.im_start] * args.context)
         peak = torch.cuda.max_memory_allocated() / GIB if cuda else None
+        quantization = policy.quantization
+        del policy, runner
+        training = train_steps(model_dir, args, cuda) if args.train_steps else None
         shape = TINY_SHAPE if args.tiny else QWEN3_8B
         report = {
             "device": torch.cuda.get_device_name(0) if cuda else "cpu",
             "model": "tiny" if args.tiny else "Qwen3-8B architecture, random weights",
-            "layers": shape["num_hidden_layers"], "quantization": policy.quantization, "load_seconds": round(load_seconds, 1),
+            "layers": shape["num_hidden_layers"], "quantization": quantization, "load_seconds": round(load_seconds, 1),
             "episode_steps": len(steps), "episode_status": trajectory.outcome.status,
             "prompt_tokens_final": steps[-1]["prompt_tokens"], "prefill_tokens": prefill_tokens,
             "prefill_tokens_per_second": round(prefill_tokens / prefill_seconds, 1),
@@ -101,9 +107,61 @@ def run(args) -> dict:
             "budget_gib": args.budget_gib,
         }
         report["fits"] = peak is None or peak <= args.budget_gib
+        if training is not None:
+            report["training"] = training
+            report["fits"] = report["fits"] and training["fits"]
         return report
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def train_steps(model_dir: Path, args, cuda: bool) -> dict:
+    """QLoRA optimizer steps with the default recipe on one sequence of ``--context`` tokens."""
+    import gc
+    import json as json_
+
+    import torch
+
+    from sft.memory import Shape, estimate
+    from sft.train import TrainConfig, assistant_loss, load_model
+
+    gc.collect()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    config = TrainConfig(model=str(model_dir), quantization="4bit" if cuda else "none", max_length=args.context)
+    model, _ = load_model(config)
+    model.train()
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(10, min(vocab, 4000), (1, args.context), generator=generator).to(device)
+    labels = torch.full_like(ids, -100)
+    trained = int(args.context * args.trained_share)
+    labels[0, -trained:] = ids[0, -trained:]  # the assistant share of a long multi-turn example
+    seconds = []
+    for _ in range(args.train_steps):
+        started = time.perf_counter()
+        loss, _, _ = assistant_loss(model, ids, labels)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - started)
+    peak = torch.cuda.max_memory_allocated() / GIB if cuda else None
+    shape = Shape.from_config(json_.loads((model_dir / "config.json").read_text()))
+    estimated = estimate(shape, args.context, config.lora_r, config.target_modules, quantized=cuda,
+                         trained_share=args.trained_share)["total"]
+    steady = seconds[1:] or seconds
+    return {
+        "steps": args.train_steps, "context": args.context, "trained_share": args.trained_share, "lora_r": config.lora_r,
+        "gradient_checkpointing": config.gradient_checkpointing, "last_loss": round(loss.item(), 4),
+        "tokens_per_second": round(args.context / (sum(steady) / len(steady)), 1),
+        "peak_memory_gib": round(peak, 2) if peak is not None else None, "dry_run_estimate_gib": round(estimated, 2),
+        "budget_gib": TRAIN_BUDGET_GIB, "fits": peak is None or peak < TRAIN_BUDGET_GIB,
+    }
 
 
 def main() -> None:
@@ -112,6 +170,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=8192, help="context length that must fit")
     parser.add_argument("--budget-gib", type=float, default=24.0, help="memory of the target card (an L4 has 24 GB)")
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--train-steps", type=int, default=3, help="QLoRA optimizer steps to time (0 skips training)")
+    parser.add_argument("--trained-share", type=float, default=0.25, help="share of the sequence that is assistant tokens")
     parser.add_argument("--scratch", default=None, help="directory for the random weights (needs ~16 GB free for 8B)")
     parser.add_argument("--out", type=Path, help="also write the report as JSON here")
     args = parser.parse_args()
@@ -121,7 +181,9 @@ def main() -> None:
     if args.out:
         args.out.write_text(text + "\n")
     if not report["fits"]:
-        print(f"FAIL: peak {report['peak_memory_gib']} GiB exceeds the {args.budget_gib} GiB budget", file=sys.stderr)
+        training = report.get("training") or {}
+        print(f"FAIL: inference peak {report['peak_memory_gib']} GiB (budget {args.budget_gib}), "
+              f"training peak {training.get('peak_memory_gib')} GiB (budget {TRAIN_BUDGET_GIB})", file=sys.stderr)
         sys.exit(1)
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, one short script: install the model extra if needed, then run bench/gpu_check.py
-# on Qwen3-8B's architecture with random weights. Exits non-zero if the 4-bit model plus an
-# 8,192-token context would not fit 24 GB. The report lands in ${OUT:-.}/gpu_check.json.
+# on Qwen3-8B's architecture with random weights: a 10-step episode with KV reuse, an 8,192-token
+# prefill, and QLoRA steps at 8,192 tokens. Exits non-zero if inference would not fit 24 GB or the
+# training recipe peaks at 22 GiB or more. The report lands in ${OUT:-.}/gpu_check.json.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

@@ -1,1 +1,1 @@
-"""Reserved for a later issue; see ../shared/DESIGN.md."""
+"""What a policy did: QASPER metrics, retrieval quality, statistics, behavioural detectors, preregistration, reports."""

@@ -1,1 +1,1 @@
-"""Reserved for a later issue; see ../shared/DESIGN.md."""
+"""Training: teacher trajectories, SFT datasets through the shared renderer, QLoRA training judged by behaviour."""

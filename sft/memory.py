@@ -51,8 +51,9 @@ def estimate(shape: Shape, max_length: int, lora_r: int, target_modules: list[st
     """Peak memory terms in GiB for one QLoRA training step on a sequence of ``max_length`` tokens."""
     projections = shape.projections()
     linear = shape.layers * sum(i * o for i, o in projections.values())
-    embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)  # lm_head stays in 16 bits under bitsandbytes
-    weights = linear * (NF4_BYTES_PER_PARAM if quantized else 2) + embeddings * 2
+    embeddings = shape.vocab * shape.hidden * (1 if shape.tied else 2)  # embeddings and lm_head are not quantized
+    # peft's prepare_model_for_kbit_training casts the unquantized weights to fp32
+    weights = linear * (NF4_BYTES_PER_PARAM if quantized else 2) + embeddings * (4 if quantized else 2)
     lora = shape.layers * sum(lora_r * (i + o) for name, (i, o) in projections.items() if name in target_modules)
     lora_state = lora * (4 + 4 + 8)  # fp32 weights, gradients, Adam moments
     tokens = max_length * batch_size

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import time
 from pathlib import Path
@@ -107,7 +108,9 @@ def load_model(config: TrainConfig):
     cuda = torch.cuda.is_available()
     quantize = config.quantization == "4bit" or (config.quantization == "auto" and cuda)
     dtype = torch.bfloat16 if cuda else torch.float32
-    arguments: dict[str, Any] = {"dtype": dtype, "device_map": {"": 0} if cuda else "cpu"}
+    # one whole model per process: under accelerate launch each process takes its own GPU
+    device = {"": int(os.environ.get("LOCAL_RANK", 0))} if cuda else "cpu"
+    arguments: dict[str, Any] = {"dtype": dtype, "device_map": device}
     if quantize:
         arguments["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,

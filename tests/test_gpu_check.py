@@ -17,6 +17,8 @@ def test_the_cpu_smoke_path_reports_every_figure(tmp_path):
     assert report["episode_steps"] == 10 and report["fits"] is True
     assert report["prefill_tokens"] < report["prompt_tokens_final"] + 10 * 8  # the cache was reused
     assert report["prefill_tokens_per_second"] > 0 and report["decode_tokens_per_second"] > 0
+    training = report["training"]
+    assert training["steps"] == 3 and training["tokens_per_second"] > 0 and training["dry_run_estimate_gib"] > 0
 
 
 def test_the_random_qwen3_8b_builder_writes_a_loadable_model(tmp_path, tiny_model):
