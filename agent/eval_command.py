@@ -158,6 +158,8 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
         manifest = json.loads(manifest_path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise UsageError(f"{manifest_path}: not valid JSON; this run directory cannot be resumed") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{manifest_path}: not a run manifest (a JSON object); this run directory cannot be resumed")
     for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, manifest.get("config"))):
         if now != then:
             keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))

@@ -56,6 +56,7 @@ class ChatRenderer:
         self._specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
         self._special_spelling = re.compile("(" + "|".join(re.escape(t) for t in sorted(self._specials, key=len, reverse=True)) + ")")
         self.im_start = tokenizer.token_to_id(IM_START)
+        self.think, self.end_think = tokenizer.token_to_id("<think>"), tokenizer.token_to_id("</think>")
         self.im_end = tokenizer.token_to_id(IM_END)
 
     @classmethod
@@ -102,7 +103,9 @@ class ChatRenderer:
         return [self.im_start, *self.text(f"{role}\n")]
 
     def generation_prompt(self) -> list[int]:
-        return [*self.header("assistant"), *self.text(EMPTY_THINK)]
+        """The assistant header and the empty think block, with <think> and </think> as the
+        control tokens Qwen3's template produces (``text`` would spell them out as characters)."""
+        return [*self.header("assistant"), self.think, *self.text("\n\n"), self.end_think, *self.text("\n\n")]
 
     def action(self, content: str) -> list[int]:
         """What the model generates for an action: its text and the closing ``<|im_end|>``."""

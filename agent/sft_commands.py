@@ -197,6 +197,8 @@ def train_command(
         raise UsageError(f"{data}: no build_report.json; build the data with explorer sft build")
     if out.exists() and any(out.iterdir()) and not resume:
         raise UsageError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
+    if resume and not any(out.glob("checkpoint-*")):
+        raise UsageError(f"{out}: no checkpoint to resume from; drop --resume to start training")
     from agent.model_commands import require_llm_extra
 
     require_llm_extra()

@@ -88,11 +88,13 @@ def paragraph_f1(predicted: list[str], gold: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def answer_and_evidence_f1(prediction: str, evidence: list[str], question: Question, text_evidence_only: bool = False) -> tuple[float, float]:
-    """As the official evaluator: the reference with the best answer F1 (the first of ties)
-    decides the evidence F1 as well."""
-    pairs = [
-        (token_f1(prediction, answer.reference_text), paragraph_f1(evidence, reference_evidence(answer, text_evidence_only)))
-        for answer in question.answers if answer.reference_text is not None
-    ]
-    return max(pairs, key=lambda pair: pair[0]) if pairs else (0.0, 0.0)
+def answer_and_evidence_f1(prediction: str, evidence: list[str], question: Question,
+                           text_evidence_only: bool = False) -> tuple[float, float, str | None]:
+    """As the official evaluator: the best answer F1 over annotators, with the answer type of the
+    annotator that gives it (the first of ties), and - independently - the best evidence F1."""
+    references = [answer for answer in question.answers if answer.reference_text is not None]
+    if not references:
+        return 0.0, 0.0, None
+    answer_f1, kind = sorted(((token_f1(prediction, a.reference_text), a.kind) for a in references), key=lambda p: p[0], reverse=True)[0]
+    evidence_f1 = max(paragraph_f1(evidence, reference_evidence(a, text_evidence_only)) for a in references)
+    return answer_f1, evidence_f1, kind

@@ -60,6 +60,8 @@ def load(path: Path) -> Preregistration:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise UsageError(f"{path}: no such preregistration file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory; name the preregistration .toml file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise UsageError(f"{path}: not valid TOML ({error})") from None
     try:

@@ -73,7 +73,8 @@ def report_html(run: Run) -> str:
     abstention = "".join(f"<tr><th>{row}</th><td>{table[row]['answered']}</td><td>{table[row]['abstained']}</td></tr>" for row in table)
     verdict = metrics["verdict"]
     policy = run.manifest.get("config", {}).get("policy", {}).get("name", "?")
-    data = json.dumps({"episodes": episodes, "detectors": list(DETECTORS)}).replace("</", "<\\/")
+    # every "<" escaped: no "</script>" or "<!--" inside the data can change how the page parses
+    data = json.dumps({"episodes": episodes, "detectors": list(DETECTORS)}).replace("<", "\\u003c")
     return TEMPLATE.format(
         title=html.escape(f"{run.directory.name} - {policy}"), policy=html.escape(policy),
         verdict_class="bad" if verdict["verdict"] == "shortcut collapse" else "good",

@@ -24,7 +24,7 @@ def prediction(trajectory: Trajectory) -> str:
 
 
 def question_type(question: Question) -> str:
-    """The first annotator's answer type, as QASPER's evaluator reports F1 by type."""
+    """The first annotator's answer type (used when no annotator has a reference answer)."""
     kinds = [answer.kind for answer in question.answers if answer.kind]
     return kinds[0] if kinds else "empty"
 
@@ -40,9 +40,9 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> dict:
     }
     if question is not None:
         predicted, evidence = record["prediction"], [item.text for item in trajectory.outcome.evidence]
-        f1, evidence_f1 = answer_and_evidence_f1(predicted, evidence, question)
+        f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
         record.update({
-            "type": question_type(question), "answerable": is_answerable(question), "answer_f1": f1,
+            "type": kind or question_type(question), "answerable": is_answerable(question), "answer_f1": f1,
             "exact_match": best_over_references(exact_match, predicted, question),
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,

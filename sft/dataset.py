@@ -16,7 +16,7 @@ from pathlib import Path
 from statistics import fmean
 
 from agent.renderer import ChatRenderer
-from agent.trajectory import Trajectory
+from agent.trajectory import Trajectory, without_timings
 from corpus.atomic import atomic_file
 from corpus.schema import Question
 from evaluation.answers import is_answerable
@@ -112,12 +112,13 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
         paper_id = (question.paper_id if question else trajectory.paper_id) or ""
         if reason is None and paper_id in settings.evaluation_papers:
             reason = "its paper belongs to the evaluation split"
-        if reason is None and trajectory.episode_id in seen:
-            reason = "duplicate episode"
+        content = hashlib.sha256(json.dumps(without_timings(trajectory), sort_keys=True).encode()).hexdigest()
+        if reason is None and content in seen:
+            reason = "duplicate episode (the same trajectory twice)"
         if reason is not None:
             built.dropped[reason] += 1
             continue
-        seen.add(trajectory.episode_id)
+        seen.add(content)
         example = tokenize_trajectory(trajectory, renderer)
         fitted = fit(example, settings.max_length, settings.overflow)
         if fitted is None:

@@ -77,6 +77,10 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> TrainConfig:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise UsageError(f"{path}: no such training config") from None
+        except IsADirectoryError:
+            raise UsageError(f"{path}: is a directory; name the training config .toml file") from None
+        except UnicodeDecodeError as error:
+            raise UsageError(f"{path}: not UTF-8 (byte {error.start})") from None
         except tomllib.TOMLDecodeError as error:
             raise UsageError(f"{path}: not valid TOML ({error})") from None
     data.update({key: value for key, value in overrides.items() if value is not None})
@@ -230,7 +234,7 @@ def select_checkpoint(records: list[dict], config: TrainConfig) -> dict:
     checkpoints = [r for r in records if r.get("checkpoint")]
     warnings = []
     for previous, current in zip(checkpoints, checkpoints[1:]):
-        loss_then, loss_now = previous["teacher_forced"]["loss_all"], current["teacher_forced"]["loss_all"]
+        loss_then, loss_now = previous["teacher_forced"].get("loss_all"), current["teacher_forced"].get("loss_all")
         rate_then, rate_now = previous["behaviour"].get("direct_submit_rate"), current["behaviour"].get("direct_submit_rate")
         if None not in (loss_then, loss_now, rate_then, rate_now) and loss_now < loss_then and rate_now > rate_then:
             warnings.append(f"validation loss improved ({loss_then:.4f} -> {loss_now:.4f}) while the direct-submit rate rose "
@@ -286,7 +290,14 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
 
     class AssistantLossTrainer(Trainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            loss, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
+            # The Trainer hands over the assistant-token count of the whole accumulated batch and,
+            # for models that take loss kwargs, does not divide by the accumulation steps itself:
+            # a sum over that count is the token-weighted mean of the optimizer step.
+            if num_items_in_batch is not None:
+                total, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"), reduction="sum")
+                loss = total / num_items_in_batch
+            else:
+                loss, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
             return (loss, None) if return_outputs else loss
 
     validation_log = out / "validation.jsonl"

@@ -83,3 +83,22 @@ def test_compare_two_runs(runs):
     assert result["mcnemar_exact_match"]["p_value"] < 0.05 and result["direct_submit_rate"] == {"a": 1.0, "b": 0.0}
     shown = run_cli("compare", str(directory / "base"), str(directory / "scripted"), env={"COLUMNS": "200"})
     assert "exact McNemar" in shown.stdout and "Fisher exact on unanswerable" in shown.stdout
+
+
+def test_odd_files_where_a_run_or_config_should_be_are_one_line(runs, tmp_path):
+    directory, corpus = runs
+    prereg_dir = run_cli("eval", "--corpus", str(corpus), "--out", str(tmp_path / "r"), "--preregistration", str(tmp_path))
+    assert prereg_dir.returncode == 2 and "is a directory" in prereg_dir.stderr
+    config_dir = run_cli("train", "--dry-run", "--config", str(tmp_path))
+    assert config_dir.returncode == 2 and "is a directory" in config_dir.stderr
+    (tmp_path / "latin1.toml").write_bytes(b"model = '\xe9'\n")
+    latin = run_cli("train", "--dry-run", "--config", str(tmp_path / "latin1.toml"))
+    assert latin.returncode == 2 and "not UTF-8" in latin.stderr
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "manifest.json").write_text("[]")
+    odd = run_cli("eval", "--corpus", str(corpus), "--out", str(tmp_path / "odd"), "--resume")
+    assert odd.returncode == 2 and "not a run manifest" in odd.stderr
+    (tmp_path / "empty-train").mkdir()
+    (tmp_path / "empty-train" / "x").write_text("")
+    resume = run_cli("train", "--data", str(directory), "--out", str(tmp_path / "empty-train"), "--resume")
+    assert resume.returncode == 2 and "Traceback" not in resume.stderr

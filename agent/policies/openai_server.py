@@ -13,6 +13,7 @@ fails ends the episode as ``policy_error`` (counted in the run's metrics).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import time
@@ -108,8 +109,8 @@ class OpenAIPolicy(Policy):
                 last_error = f"HTTP {error.code}: {detail}"
                 if error.code not in RETRIED_STATUS:
                     break
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as error:
-                last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"
-            except json.JSONDecodeError:
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
+                last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"  # incl. a truncated answer
+            except ValueError:  # not JSON, or not UTF-8
                 last_error = "the answer was not JSON"
         raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}")

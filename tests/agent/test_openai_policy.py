@@ -37,6 +37,13 @@ class FakeServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append({"path": self.path, **body})
                 status, answer = fake.answers.pop(0) if fake.answers else (200, fake.completion(SUBMIT, len(body["prompt"])))
+                if status == "truncated":  # promise 500 bytes, send 10, hang up
+                    self.send_response(200)
+                    self.send_header("Content-Length", "500")
+                    self.end_headers()
+                    self.wfile.write(b'{"choices"')
+                    self.close_connection = True
+                    return
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -93,6 +100,12 @@ def test_server_errors_are_retried_with_backoff_and_counted(server, small_demo, 
     server.answers = [(503, {"error": "busy"}), (429, {"error": "slow down"})]
     trajectory = episode(small_demo, index, server, tiny_tokenizer)
     assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation["api_retries"] == 2
+
+
+def test_a_truncated_answer_is_retried(server, small_demo, index, tiny_tokenizer):
+    server.answers = [("truncated", None)]
+    trajectory = episode(small_demo, index, server, tiny_tokenizer)
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation["api_retries"] == 1
 
 
 def test_a_request_that_keeps_failing_ends_the_episode_as_policy_error(server, small_demo, index, tiny_tokenizer):

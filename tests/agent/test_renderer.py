@@ -49,6 +49,9 @@ def test_prompts_agree_with_the_tokenizers_chat_template(renderer, tiny_tokenize
     messages = trajectories[0].messages()
     first_prompt = template.render(messages=messages[:2], add_generation_prompt=True, enable_thinking=False)
     assert renderer.decode(renderer.prompt(messages[:2])) == first_prompt
+    # token for token, with <think> and </think> as the control tokens the template's text becomes
+    assert renderer.prompt(messages[:2]) == renderer.tokenizer.encode(first_prompt, add_special_tokens=False).ids
+    assert renderer.think in renderer.generation_prompt() and renderer.end_think in renderer.generation_prompt()
     # where the template rewrites history (it drops earlier think blocks), we must not follow it
     history = template.render(messages=[*messages[:3], messages[3]], add_generation_prompt=True, enable_thinking=False)
     assert EMPTY_THINK not in history.split("<|im_start|>assistant\n")[1]

@@ -66,13 +66,19 @@ def test_paragraph_f1_follows_the_official_evaluator():
     assert paragraph_f1(["p1", "p1"], ["p1"]) == pytest.approx(2 * 0.5 * 1 / 1.5)  # duplicates count in precision
 
 
-def test_evidence_f1_comes_from_the_best_answer_reference_and_float_selected_modes():
+def test_evidence_f1_is_the_best_over_annotators_in_both_float_selected_modes():
     q = question(
         Answer(extractive_spans=("AdamW",), evidence=("FLOAT SELECTED: Table 2", "We train with AdamW.")),
         Answer(extractive_spans=("SGD",), evidence=("We also tried SGD.",)),
     )
-    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q) == pytest.approx((1.0, 2 / 3))
-    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q, text_evidence_only=True) == (1.0, 1.0)
-    # the evidence that matches the second annotator does not count: the first has the best answer F1
-    assert answer_and_evidence_f1("AdamW", ["We also tried SGD."], q)[1] == 0.0
-    assert answer_and_evidence_f1("Unanswerable", [], question(Answer(unanswerable=True))) == (1.0, 1.0)
+    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q) == pytest.approx((1.0, 2 / 3, "extractive"))
+    assert answer_and_evidence_f1("AdamW", ["We train with AdamW."], q, text_evidence_only=True) == (1.0, 1.0, "extractive")
+    # as the official evaluator: evidence F1 is maximised over annotators independently of the answer
+    assert answer_and_evidence_f1("AdamW", ["We also tried SGD."], q)[1] == 1.0
+    assert answer_and_evidence_f1("Unanswerable", [], question(Answer(unanswerable=True))) == (1.0, 1.0, "none")
+
+
+def test_f1_by_type_files_the_score_under_the_best_matching_annotators_type():
+    disagreeing = question(Answer(unanswerable=True), Answer(extractive_spans=("AdamW",)))
+    assert answer_and_evidence_f1("AdamW", [], disagreeing)[2] == "extractive"
+    assert answer_and_evidence_f1("Unanswerable", [], disagreeing)[2] == "none"

@@ -83,3 +83,13 @@ def test_long_examples_are_dropped_or_split_at_turn_boundaries_never_cut(teacher
     assert split.shortened == 1 and len(example["input_ids"]) <= limit and example["split_at_turn"] == 3
     assert example["input_ids"] == full["input_ids"][: len(example["input_ids"])]
     assert renderer.decode(example["input_ids"][-1:]) == "\n"  # it ends after a whole turn
+
+
+def test_equal_episode_ids_from_different_runs_are_both_kept(teacher_runs, renderer, small_demo):
+    trajectories, _ = teacher_runs
+    questions = {q.id: q for q in small_demo.questions}
+    answered = next(t for t in trajectories if t.outcome.status == "submitted")
+    other_run = answered.model_copy(update={"steps": answered.steps[:1] + answered.steps[1:]})
+    other_run.steps[0] = other_run.steps[0].model_copy(update={"observation": other_run.steps[0].observation + " "})
+    built = build([answered, other_run, answered], questions, renderer, BuildSettings(validation_share=0.0))
+    assert len(built.train) == 2 and built.dropped["duplicate episode (the same trajectory twice)"] == 1

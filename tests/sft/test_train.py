@@ -61,6 +61,25 @@ def test_loss_decreases_on_a_repeated_batch_in_4_bit(tiny_model, data, tmp_path)
     assert summary["steps"] == 6 and summary["losses"][-1] < summary["losses"][0]
 
 
+def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, data, tmp_path):
+    from sft.dataset import load_examples
+
+    repeated = tmp_path / "repeated"
+    repeated.mkdir()
+    first = (data / "data" / "train.jsonl").read_text().splitlines()[0]
+    (repeated / "train.jsonl").write_text((first + "\n") * 4)
+    (repeated / "validation.jsonl").write_text("")
+    (repeated / "build_report.json").write_text((data / "data" / "build_report.json").read_text())
+    config = small_config(tiny_model, quantization="none", gradient_accumulation_steps=4, learning_rate=1e-9, validation_episodes=0)
+    model, _ = load_model(config)
+    example = load_examples(repeated / "train.jsonl")[0]
+    with torch.no_grad():
+        expected, _, _ = assistant_loss(model.eval(), torch.tensor([example["input_ids"]]), torch.tensor([example["labels"]]))
+    del model
+    summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
+    assert summary["steps"] == 1 and summary["losses"][0] == pytest.approx(expected.item(), rel=0.02)
+
+
 def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, data, tmp_path, small_demo):
     from agent.policies.hf import HFPolicy
     from agent.runner import EpisodeRunner
@@ -94,6 +113,8 @@ def test_selection_prefers_behaviour_and_warns_when_loss_hides_the_shortcut():
     result = select_checkpoint(records, TrainConfig())
     assert result["best_checkpoint"] == "checkpoint-10"
     assert any("loss improved" in w and "direct-submit rate rose" in w for w in result["warnings"])
+    without_validation_set = [{**r, "teacher_forced": {}} for r in records]  # sft build --validation-share 0
+    assert select_checkpoint(without_validation_set, TrainConfig())["best_checkpoint"] == "checkpoint-10"
     none = select_checkpoint([record("checkpoint-20", 0.8, 0.9, 0.45)], TrainConfig())
     assert none["best_checkpoint"] is None and "none is selected" in none["warnings"][0]
 
