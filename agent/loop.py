@@ -83,6 +83,13 @@ def run_episode(
             on_step(step)
         messages += [{"role": "assistant", "content": reply.text}, {"role": "user", "content": step.observation}]
         outcome = ended
+    if steps:
+        try:
+            final = policy.finish([dict(message) for message in messages])
+        except Exception as error:  # a report about the episode must not lose the episode
+            final = {"finish_error": f"{type(error).__name__}: {error}"}
+        if final:
+            steps[-1].policy_info = {**(steps[-1].policy_info or {}), **final}
     return Trajectory(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,

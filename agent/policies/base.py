@@ -46,6 +46,11 @@ class Policy(ABC):
     @abstractmethod
     def act(self, messages: list[dict[str, str]]) -> Reply: ...
 
+    def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
+        """Called once the episode has ended, with the whole conversation (the last observation
+        included); what it returns is added to the last step's ``policy_info``."""
+        return None
+
 
 def action(code: str, thought: str = "") -> str:
     """An action as a model would write it: an optional line of reasoning, then one python block."""

@@ -44,11 +44,24 @@ class Replay(Policy):
             raise PolicyError(f"the recording ends after {len(steps)} steps but the episode goes on: the runtime has drifted")
         info: dict[str, Any] = {"replayed_step": index}
         if index > 0:
-            then, now = steps[index - 1].observation, messages[-1]["content"]
-            info["previous_observation_matches"] = then == now
-            if then != now:
-                info["drift"] = first_difference(then, now)
+            info.update(_compare(steps[index - 1].observation, messages[-1]["content"]))
         return Reply(steps[index].action_text, info=info)
+
+    def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
+        """The last observation, which no further action would otherwise compare."""
+        assert self.recorded is not None
+        index = sum(1 for message in messages if message["role"] == "assistant")
+        if index == 0 or index > len(self.recorded.steps) or messages[-1]["role"] != "user":
+            return None
+        info = _compare(self.recorded.steps[index - 1].observation, messages[-1]["content"])
+        return {"final_observation_matches": info["previous_observation_matches"], **({"final_drift": info["drift"]} if "drift" in info else {})}
+
+
+def _compare(then: str, now: str) -> dict[str, Any]:
+    info: dict[str, Any] = {"previous_observation_matches": then == now}
+    if then != now:
+        info["drift"] = first_difference(then, now)
+    return info
 
 
 def first_difference(recorded: str, current: str, context: int = 40) -> dict[str, Any]:

@@ -128,6 +128,13 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     drifted = run(make_policy("replay", PolicyOptions(replay=path)))
     assert drifted.steps[1].policy_info["previous_observation_matches"] is False
     assert drifted.steps[1].policy_info["drift"]["position"] >= 0
+    assert replayed.steps[-1].policy_info["final_observation_matches"] is True
+    # drift in the last observation (after submit) is caught too
+    data = json.loads(original.model_dump_json())
+    data["steps"][-1]["observation"] = "Out: 'something else'"
+    path.write_text(json.dumps(data) + "\n")
+    last = run(make_policy("replay", PolicyOptions(replay=path)))
+    assert last.steps[-1].policy_info["final_observation_matches"] is False and "final_drift" in last.steps[-1].policy_info
 
 
 def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, small_demo, tmp_path):
