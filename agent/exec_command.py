@@ -56,10 +56,9 @@ def exec_command(
     ),
     pretty: bool = typer.Option(False, "--pretty", help="Indent each result instead of one JSON object per line."),
 ) -> None:
-    """Run ACTION files in one episode's sandbox, as a policy's actions would run, and print
-    each result (stdout, value, error, limit hit, tool calls, outcome) as one JSON object per line.
+    """Run action files in one episode's sandbox; print each result as a JSON line.
 
-    Variables persist from one file to the next, like notebook cells. The exit code is 0 when
+    Each result holds stdout, value, error, limit hit, tool calls and outcome. Variables persist from one file to the next, like notebook cells. The exit code is 0 when
     every action ran, even if an action raised: the error is part of its result.
     """
     if sum(1 for path in files if str(path) == "-") > 1:

@@ -23,8 +23,9 @@ def tiny_model_command(
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
-    """Build a tiny Qwen3-architecture model with random weights and a locally trained Qwen3-style
-    tokenizer (a few seconds, nothing downloaded), for smoke tests: explorer run --policy hf --model OUT."""
+    """Build a tiny random-weight Qwen3 model and tokenizer for CPU smoke tests.
+
+    A few seconds, nothing downloaded; then: explorer run --policy hf --model OUT."""
     require_llm_extra()
     from agent.tiny_model import build_tiny_model
 

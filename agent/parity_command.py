@@ -15,9 +15,11 @@ def check_parity_command(
     trajectories: Path = typer.Option(..., "--trajectories", "-t", help="A trajectories .jsonl file."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="A model or tokenizer directory with tokenizer.json (Qwen3)."),
 ) -> None:
-    """Check every step of every trajectory: prompt + action tokens must be a prefix of the
-    training sequence, and the tool page must appear exactly once in each prompt. Exit 1 at
-    the first mismatch, printing where it is and the decoded tokens on both sides."""
+    """Prove train/serve parity: served tokens are a prefix of the training sequence.
+
+    For every step of every trajectory, the prompt plus the action's tokens must equal the start
+    of the training sequence, and the tool page must appear exactly once in the prompt. Exits 1
+    at the first mismatch, printing where it is and the decoded tokens on both sides."""
     renderer = ChatRenderer.from_directory(tokenizer)
     episodes = read_trajectories(trajectories)
     steps = 0

@@ -114,7 +114,7 @@ def show_command(
     trajectories: Path = typer.Argument(..., help="A trajectories .jsonl file (from run or eval)."),
     episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
 ) -> None:
-    """Print an episode the way ``run`` showed it; without --episode, list the file's episodes."""
+    """Print an episode the way `run` showed it; without --episode, list the file's episodes."""
     found = read_trajectories(trajectories)
     if not found:
         raise UsageError(f"{trajectories}: holds no episodes")

@@ -177,8 +177,10 @@ def train_command(
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the estimated peak GPU memory and whether it fits; train nothing."),
     card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, help="GPU memory of the card to check against (an L4 has 24 GB)."),
 ) -> None:
-    """QLoRA SFT on assistant tokens (defaults: the reference recipe for Qwen3-8B on one 24 GB L4),
-    with a checkpoint per epoch, behavioural validation and checkpoint selection by behaviour."""
+    """Train a QLoRA adapter on assistant tokens; choose the checkpoint by behaviour.
+
+    The defaults are the reference recipe for Qwen3-8B on one 24 GB L4: a checkpoint per epoch,
+    each validated by loss and by greedy episodes."""
     from sft.train import load_config
 
     overrides = {
