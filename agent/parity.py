@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from agent.renderer import ChatRenderer
 from agent.trajectory import Trajectory
-from tools import tool_page
+from tools.page import tool_page
 
 CONTEXT_TOKENS = 12
 

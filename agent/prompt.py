@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from tools import tool_page
+from tools.page import tool_page
 from tools.sandbox import ActionResult
 
 SYSTEM_INTRO = """\

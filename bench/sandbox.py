@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from bench.common import write_results  # noqa: E402
 from corpus import BM25Index, generate  # noqa: E402
 from corpus.writing import write_jsonl  # noqa: E402
-from tools import PaperTools  # noqa: E402
+from tools.paper_tools import PaperTools  # noqa: E402
 from tools.sandbox import Limits, Sandbox  # noqa: E402
 
 TRIVIAL = "1 + 1"
@@ -102,7 +102,7 @@ FRESH_PREAMBLE = """
 import sys
 sys.path.insert(0, {root!r})
 from corpus import BM25Index, load
-from tools import PaperTools
+from tools.paper_tools import PaperTools
 corpus = load({corpus!r})
 globals().update(PaperTools(corpus, BM25Index.cached(corpus)).functions())
 """

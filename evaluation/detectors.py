@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from agent.trajectory import Trajectory
 from corpus.schema import Question
 from evaluation.answers import is_answerable
-from tools import tool_page
+from tools.page import tool_page
 
 RESEARCH_TOOLS = {"search", "read", "extract"}
 ENDING_TOOLS = {"submit", "abstain"}

@@ -1,7 +1,6 @@
-"""What the policy may call: search, read, extract, submit and abstain, and their documentation page."""
+"""What the policy may call, and the sandbox its code runs in.
 
-from tools.errors import ToolError
-from tools.page import tool_page
-from tools.paper_tools import TOOLS, Outcome, PaperTools, ToolCall
-
-__all__ = ["TOOLS", "Outcome", "PaperTools", "ToolCall", "ToolError", "tool_page"]
+Import from the submodules (``tools.paper_tools``, ``tools.page``, ``tools.sandbox``): this package
+imports nothing itself, so the sandbox's zygote can load ``tools.worker`` without the corpus,
+numpy or pydantic.
+"""

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tools.errors import ToolError
+from tools.wire import Marker
 
 MAX_DEPTH = 6
 MAX_ITEMS = 1000
@@ -45,6 +46,8 @@ def plain(value: Any, depth: int = 0) -> Any:
                 raise ToolError("dict keys in arguments must be strings")
             copied_dict[plain(key, depth + 1)] = plain(item, depth + 1)
         return copied_dict
+    if isinstance(value, Marker):  # an argument the worker could not send (tools.wire.to_wire)
+        raise ToolError(value.message())
     raise ToolError(f"arguments must be plain data (str, int, float, bool, None, list, dict), not {type(value).__name__}")
 
 

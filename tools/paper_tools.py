@@ -73,6 +73,9 @@ class Outcome:
     reason: str | None = None
 
 
+TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+
+
 def sentences(text: str) -> list[str]:
     return [s for s in SENTENCE_BOUNDARY.split(text) if s.strip()]
 
@@ -90,29 +93,42 @@ class PaperTools:
     # -- the functions the policy sees ------------------------------------------------------------
 
     def functions(self) -> dict[str, Callable[..., Any]]:
-        """name -> callable taking the policy's positional and keyword arguments."""
-        return {tool.name: self._bound(tool) for tool in TOOLS}
+        """name -> callable taking the policy's positional and keyword arguments (in-process use)."""
+        return {tool.name: self._bound(tool.name) for tool in TOOLS}
 
-    def _bound(self, tool: Tool) -> Callable[..., Any]:
-        implementation = getattr(self, f"_{tool.name}")
-
+    def _bound(self, name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            record = ToolCall(tool.name, {}, 0.0)
-            try:
-                parsed = validate(tool.arguments, tool.name, args, kwargs)
-                record.arguments = parsed.model_dump()
-                return implementation(parsed)
-            except ToolError as error:
-                record.error = str(error)
-                raise
-            finally:
-                record.seconds = time.perf_counter() - started
-                self.calls.append(record)
+            return self.call(name, args, kwargs)
 
-        call.__name__ = tool.name
-        call.__qualname__ = tool.name
+        call.__name__ = name
+        call.__qualname__ = name
         return call
+
+    def call(self, name: str, args: tuple | list, kwargs: dict) -> Any:
+        """Validate, run and record one call. Every failure is a ToolError, and every call is recorded,
+        a failure of ours included (as ``internal error``), so no broken call looks clean."""
+        tool = TOOLS_BY_NAME.get(name)
+        if tool is None:
+            raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
+        started = time.perf_counter()
+        record = ToolCall(name, {}, 0.0)
+        try:
+            parsed = validate(tool.arguments, name, tuple(args), kwargs)
+            record.arguments = parsed.model_dump()
+            return getattr(self, f"_{name}")(parsed)
+        except ToolError as error:
+            record.error = str(error)
+            raise
+        except Exception as error:  # a bug of ours: recorded as such, shown to the policy as a tool failure
+            record.error = f"internal error: {type(error).__name__}: {error}"[:500]
+            raise ToolError(f"{name}() failed inside the tool ({type(error).__name__}); this is not your fault, try other arguments") from None
+        finally:
+            record.seconds = time.perf_counter() - started
+            self.calls.append(record)
+
+    def refuse(self, name: str, reason: str) -> None:
+        """Record a call the host refused before validating it (e.g. arguments over the frame cap)."""
+        self.calls.append(ToolCall(name, {}, 0.0, error=reason))
 
     def _search(self, args: SearchArgs) -> list[dict]:
         if args.paper_id is not None:

@@ -1,91 +1,106 @@
-"""The sandbox that runs model-written actions: RestrictedPython inside a killable process.
+"""The sandbox that runs model-written actions: the host side, which alone holds authority.
 
-What it protects against
-------------------------
-* Reaching anything but the tools: code is compiled by RestrictedPython (no names or
-  attributes starting with ``_``, so no dunders), attribute access goes through
-  ``safer_getattr`` (no ``str.format``/``format_map``, no frame, code, generator or traceback
-  attributes such as ``gi_frame``, ``f_globals``, ``tb_frame``) and refuses ``mro``; builtins
-  are RestrictedPython's safe set plus pure helpers (``sorted``, ``min``, ``enumerate`` ...), with
-  no ``open``, ``exec``, ``eval``, ``compile``, ``globals``, ``vars``, ``getattr`` on private names,
-  ``type`` or ``__import__``. ``import`` works only for an allow-list of modules (default:
-  ``math``, ``re``, ``json``; ``Limits.allowed_modules`` may name others from the audited
-  ``VETTED_MODULES`` and nothing else), and an import yields a read-only copy of the module's public,
-  non-module attributes, so ``re.enum.sys`` and the like do not exist.
-* Runaway actions: each action has a wall-clock limit enforced by the host (SIGKILL), a CPU
-  limit (RLIMIT_CPU), an address-space limit (RLIMIT_AS) and an output limit. C-level work
-  that no signal interrupts (``10**10**9``), huge allocations and interpreter crashes from deep
-  nesting end in the worker's death, which the host sees and reports. After any breach the
-  worker is replaced and the result says the variables were lost.
-* Leaks between episodes: one forked worker per episode; its namespace, output buffer and
-  tool state die with it. Only JSON crosses the process boundary (a length-prefixed frame on
-  a private pipe, so printed text can never pose as a control message). Tool results are fresh
-  objects (``tools.paper_tools``), so an action cannot poison what another action receives.
-* ``BaseException``: ``SystemExit``, ``KeyboardInterrupt`` and ``GeneratorExit`` raised by an
-  action are reported as its error; the worker loop does not stop.
+Model-written code is hostile until proven otherwise, and every layer below assumes the one
+above it has failed.
 
-What it does not protect against
---------------------------------
-* It is not a kernel boundary: the worker runs as the same user, with the same file-system and
-  network permissions, and relies on RestrictedPython to keep code away from them. Run hostile
-  workloads inside a container or VM as well.
-* Workers are forked from the host process, so they start with a copy of its memory (that is
-  how the corpus index is shared at no cost). Do not load secrets into the host before
-  starting sandboxes. Forking a process that runs other threads copies only the calling thread.
+The layers
+----------
+1. **Language** (``tools.worker``): RestrictedPython compiles the action; no names or attributes
+   starting with ``_`` (so no dunders), ``safer_getattr`` refuses ``str.format``/``format_map``
+   and frame, code, generator and traceback attributes, ``mro`` is refused, builtins are a safe
+   set (no ``open``, ``exec``, ``eval``, ``compile``, ``globals``, ``vars``, ``type``), and
+   ``import`` yields a read-only view of exactly the names ``tools.modules.MODULE_EXPORTS`` lists,
+   audited function by function.
+2. **Authority stays here**: the worker holds no corpus, index, log or outcome. Its tools are
+   stubs; each call is one request frame, which this host validates, executes
+   (``tools.paper_tools``), times and records. The host alone decides the outcome (the first
+   valid ``submit``/``abstain``, recorded the moment it is called: nothing printed, returned or
+   raised afterwards can create, change or erase it) and which limit was hit (from what it
+   observed: its clocks, the worker's CPU clock in ``/proc``, frame sizes, the worker's exit
+   status read by the zygote - never from an exception name an action can raise). Every frame
+   in both directions has a size cap checked before its body is read (``tools.wire``); a frame
+   over the cap is a recorded ``output`` limit hit, not host memory; a malformed one is a
+   ``protocol`` limit hit. Data a worker writes outside an action is refused and the worker
+   replaced.
+3. **Kernel fence** (``tools.zygote``, ``tools.fence``; Linux): workers fork from a zygote - a
+   fresh interpreter with none of the host's state - close every descriptor but their channel,
+   drop to ``nobody`` when started as root, and run under no-new-privs and a seccomp filter that
+   fails open, socket, exec, fork, kill, ptrace, setrlimit and everything else Python does not
+   need to compute. The zygote's network namespace is a new, empty one where the kernel allows it.
+   The host reads ``/proc/PID/status`` to verify the fence and records what held as
+   ``isolation`` (``"seccomp"``, plus ``+netns`` and ``+uid-drop`` when they hold); where the
+   fence cannot be built it records ``"language-only"`` and prints one warning.
+4. **Limits the host enforces**, without any capability: wall clock per action (SIGKILL), CPU per
+   action by reading the worker's CPU clock, a CPU budget for the worker's whole life
+   (RLIMIT_CPU, set once), address space (RLIMIT_AS: allocations past it fail with
+   MemoryError, the action's own error; a worker that cannot allocate for itself exits and the
+   host records ``memory``), printed output (the host cuts it and records ``output``), frame
+   sizes, and deadlines on both directions of the channel. After any breach the worker is
+   replaced and the result says the variables were lost.
+
+What is still not protected
+---------------------------
+* An escaped action can use the CPU, memory and wall time it is allowed, read its own memory
+  (which holds nothing but its own episode), and send the host any well-formed frames on its one
+  channel: it can lie about what it printed, but not about tool calls, outcomes or limits.
+* Tool arguments and results are plain JSON; the host's tools are only as correct as
+  ``tools.paper_tools`` (a bug there is recorded as ``internal error``, not hidden).
+* Without seccomp (not Linux, no libseccomp) the walls are the language layer, closed
+  descriptors, rlimits (no new descriptor numbers, no processes for non-root) and privilege
+  dropping; the trajectory says ``language-only``. Run hostile workloads in a container or VM too.
+* Timing: an action can measure time and so learn how long the host's tools take.
 """
 
 from __future__ import annotations
 
-import ast
-import json
-import math
-import operator
 import os
-import resource
-import select
 import signal
-import struct
+import sys
 import time
-import traceback
+import weakref
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from RestrictedPython import compile_restricted_exec, safe_builtins
-from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-from RestrictedPython.Guards import raise_ as _RAISE
-from RestrictedPython.Guards import full_write_guard, guarded_iter_unpack_sequence, guarded_unpack_sequence, safer_getattr
-
 from corpus import BM25Index, Corpus
+from tools import wire, worker
+from tools.errors import ToolError
+from tools.modules import DEFAULT_MODULES, VETTED_MODULES, check_allowed
 from tools.paper_tools import TOOLS, PaperTools
+from tools.zygote import Zygote, ZygoteError, shared_zygote
 
-DEFAULT_MODULES = ("math", "re", "json")
-# Modules an action may be allowed to import. Each was audited: its public attributes are pure
-# functions, classes and constants; none is a module (those are dropped anyway) and none formats
-# strings against objects (``string.Formatter`` reaches attributes, so ``string`` is not here).
-VETTED_MODULES = ("math", "re", "json", "collections", "itertools", "functools", "statistics", "heapq", "bisect", "datetime")
-LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading underscores, so not _
-ACTION_FILENAME = "<action>"
+READY_SECONDS = 120.0  # a worker's start, generous for a loaded machine (normally a few ms)
+DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
+LANGUAGE_ONLY = "language-only"
+_warned_language_only = False
+
+
+class SandboxError(Exception):
+    """The sandbox could not start a worker (the zygote failed, or the worker died at once)."""
 
 
 @dataclass(frozen=True)
 class Limits:
-    """Per-action limits. Every breach replaces the worker (the episode's variables are lost)."""
+    """Per-action limits, and the worker's CPU budget for its whole life. Every breach replaces the
+    worker (the episode's variables are lost)."""
 
     wall_seconds: float = 10.0
-    cpu_seconds: int = 10
+    cpu_seconds: float = 10
     memory_bytes: int = 2 * 2**30
     output_chars: int = 20_000
     allowed_modules: tuple[str, ...] = DEFAULT_MODULES
+    episode_cpu_seconds: int = 600
 
     def __post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars"):
+        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars", "episode_cpu_seconds"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
-        unvetted = [name for name in self.allowed_modules if name not in VETTED_MODULES]
-        if unvetted:
-            raise ValueError(
-                f"module {unvetted[0]!r} cannot be allowed in actions; choose from {', '.join(VETTED_MODULES)}"
-            )
+        check_allowed(self.allowed_modules)
+
+    def frame_cap(self) -> int:
+        """The largest frame a worker may send: a result with stdout and value at their caps, every
+        character escaped (12 bytes for an astral one), plus error and traceback."""
+        text = 2 * (self.output_chars + 200) + worker.ERROR_CHARS + worker.TRACEBACK_CHARS + 200
+        return max(12 * text + (64 << 10), worker.REQUEST_CAP)
 
 
 @dataclass
@@ -99,270 +114,96 @@ class ActionResult:
     tool_calls: list[dict] = field(default_factory=list)
     outcome: dict | None = None
     seconds: float = 0.0
+    deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
-# -- the worker side -----------------------------------------------------------------------------
-
-class OutputLimit(BaseException):
-    """Raised inside the worker when an action prints more than its limit."""
-
-
-class _Output:
-    def __init__(self, limit: int) -> None:
-        self.parts: list[str] = []
-        self.size = 0
-        self.limit = limit
-
-    def write(self, text: str) -> None:
-        self.size += len(text)
-        if self.size > self.limit:
-            keep = self.limit - (self.size - len(text))
-            self.parts.append(text[:max(keep, 0)])
-            raise OutputLimit()
-        self.parts.append(text)
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-class _PrintTo:
-    """What RestrictedPython's rewritten ``print`` calls; writes only to the action's output."""
-
-    output: _Output
-
-    def __init__(self, _getattr_=None) -> None:
-        pass
-
-    def _call_print(self, *objects: Any, **kwargs: Any) -> None:
-        if kwargs.keys() - {"sep", "end"}:
-            raise TypeError("print() here accepts only sep= and end=")
-        sep, end = kwargs.get("sep", " "), kwargs.get("end", "\n")
-        if not isinstance(sep, str) or not isinstance(end, str):
-            raise TypeError("sep and end must be strings")
-        self.output.write(sep.join(str(item) for item in objects) + end)
-
-
-def _guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
-    """RestrictedPython's safer_getattr, minus ``mro``, and raising for missing attributes
-    (its default returns None, which hides typos from the policy)."""
-    if type(name) is not str:
-        raise TypeError("attribute names must be strings")
-    if name == "mro":
-        raise AttributeError('"mro" is not available in actions')
-    return safer_getattr(obj, name, default[0] if default else _RAISE)
-
-
-INPLACE_OPERATIONS = {
-    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
-    ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
-}
-
-
-def _inplace(op: str, x: Any, y: Any) -> Any:
-    return INPLACE_OPERATIONS[op](x, y)
-
-
-def _module_copy(name: str) -> "_ReadOnlyModule":
-    import importlib
-
-    module = importlib.import_module(name)
-    public = {
-        key: value for key, value in vars(module).items()
-        if not key.startswith("_") and type(value).__name__ != "module"
-    }
-    return _ReadOnlyModule(name, public)
-
-
-class _ReadOnlyModule:
-    """A module's public, non-module attributes; nothing can be set on it."""
-
-    __slots__ = ("_name", "_items")
-
-    def __init__(self, name: str, items: dict) -> None:
-        object.__setattr__(self, "_name", name)
-        object.__setattr__(self, "_items", items)
-
-    def __getattr__(self, key: str) -> Any:
-        items = object.__getattribute__(self, "_items")
-        if key in items:
-            return items[key]
-        raise AttributeError(f"module {object.__getattribute__(self, '_name')!r} has no public attribute {key!r} here")
-
-    def __setattr__(self, key: str, value: Any) -> None:
-        raise AttributeError("modules are read-only in actions")
-
-    def __repr__(self) -> str:
-        return f"<module {object.__getattribute__(self, '_name')!r} (read-only)>"
-
-
-EXTRA_BUILTINS = {
-    "all": all, "any": any, "dict": dict, "enumerate": enumerate, "filter": filter, "frozenset": frozenset,
-    "list": list, "map": map, "max": max, "min": min, "reversed": reversed, "set": set, "sorted": sorted,
-    "sum": sum, "tuple": tuple, "zip": zip, "format": format, "bin": bin, "next": next, "iter": iter,
-}
-REMOVED_BUILTINS = ("setattr", "delattr", "_getattr_")
-
-
-class _Worker:
-    """Runs in the forked process: one namespace, one PaperTools, one action at a time."""
-
-    def __init__(self, corpus: Corpus, index: BM25Index, limits: Limits) -> None:
-        self.limits = limits
-        self.tools = PaperTools(corpus, index)
-        self.printer = type("Printer", (_PrintTo,), {})
-        builtins = {k: v for k, v in safe_builtins.items() if k not in REMOVED_BUILTINS}
-        builtins.update(EXTRA_BUILTINS)
-        builtins["__import__"] = self._import
-        builtins["getattr"] = _guarded_getattr
-        self.namespace: dict[str, Any] = {
-            "__builtins__": builtins,
-            "__name__": "action",
-            "_getattr_": _guarded_getattr,
-            "_getitem_": default_guarded_getitem,
-            "_getiter_": default_guarded_getiter,
-            "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
-            "_unpack_sequence_": guarded_unpack_sequence,
-            "_write_": full_write_guard,
-            "_inplacevar_": _inplace,
-            "_print_": self.printer,
-            **self.tools.functions(),
-        }
-
-    def _import(self, name: str, globals=None, locals=None, fromlist=(), level=0):
-        if level != 0 or name not in self.limits.allowed_modules:
-            allowed = ", ".join(self.limits.allowed_modules) or "none"
-            raise ImportError(f"import of {name!r} is not allowed in actions (allowed: {allowed})")
-        return _module_copy(name)
-
-    def run(self, code: str) -> dict:
-        output = _Output(self.limits.output_chars)
-        self.printer.output = output
-        result = ActionResult()
-        calls_before = len(self.tools.calls)
-        ended_before = self.tools.outcome is not None
-        try:
-            exec(_compile(code), self.namespace)
-            value = self.namespace.pop(LAST_VALUE, None)
-            if value is not None:
-                result.value = _bounded_repr(value, self.limits.output_chars)
-        except OutputLimit:
-            result.limit_hit = "output"
-        except MemoryError:
-            result.limit_hit = "memory"
-        except _CompileError as error:
-            result.error = f"SyntaxError: {error}"
-        except BaseException as error:  # the action's own exceptions, SystemExit included
-            result.error = f"{type(error).__name__}: {error}"
-            result.traceback = _action_traceback(error)
-        result.stdout = output.text()
-        result.tool_calls = [asdict(call) for call in self.tools.calls[calls_before:]]
-        if self.tools.outcome is not None and not ended_before:
-            result.outcome = asdict(self.tools.outcome)
-        return result.to_json()
-
-
-class _CompileError(Exception):
+class CpuExceeded(Exception):
     pass
 
 
-def _compile(code: str):
-    """RestrictedPython bytecode; a final bare expression is assigned to LAST_VALUE (notebook style)."""
-    try:
-        tree = ast.parse(code, filename=ACTION_FILENAME)
-    except SyntaxError as error:
-        raise _CompileError(f"line {error.lineno}: {error.msg}") from None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = tree.body[-1]
-        tree.body[-1] = ast.copy_location(ast.Assign(targets=[ast.Name(LAST_VALUE, ast.Store())], value=last.value), last)
-        ast.fix_missing_locations(tree)
-    compiled = compile_restricted_exec(tree, filename=ACTION_FILENAME)
-    if compiled.errors:
-        raise _CompileError("; ".join(compiled.errors))
-    return compiled.code
+class CpuClock:
+    """The worker's CPU time during one action, read from /proc by the host (a clock the action cannot touch).
 
+    A worker has one thread (seccomp refuses clone), so its CPU time cannot grow faster than the
+    wall clock: nothing needs reading until the remaining budget has passed in wall time."""
 
-def _bounded_repr(value: Any, limit: int) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + f"... [repr cut at {limit} characters]"
+    TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
+    def __init__(self, pid: int, budget: float) -> None:
+        self.path = f"/proc/{pid}/stat"
+        self.budget = budget
+        self.started = time.monotonic()
+        self.start = self._read()
+        self.next_check = budget
 
-def _action_traceback(error: BaseException) -> str:
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if frame.filename == ACTION_FILENAME]
-    lines = [f"  line {frame.lineno}" for frame in frames]
-    return "\n".join(["Traceback (action lines only):", *lines, f"{type(error).__name__}: {error}"])
-
-
-def _send(fd: int, payload: dict) -> None:
-    data = json.dumps(payload).encode()
-    view = memoryview(struct.pack(">I", len(data)) + data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
-def _receive(fd: int, deadline: float | None = None) -> dict | None:
-    """One frame, or None on EOF or when the deadline passes."""
-    header = _read_exactly(fd, 4, deadline)
-    if header is None:
-        return None
-    body = _read_exactly(fd, struct.unpack(">I", header)[0], deadline)
-    return None if body is None else json.loads(body)
-
-
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes | None:
-    chunks, remaining = [], size
-    while remaining:
-        if deadline is not None:
-            timeout = deadline - time.monotonic()
-            if timeout <= 0 or not select.select([fd], [], [], timeout)[0]:
-                return None
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
-
-
-def _worker_main(requests: int, responses: int, corpus: Corpus, index: BM25Index, limits: Limits) -> None:
-    os.setsid()  # its own process group: nothing it starts outlives a kill
-    # The fork starts with the host's address space; the limit is what an action may add to it.
-    with open("/proc/self/statm") as statm:
-        current = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (current + limits.memory_bytes, current + limits.memory_bytes))
-    if os.getuid() != 0:  # root ignores RLIMIT_NPROC
-        resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
-    worker = _Worker(corpus, index, limits)
-    while True:
-        request = _receive(requests)
-        if request is None:
-            os._exit(0)
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        cpu_now = math.ceil(used.ru_utime + used.ru_stime)
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_now + limits.cpu_seconds, cpu_now + limits.cpu_seconds + 1))
+    def _read(self) -> float | None:
         try:
-            response = worker.run(request["code"])
-        except BaseException as error:  # a failure of ours while running the action: report, don't die
-            response = ActionResult(error=f"internal error: {type(error).__name__}").to_json()
-        _send(responses, response)
+            with open(self.path, "rb") as stat:
+                fields = stat.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+        return (int(fields[11]) + int(fields[12])) / self.TICKS
+
+    def watch(self) -> float:
+        """Seconds until the next look; raises CpuExceeded once the action has used its budget."""
+        elapsed = time.monotonic() - self.started
+        if elapsed < self.next_check:
+            return self.next_check - elapsed
+        now = self._read()
+        if self.start is None or now is None:  # no /proc: the wall clock and RLIMIT_CPU still hold
+            return 3600.0
+        left = self.budget - (now - self.start)
+        if left <= 0:
+            raise CpuExceeded()
+        self.next_check = elapsed + max(left, 0.01)
+        return max(left, 0.01)
 
 
-# -- the host side -------------------------------------------------------------------------------
+def observe_isolation(pid: int) -> str:
+    """What the host can see of a worker's fence in /proc: ``seccomp[+netns][+uid-drop]`` or ``language-only``."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            status = dict(line.split(":", 1) for line in handle.read().splitlines() if ":" in line)
+    except OSError:
+        return LANGUAGE_ONLY
+    if status.get("Seccomp", "").strip() != "2" or status.get("NoNewPrivs", "").strip() != "1":
+        return LANGUAGE_ONLY
+    layers = ["seccomp"]
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net"):
+            layers.append("netns")
+    except OSError:
+        pass
+    if os.geteuid() == 0 and int(status.get("Uid", "0").split()[0]) != 0:
+        layers.append("uid-drop")
+    return "+".join(layers)
+
 
 class Sandbox:
-    """One episode's sandbox: ``with Sandbox(corpus) as sb: result = sb.execute(code)``."""
+    """One episode's sandbox: ``with Sandbox(corpus) as sb: result = sb.execute(code)``.
 
-    def __init__(self, corpus: Corpus, limits: Limits = Limits(), index: BM25Index | None = None) -> None:
+    ``zygote`` defaults to this process's shared one; ``restricted=False`` runs plain Python in the
+    worker (the kernel-fence tests use it to play an action that has escaped the language layer)."""
+
+    def __init__(self, corpus: Corpus, limits: Limits = Limits(), index: BM25Index | None = None, *,
+                 zygote: Zygote | None = None, restricted: bool = True) -> None:
         self.corpus = corpus
         self.limits = limits
         self.index = index if index is not None else BM25Index.cached(corpus)
+        self.tools = PaperTools(corpus, self.index)
+        self.zygote = zygote if zygote is not None else shared_zygote()
+        self.restricted = restricted
         self.pid: int | None = None
+        self.isolation: str | None = None
         self.start_seconds = 0.0
         self.replacements = 0
+        self.refused_frames = 0  # data a worker wrote outside an action
+        self._socket = None
+        self._channel: wire.HostChannel | None = None
+        self._finalizer: weakref.finalize | None = None
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -371,80 +212,176 @@ class Sandbox:
     def __exit__(self, *exc_info: Any) -> None:
         self.close()
 
+    # -- workers -------------------------------------------------------------------------------
+
     def start(self) -> None:
         started = time.perf_counter()
-        request_read, request_write = os.pipe()
-        response_read, response_write = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the worker
-            try:
-                os.close(request_write)
-                os.close(response_read)
-                _worker_main(request_read, response_write, self.corpus, self.index, self.limits)
-            finally:
-                os._exit(1)
-        os.close(request_read)
-        os.close(response_write)
-        self.pid, self._requests, self._responses = pid, request_write, response_read
+        settings = {
+            "memory_bytes": self.limits.memory_bytes, "episode_cpu_seconds": self.limits.episode_cpu_seconds,
+            "output_chars": self.limits.output_chars, "allowed_modules": list(self.limits.allowed_modules),
+            "restricted": self.restricted,
+        }
+        try:
+            pid, sock = self.zygote.spawn(settings)
+        except (ZygoteError, OSError) as error:
+            raise SandboxError(f"could not start a sandbox worker: {error}") from None
+        self.pid, self._socket, self._channel = pid, sock, wire.HostChannel(sock.fileno())
+        self._finalizer = weakref.finalize(self, _reap_quietly, self.zygote, pid, sock)
+        try:
+            ready = self._channel.receive(1 << 16, time.monotonic() + READY_SECONDS)
+            if ready.get("op") != "ready":
+                raise wire.FrameMalformed("expected the ready frame")
+        except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed) as error:
+            status = self._end_worker(0.0)
+            raise SandboxError(f"the sandbox worker did not start ({type(error).__name__}; exit status {status})") from None
+        self.isolation = observe_isolation(pid)
+        if self.isolation == LANGUAGE_ONLY:
+            _warn_language_only(self.zygote.seccomp_missing)
         self.start_seconds = time.perf_counter() - started
 
-    def execute(self, code: str) -> ActionResult:
-        if self.pid is None:
-            self.start()
-        started = time.perf_counter()
-        try:
-            _send(self._requests, {"code": code})
-            response = _receive(self._responses, time.monotonic() + self.limits.wall_seconds)
-        except (BrokenPipeError, OSError):
-            response = None
-        if response is not None:
-            result = ActionResult(**response)
-            if result.limit_hit:
-                self._replace(result)
-        else:
-            result = ActionResult(limit_hit=self._death_reason())
-            self._replace(result)
-        result.seconds = time.perf_counter() - started
-        return result
-
-    def _death_reason(self) -> str:
-        """Why the worker did not answer: wall clock, CPU, memory or a crash."""
+    def _end_worker(self, grace: float) -> dict:
+        """Close the channel, make sure the worker is gone, and return how it ended."""
         assert self.pid is not None
-        finished, status = os.waitpid(self.pid, os.WNOHANG)
-        if finished == 0:
-            return "wall_clock"
-        if os.WIFSIGNALED(status):
-            signal_number = os.WTERMSIG(status)
-            if signal_number in (signal.SIGXCPU, signal.SIGKILL):
-                return "cpu_time"
-            if signal_number == signal.SIGSEGV:
-                return "crash"
-        return "crash"
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        status = self.zygote.reap(self.pid, grace)
+        self._socket.close()
+        self.pid, self._socket, self._channel = None, None, None
+        return status
 
     def _replace(self, result: ActionResult) -> None:
-        self.close()
         self.replacements += 1
         result.variables_lost = True
         self.start()
 
     def close(self) -> None:
+        if self.pid is not None:
+            self._end_worker(0.0)
+
+    # -- actions -------------------------------------------------------------------------------
+
+    @property
+    def outcome(self):
+        """The episode's outcome as the host recorded it (``tools.paper_tools.Outcome``), or None."""
+        return self.tools.outcome
+
+    def execute(self, code: str) -> ActionResult:
+        started = time.perf_counter()
+        result = ActionResult()
         if self.pid is None:
+            self.start()
+        elif self._channel.pending():  # it wrote (or died) between actions: nothing it says then counts
+            self.refused_frames += 1
+            self._end_worker(0.0)
+            self._replace(result)
+        calls_before, ended_before = len(self.tools.calls), self.tools.outcome is not None
+        request = wire.encode({"op": "run", "code": code})
+        if len(request) > worker.CODE_CAP:
+            result.error = f"ActionTooLong: the action is {len(request):,} bytes; the sandbox takes at most {worker.CODE_CAP:,}"
+        else:
+            self._run(request, result)
+        result.tool_calls = [asdict(call) for call in self.tools.calls[calls_before:]]
+        if self.tools.outcome is not None and not ended_before:
+            result.outcome = asdict(self.tools.outcome)
+        result.seconds = time.perf_counter() - started
+        return result
+
+    def _run(self, request: bytes, result: ActionResult) -> None:
+        deadline = time.monotonic() + self.limits.wall_seconds
+        clock = CpuClock(self.pid, self.limits.cpu_seconds)
+        channel, cap = self._channel, self.limits.frame_cap()
+        limit, grace = None, 0.0
+        try:
+            channel.send(request, deadline, clock.watch)
+            while True:
+                frame = channel.receive(cap, deadline, clock.watch, wire.marker_hook)
+                if frame.get("op") == "call":
+                    channel.send(self._serve(frame), deadline, clock.watch)
+                elif frame.get("op") == "done":
+                    limit = self._accept(frame, result)
+                    break
+                else:
+                    raise wire.FrameMalformed(f"unexpected frame {str(frame.get('op'))[:40]!r}")
+        except wire.ChannelTimeout:
+            limit = "wall_clock"
+        except CpuExceeded:
+            limit = "cpu_time"
+        except wire.FrameTooLarge:
+            limit = "output"
+        except wire.FrameMalformed:
+            limit = "protocol"
+        except wire.ChannelClosed:
+            limit, grace = "crash", DEATH_GRACE_SECONDS
+        if limit is None:
             return
+        status = self._end_worker(grace)
+        if limit == "crash":
+            limit = self._death_reason(status)
+        result.limit_hit = limit
+        self._replace(result)
+
+    def _death_reason(self, status: dict) -> str:
+        """Why a worker closed its channel, from its exit status (read by its parent, the zygote)."""
+        if status.get("signal") == signal.SIGXCPU:
+            return "cpu_time"
+        if status.get("signal") == signal.SIGKILL and not status.get("killed") \
+                and status.get("cpu_seconds", 0) >= self.limits.episode_cpu_seconds - 1:
+            return "cpu_time"  # the kernel's hard RLIMIT_CPU
+        if status.get("exit_code") == worker.EXIT_MEMORY:
+            return "memory"
+        return "crash"
+
+    def _serve(self, frame: dict) -> bytes:
+        """One tool call, executed and recorded here; the reply frame."""
+        name = frame.get("tool")
+        if name not in worker.TOOL_NAMES:
+            raise wire.FrameMalformed("a call of no tool")
+        if "oversize" in frame:
+            size = frame["oversize"] if type(frame["oversize"]) is int else -1
+            reason = f"arguments of {size:,} bytes exceed the cap of {worker.REQUEST_CAP:,}; pass fewer and shorter values"
+            self.tools.refuse(name, reason)
+            return wire.encode({"error": f"{name}(): {reason}"})
+        args, kwargs = frame.get("args"), frame.get("kwargs")
+        if type(args) is not list or type(kwargs) is not dict or set(frame) != {"op", "tool", "args", "kwargs"}:
+            raise wire.FrameMalformed("a call frame needs exactly tool, args and kwargs")
         try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        try:
-            os.waitpid(self.pid, 0)
-        except ChildProcessError:  # already reaped by _death_reason
-            pass
-        for fd in (self._requests, self._responses):
-            os.close(fd)
-        self.pid = None
+            reply = wire.encode({"result": self.tools.call(name, args, kwargs)})
+        except ToolError as error:
+            reply = wire.encode({"error": str(error)})
+        if len(reply) > worker.RESULT_CAP:
+            self.tools.calls[-1].error = f"result of {len(reply):,} bytes over the cap of {worker.RESULT_CAP:,}"
+            reply = wire.encode({"error": f"{name}(): the result is too large to return; ask for less (a smaller k or a page)"})
+        return reply
+
+    def _accept(self, frame: dict, result: ActionResult) -> str | None:
+        """Copy a done frame's claims into ``result``, bounded; returns a limit if the output overflowed."""
+        expected = {"op": str, "stdout": str, "value": (str, type(None)), "error": (str, type(None)),
+                    "traceback": (str, type(None)), "deferred_output_chars": int}
+        if set(frame) != set(expected) or not all(isinstance(frame[key], kind) for key, kind in expected.items()):
+            raise wire.FrameMalformed("a done frame with other fields")
+        cap = self.limits.output_chars
+        result.stdout = frame["stdout"][:cap]
+        result.value = None if frame["value"] is None else worker.bounded(frame["value"], cap, "repr")
+        result.error = None if frame["error"] is None else worker.bounded(frame["error"], worker.ERROR_CHARS, "error")
+        result.traceback = None if frame["traceback"] is None else worker.bounded(frame["traceback"], worker.TRACEBACK_CHARS, "traceback")
+        result.deferred_output_chars = max(frame["deferred_output_chars"], 0)
+        return "output" if len(frame["stdout"]) > cap else None
 
 
-__all__ = ["ActionResult", "Limits", "Sandbox", "TOOLS"]
+def _reap_quietly(zygote: Zygote, pid: int, sock) -> None:
+    """A sandbox dropped without ``close()``: end its worker anyway."""
+    try:
+        zygote.reap(pid, 0.0)
+    finally:
+        sock.close()
+
+
+def _warn_language_only(reason: str | None) -> None:
+    global _warned_language_only
+    if not _warned_language_only:
+        _warned_language_only = True
+        print(f"warning: sandbox workers run without the kernel fence ({reason or 'seccomp did not hold'}); "
+              f"isolation is {LANGUAGE_ONLY!r} and every trajectory records it", file=sys.stderr)
+
+
+__all__ = ["ActionResult", "Limits", "Sandbox", "SandboxError", "TOOLS", "VETTED_MODULES", "DEFAULT_MODULES", "observe_isolation"]

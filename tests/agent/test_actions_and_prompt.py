@@ -4,7 +4,7 @@ import pytest
 
 from agent.actions import extract_code
 from agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, cut, observation, system_prompt
-from tools import tool_page
+from tools.page import tool_page
 from tools.sandbox import ActionResult
 
 

@@ -59,7 +59,7 @@ def test_prompts_agree_with_the_tokenizers_chat_template(renderer, tiny_tokenize
 
 
 def test_a_repeated_tool_page_and_a_wrong_recorded_prompt_are_caught(renderer, trajectories):
-    from tools import tool_page
+    from tools.page import tool_page
 
     data = json.loads(trajectories[0].model_dump_json())
     data["steps"][0]["observation"] += "\n" + tool_page()

@@ -7,7 +7,7 @@ from agent.prompt import system_prompt
 from agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, ToolCallRecord, Trajectory
 from corpus.schema import Answer, Question
 from evaluation.detectors import DETECTORS, detect, detector_rates, verdict
-from tools import tool_page
+from tools.page import tool_page
 
 PARAGRAPH = "We train QuantLens with AdamW and a learning rate of 3e-5 for 11 epochs. The batch size is 128."
 ANSWERABLE = Question(id="q", paper_id="demo-00000", text="What learning rate is used to train QuantLens?",

@@ -1,7 +1,9 @@
 import pytest
 
 from corpus import BM25Index
-from tools import TOOLS, PaperTools, ToolError, tool_page
+from tools.errors import ToolError
+from tools.page import tool_page
+from tools.paper_tools import TOOLS, PaperTools
 from tools.paper_tools import PAGE_CHARS
 
 

@@ -1,0 +1,152 @@
+"""The kernel fence around a sandbox worker (Linux): what holds when RestrictedPython does not.
+
+``wall_in`` runs in the freshly forked worker, after it has imported everything actions may use
+and before it runs the first action. In order:
+
+1. its own session (the host kills the whole group), descriptors 0-2 on /dev/null, the channel
+   on descriptor 3, every other descriptor closed (no other episode's pipe, no log, no cache);
+2. rlimits set once: address space (what an action may add), CPU time for the worker's whole
+   life (the host's clock enforces the per-action limit), no core files, no file growth, and
+   no descriptor numbers beyond 3;
+3. started as root: no supplementary groups, an unprivileged uid/gid (``nobody``), no processes;
+4. the parent-death signal, so a worker never outlives its zygote;
+5. no-new-privs and a seccomp-bpf filter built once per zygote with libseccomp (``pyseccomp``):
+   an allow-list of what running Python needs - reading and writing descriptors it already has,
+   memory, futexes, signal masks and handlers, clocks, exit - and EPERM for everything else:
+   open/openat, stat of paths, socket/connect, execve, fork/clone, kill, ptrace, setrlimit,
+   ioctl, dup, pipe, mount, unshare ...
+
+The zygote itself enters new network namespace when the kernel lets it (``unshare_network``),
+so a worker has no interface but a downed loopback even before seccomp.
+
+What still reaches a worker that has escaped the language layer: its own memory, the CPU it is
+allowed, its one channel to the host (which believes nothing it says), reads of its own
+descriptors, and time. The host verifies the fence from outside (``/proc/PID/status``) rather
+than trusting the worker's word, and records what held as the trajectory's ``isolation``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import functools
+import os
+import resource
+import signal
+import sys
+
+CHANNEL_FD = 3
+PR_SET_PDEATHSIG = 1
+CLONE_NEWNET = 0x40000000
+AT_EMPTY_PATH = 0x1000
+NOBODY = 65534
+CPU_HARD_MARGIN = 5  # seconds between SIGXCPU (soft) and SIGKILL (hard) at the end of a worker's life
+
+ALLOWED_SYSCALLS = (
+    "read", "readv", "pread64", "write", "writev", "close", "lseek", "fstat",
+    "mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "futex",
+    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
+    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
+    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
+    "getrusage", "getrandom", "sched_yield", "exit", "exit_group",
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> ctypes.CDLL:
+    """libc, found once in the zygote (``find_library`` runs a subprocess; a worker cannot)."""
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def build_seccomp_filter():
+    """The worker's filter, built once in the zygote: (filter, None), or (None, why not)."""
+    if not sys.platform.startswith("linux"):
+        return None, f"seccomp is Linux only (this is {sys.platform})"
+    try:
+        import pyseccomp as seccomp
+    except (ImportError, OSError, AttributeError) as error:  # the binding, or libseccomp.so.2, is missing
+        return None, f"libseccomp is not available ({type(error).__name__}: {error})"
+    try:
+        syscall_filter = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
+        for name in ALLOWED_SYSCALLS:
+            try:
+                syscall_filter.add_rule(seccomp.ALLOW, name)
+            except (OSError, ValueError, RuntimeError):  # not a syscall on this architecture
+                continue
+        # fstat() is newfstatat(fd, "", AT_EMPTY_PATH) in glibc: allowed for descriptors, never for paths
+        for name, flags_argument in (("newfstatat", 3), ("statx", 2)):
+            try:
+                syscall_filter.add_rule(seccomp.ALLOW, name, seccomp.Arg(flags_argument, seccomp.MASKED_EQ, AT_EMPTY_PATH, AT_EMPTY_PATH))
+            except (OSError, ValueError, RuntimeError):
+                continue
+        # getrlimit() is prlimit64(0, resource, NULL, old): reading limits yes, setting them no
+        syscall_filter.add_rule(seccomp.ALLOW, "prlimit64", seccomp.Arg(2, seccomp.EQ, 0))
+    except Exception as error:  # libseccomp refused to build it: run without, and say so
+        return None, f"libseccomp could not build the filter ({type(error).__name__}: {error})"
+    return syscall_filter, None
+
+
+def prepare() -> None:
+    """Everything the fence needs that a fenced worker could not do itself; run in the zygote."""
+    if sys.platform.startswith("linux"):
+        _libc()
+
+
+def unshare_network() -> str | None:
+    """Put the calling process (the zygote) in a new network namespace; None, or why not."""
+    if not sys.platform.startswith("linux"):
+        return "network namespaces are Linux only"
+    libc = _libc()
+    if libc.unshare(CLONE_NEWNET) != 0:
+        return f"unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
+def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, syscall_filter) -> list[str]:
+    """Fence the calling (worker) process; returns notes on what could not be done."""
+    notes: list[str] = []
+    os.setsid()
+    _descriptors(channel)
+    try:
+        _limits(memory_bytes, episode_cpu_seconds)
+    except OSError as error:  # no /proc (not Linux): the address-space limit cannot be placed
+        notes.append(f"rlimits: {error}")
+    if os.geteuid() == 0:
+        _drop_privileges()
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no processes of its own (root ignores it, so after the drop)
+    if sys.platform.startswith("linux"):
+        _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
+            os._exit(0)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (CHANNEL_FD + 1, CHANNEL_FD + 1))
+    if syscall_filter is not None:
+        syscall_filter.load()  # sets no-new-privs first
+    return notes
+
+
+def _descriptors(channel: int) -> None:
+    if channel != CHANNEL_FD:
+        os.dup2(channel, CHANNEL_FD)
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        if fd != null:
+            os.dup2(null, fd)
+    os.closerange(CHANNEL_FD + 1, max(os.sysconf("SC_OPEN_MAX"), 1 << 16))
+    os.set_inheritable(CHANNEL_FD, False)
+
+
+def _limits(memory_bytes: int, episode_cpu_seconds: int) -> None:
+    # The fork starts with the zygote's address space; the limit is what actions may add to it.
+    with open("/proc/self/statm") as statm:
+        current = int(statm.read().split()[0]) * resource.getpagesize()
+    resource.setrlimit(resource.RLIMIT_AS, (current + memory_bytes, current + memory_bytes))
+    resource.setrlimit(resource.RLIMIT_CPU, (episode_cpu_seconds, episode_cpu_seconds + CPU_HARD_MARGIN))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+def _drop_privileges() -> None:
+    os.setgroups([])
+    os.setresgid(NOBODY, NOBODY, NOBODY)
+    os.setresuid(NOBODY, NOBODY, NOBODY)

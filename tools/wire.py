@@ -1,0 +1,231 @@
+"""Frames between the sandbox host and its worker: a 4-byte length, then one JSON object.
+
+Both sides check a frame's length against a cap *before* reading its body, so a worker that
+announces a gigabyte costs the host four bytes, not a gigabyte. The host's end never blocks: every
+read and write waits with ``poll()`` (no 1024-descriptor ceiling) until a deadline, and a watchdog
+may interrupt the wait (the host's CPU clock on the worker).
+
+Tool arguments cross as plain JSON. ``to_wire`` (worker side) copies what an action passes into
+plain data and replaces what cannot cross (a function, a non-string key, a structure too deep or
+too large) by a small marker, so that the *host* still sees the call, records it and refuses it
+with its own message. Only the standard library is imported here: the worker uses this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import struct
+import time
+from typing import Any, Callable
+
+HEADER = struct.Struct(">I")
+MARKER_PREFIX = "\x00"  # a key no identifier-like field name starts with; see ``Marker``
+# Bounds of ``to_wire``: one more than the host's own argument limits, so the host's check is what refuses.
+WIRE_DEPTH = 8
+WIRE_ITEMS = 1001
+WIRE_NODES = 20_000
+
+
+class ChannelClosed(Exception):
+    """The other end closed the channel (the worker died, or the host went away)."""
+
+
+class ChannelTimeout(Exception):
+    """The deadline passed before the frame was complete."""
+
+
+class FrameTooLarge(Exception):
+    def __init__(self, size: int, cap: int) -> None:
+        super().__init__(f"a frame of {size:,} bytes exceeds the cap of {cap:,} bytes")
+        self.size = size
+
+
+class FrameMalformed(Exception):
+    """Not one JSON object (or JSON nested past the parser's recursion limit)."""
+
+
+def encode(payload: dict) -> bytes:
+    data = json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    return HEADER.pack(len(data)) + data
+
+
+def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dict:
+    try:
+        value = json.loads(body, object_hook=object_hook)
+    except (ValueError, RecursionError) as error:
+        raise FrameMalformed(f"not a JSON frame ({type(error).__name__})") from None
+    if type(value) is not dict:
+        raise FrameMalformed("a frame must be a JSON object")
+    return value
+
+
+# -- the worker's side: blocking, on a descriptor it owns ----------------------------------------
+
+def send_blocking(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def receive_blocking(fd: int, cap: int) -> dict | None:
+    """One frame, or None at end of file; a frame over ``cap`` raises FrameTooLarge unread."""
+    header = _read_blocking(fd, HEADER.size)
+    if header is None:
+        return None
+    size = HEADER.unpack(header)[0]
+    if size > cap:
+        raise FrameTooLarge(size, cap)
+    body = _read_blocking(fd, size)
+    if body is None:
+        return None
+    return decode(body)
+
+
+def _read_blocking(fd: int, size: int) -> bytes | None:
+    chunks, remaining = [], size
+    while remaining:
+        chunk = os.read(fd, min(remaining, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
+# -- the host's side: non-blocking, every wait bounded -------------------------------------------
+
+class HostChannel:
+    """The host's end of one worker's channel (a non-blocking stream socket's descriptor)."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self.fd = fd
+        self._poll = select.poll()
+        self._poll.register(fd, select.POLLIN)
+
+    def pending(self) -> bool:
+        """Whether the worker has written anything (or closed) that nobody asked for."""
+        return bool(self._poll.poll(0))
+
+    def send(self, data: bytes, deadline: float, watchdog: Callable[[], float] | None = None) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self.fd, view):]
+            except BlockingIOError:
+                self._wait(select.POLLOUT, deadline, watchdog)
+            except (BrokenPipeError, ConnectionResetError):
+                raise ChannelClosed() from None
+
+    def receive(self, cap: int, deadline: float, watchdog: Callable[[], float] | None = None,
+                object_hook: Callable[[dict], Any] | None = None) -> dict:
+        size = HEADER.unpack(self._read(HEADER.size, deadline, watchdog))[0]
+        if size > cap:
+            raise FrameTooLarge(size, cap)
+        return decode(self._read(size, deadline, watchdog), object_hook)
+
+    def _read(self, size: int, deadline: float, watchdog: Callable[[], float] | None) -> bytes:
+        chunks, remaining = [], size
+        while remaining:
+            try:
+                chunk = os.read(self.fd, min(remaining, 1 << 20))
+            except BlockingIOError:
+                self._wait(select.POLLIN, deadline, watchdog)
+                continue
+            except ConnectionResetError:
+                raise ChannelClosed() from None
+            if not chunk:
+                raise ChannelClosed()
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def _wait(self, events: int, deadline: float, watchdog: Callable[[], float] | None) -> None:
+        """Until the descriptor is ready; ``watchdog()`` raises to stop, or says how long to wait before asking again."""
+        poller = select.poll()
+        poller.register(self.fd, events)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ChannelTimeout()
+            timeout = remaining if watchdog is None else max(min(remaining, watchdog()), 0.001)
+            if poller.poll(timeout * 1000):
+                return
+
+
+# -- tool arguments ----------------------------------------------------------------------------
+
+def _marker(kind: str, detail: str = "") -> dict:
+    return {MARKER_PREFIX + kind: detail}
+
+
+def to_wire(value: Any) -> Any:
+    """Plain JSON data for ``value``: exact builtin copies, and markers for what cannot cross."""
+    budget = [WIRE_NODES]
+    return _to_wire(value, 0, budget)
+
+
+def _to_wire(value: Any, depth: int, budget: list[int]) -> Any:
+    budget[0] -= 1
+    if budget[0] < 0:
+        return _marker("toolarge")
+    if depth > WIRE_DEPTH:
+        return _marker("deep")
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__index__(value) if abs(value).bit_length() <= 64 else _marker("unsupported", "a very large int")
+    if isinstance(value, float):
+        number = float.__float__(value)
+        return number if number == number and abs(number) != float("inf") else _marker("unsupported", "a non-finite float")
+    if isinstance(value, (list, tuple)):
+        items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
+        copied = []
+        for item in items:
+            if len(copied) >= WIRE_ITEMS:
+                break
+            copied.append(_to_wire(item, depth + 1, budget))
+        return copied
+    if isinstance(value, dict):
+        copied_dict = {}
+        for key, item in dict.items(value):
+            if not isinstance(key, str):
+                return _marker("key", type(key).__name__)
+            if len(copied_dict) >= WIRE_ITEMS:
+                break
+            copied_dict[str.__str__(key)] = _to_wire(item, depth + 1, budget)
+        return copied_dict
+    return _marker("unsupported", type(value).__name__)
+
+
+class Marker:
+    """What the host decodes a marker into: an argument that could not cross, and why."""
+
+    __slots__ = ("kind", "detail")
+
+    def __init__(self, kind: str, detail: str) -> None:
+        self.kind = kind
+        self.detail = detail
+
+    def message(self) -> str:
+        if self.kind == "deep":
+            return "arguments are nested too deeply; pass plain strings, numbers, lists and dicts"
+        if self.kind == "toolarge":
+            return "arguments are too large; pass fewer and shorter values"
+        if self.kind == "key":
+            return "dict keys in arguments must be strings"
+        detail = self.detail[:60] if isinstance(self.detail, str) else "?"
+        return f"arguments must be plain data (str, int, float, bool, None, list, dict), not {detail}"
+
+
+def marker_hook(item: dict) -> Any:
+    """``json.loads`` object hook (host side): a one-key dict whose key starts with NUL is a Marker."""
+    if len(item) == 1:
+        (key, detail), = item.items()
+        if key.startswith(MARKER_PREFIX):
+            return Marker(key[1:], detail)
+    return item

@@ -1,0 +1,258 @@
+"""The fork server that sandbox workers come from, and the host's handle on it.
+
+The zygote is a fresh interpreter (``python -s -P -c``, a minimal environment, no inherited
+descriptors but its control socket), so what a worker inherits is the zygote's state, never the
+host's: no model weights, no open logs, no API keys in the environment, no other episode's pipe.
+It imports what actions may use, builds the seccomp filter once, enters a new network namespace
+when it can, freezes its heap (``gc.freeze``: collections in workers never walk it, so pages stay
+shared) and then forks one worker per request, which fences itself (``tools.fence``) and runs
+``tools.worker``.
+
+Protocol on the control socket (SOCK_SEQPACKET, one JSON message each way):
+``spawn`` (+ the worker's end of a fresh socketpair) -> ``{"pid"}``; ``reap`` -> the worker's exit
+status and CPU time, killing it first if it is still alive after ``grace`` seconds. The zygote
+is the workers' parent, so it alone can read how they ended; the host asks. When the host goes
+away the control socket closes and the zygote kills every worker and exits.
+
+Hash randomisation is fixed (PYTHONHASHSEED=0) in the zygote, so set iteration order inside
+actions, and with it every trajectory, is the same from run to run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+BOOT = "import sys; sys.path.insert(0, sys.argv[3]); from tools.zygote import main; main(int(sys.argv[1]), sys.argv[2] == '1')"
+PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+MESSAGE_BYTES = 1 << 16
+HELLO_SECONDS = 120.0  # a loaded CI machine can take seconds to start an interpreter
+
+
+class ZygoteError(Exception):
+    """The zygote could not start or stopped answering."""
+
+
+# -- the zygote process ------------------------------------------------------------------------
+
+def main(control_fd: int, kernel_fence: bool) -> None:
+    control = socket.socket(fileno=control_fd)
+    try:
+        import gc
+        import resource
+
+        from tools import fence, worker
+
+        worker.preload_modules()
+        fence.prepare()
+        if kernel_fence:
+            syscall_filter, seccomp_missing = fence.build_seccomp_filter()
+            netns_missing = fence.unshare_network()
+        else:
+            syscall_filter, seccomp_missing, netns_missing = None, "the kernel fence was turned off for this sandbox", "turned off"
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        os.chdir("/")
+    except BaseException as error:
+        control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
+        os._exit(1)
+    control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": seccomp_missing, "netns_missing": netns_missing}).encode())
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    gc.freeze()
+    children: set[int] = set()
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 1)
+        except OSError:
+            message, fds = b"", []
+        if not message:  # the host is gone: so are its workers
+            for pid in children:
+                _kill(pid)
+            os._exit(0)
+        request = json.loads(message)
+        if request["op"] == "spawn":
+            pid = os.fork()
+            if pid == 0:
+                _worker(control, fds[0], request, syscall_filter, seccomp_missing)
+            os.close(fds[0])
+            children.add(pid)
+            reply = {"pid": pid}
+        else:
+            children.discard(request["pid"])
+            reply = _reap(request["pid"], request["grace"])
+        control.send(json.dumps(reply).encode())
+
+
+def _worker(control: socket.socket, channel: int, request: dict, syscall_filter, seccomp_missing: str | None) -> None:
+    from tools import fence, worker
+
+    try:
+        control.close()
+        zygote = os.getppid()
+        notes = fence.wall_in(channel, request["memory_bytes"], request["episode_cpu_seconds"], zygote, syscall_filter)
+        if seccomp_missing:
+            notes.append(seccomp_missing)
+        worker.serve(fence.CHANNEL_FD, request["output_chars"], tuple(request["allowed_modules"]), request["restricted"], notes)
+    finally:
+        os._exit(worker.EXIT_PROTOCOL)
+
+
+def _kill(pid: int) -> None:
+    for kill, target in ((os.killpg, pid), (os.kill, pid)):
+        try:
+            kill(target, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _reap(pid: int, grace: float) -> dict:
+    deadline = time.monotonic() + grace
+    killed = False
+    try:
+        while True:
+            done, status, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                break
+            if time.monotonic() >= deadline:
+                _kill(pid)
+                killed = True
+                _, status, usage = os.wait4(pid, 0)
+                break
+            time.sleep(0.001)
+    except ChildProcessError:
+        return {"pid": pid, "unknown": True}
+    return {
+        "pid": pid, "killed": killed,
+        "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+        "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+        "cpu_seconds": usage.ru_utime + usage.ru_stime,
+    }
+
+
+# -- the host's handle -------------------------------------------------------------------------
+
+class Zygote:
+    """The host's end of one zygote. Thread-safe; started on first use."""
+
+    def __init__(self, kernel_fence: bool = True) -> None:
+        self.kernel_fence = kernel_fence
+        self.owner_pid = os.getpid()
+        self.pid: int | None = None
+        self.seccomp_missing: str | None = None
+        self.netns_missing: str | None = None
+        self._control: socket.socket | None = None
+        self._process: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> None:
+        host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        environment = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        try:
+            self._process = subprocess.Popen(
+                [sys.executable, "-s", "-P", "-c", BOOT, str(zygote_end.fileno()), "1" if self.kernel_fence else "0", PROJECT_ROOT],
+                pass_fds=[zygote_end.fileno()], env=environment, cwd="/", start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        finally:
+            zygote_end.close()
+        host_end.settimeout(HELLO_SECONDS)
+        try:
+            hello = json.loads(host_end.recv(MESSAGE_BYTES) or b"{}")
+        except (OSError, ValueError) as error:
+            hello = {"error": f"no answer ({error})"}
+        if "pid" not in hello:
+            host_end.close()
+            self._process.kill()
+            self._process.wait()
+            raise ZygoteError(f"the sandbox's zygote did not start: {hello.get('error', 'it exited at once')}")
+        host_end.settimeout(None)
+        self._control, self.pid = host_end, hello["pid"]
+        self.seccomp_missing, self.netns_missing = hello["seccomp_missing"], hello["netns_missing"]
+
+    def _ask(self, request: dict, fds: list[int] = ()) -> dict:
+        if self._control is None:
+            self._start()
+        assert self._control is not None
+        socket.send_fds(self._control, [json.dumps(request).encode()], list(fds))
+        reply = self._control.recv(MESSAGE_BYTES)
+        if not reply:
+            raise ZygoteError("the sandbox's zygote stopped answering")
+        return json.loads(reply)
+
+    def spawn(self, settings: dict) -> tuple[int, socket.socket]:
+        """A new worker: its pid and the host's end of its channel."""
+        host_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with self._lock:
+                try:
+                    reply = self._ask({"op": "spawn", **settings}, [worker_end.fileno()])
+                except (ZygoteError, OSError):  # it died (killed from outside?): start another, once
+                    self._discard()
+                    reply = self._ask({"op": "spawn", **settings}, [worker_end.fileno()])
+        except BaseException:
+            host_end.close()
+            raise
+        finally:
+            worker_end.close()
+        return reply["pid"], host_end
+
+    def reap(self, pid: int, grace: float = 0.0) -> dict:
+        """How worker ``pid`` ended (killed now if it is still running after ``grace`` seconds)."""
+        with self._lock:
+            try:
+                return self._ask({"op": "reap", "pid": pid, "grace": grace})
+            except (ZygoteError, OSError):  # its workers died with it
+                self._discard()
+                return {"pid": pid, "unknown": True}
+
+    def _discard(self) -> None:
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def close(self) -> None:
+        with self._lock:
+            self._discard()
+
+    def forget(self) -> None:
+        """In a forked child of the host: drop the inherited handle without touching the parent's zygote."""
+        if self._control is not None:
+            self._control.close()
+        self._control = None
+        self._process = None
+
+
+_shared: Zygote | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_zygote() -> Zygote:
+    """This process's zygote (a forked child of the host gets its own)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or _shared.owner_pid != os.getpid():
+            _shared = Zygote()
+        return _shared
+
+
+def _after_fork_in_child() -> None:
+    global _shared, _shared_lock
+    _shared_lock = threading.Lock()
+    if _shared is not None:
+        _shared.forget()
+        _shared = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
