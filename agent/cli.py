@@ -22,6 +22,7 @@ from agent.parity_command import check_parity_command
 from agent.run_commands import run_command, show_command
 from agent.sft_commands import sft_app, train_command
 from corpus.errors import CorpusError
+from tools.sandbox import SandboxError
 
 app = typer.Typer(
     name="explorer",
@@ -72,6 +73,9 @@ def main() -> None:
     except (CorpusError, UsageError) as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except SandboxError as error:  # the machine, not the input: one line, exit 1
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)
         sys.exit(130)

@@ -10,7 +10,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-PACKAGES = ("paper-explorer", "pydantic", "RestrictedPython", "numpy", "scipy", "torch", "transformers", "peft")
+PACKAGES = ("paper-explorer", "pydantic", "RestrictedPython", "pyseccomp", "numpy", "scipy", "torch", "transformers", "peft")
 
 
 @functools.cache

@@ -29,7 +29,7 @@ from agent.run_commands import (
     PromptFormatOption, QuantizationOption, ReplayOption, RetriesOption, SeedOption, TimeoutOption, TokenizerOption,
     episode_config,
 )
-from agent.runner import EpisodeRunner
+from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
 from corpus import BM25Index
@@ -106,17 +106,19 @@ def eval_command(
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
     _check_run_directory(out, manifest_path, log_path, resume, config, hashes)
+    index = BM25Index.cached(corpus)
     if not manifest_path.exists():
         manifest = {
             "manifest_version": MANIFEST_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "command": sys.argv[1:], "corpus": [str(s) for s in corpus.sources], "config": config, "hashes": hashes,
+            "isolation": sandbox_isolation(corpus, index, episode_config(max_steps, seed)),
             "versions": versions(), "git_commit": git_commit(), "hardware": hardware(),
         }
         with atomic_file(manifest_path) as handle:
             json.dump(manifest, handle, indent=2)
 
     global _RUNNER
-    _RUNNER = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, episode_config(max_steps, seed))
+    _RUNNER = EpisodeRunner(corpus, index, policy, episode_config(max_steps, seed))
     with TrajectoryLog(log_path) as log:
         done = {t.question_id for t in read_trajectories(log_path)}
         remaining = [q for q in questions if q.id not in done]

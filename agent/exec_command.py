@@ -11,7 +11,8 @@ import typer
 
 from agent.corpus_commands import CorpusOption, open_corpus
 from agent.errors import UsageError
-from tools.sandbox import DEFAULT_MODULES, VETTED_MODULES, Limits, Sandbox
+from tools.modules import DEFAULT_MODULES, VETTED_MODULES
+from tools.sandbox import Limits, Sandbox
 
 
 def read_action(path: Path) -> str:
@@ -28,6 +29,18 @@ def read_action(path: Path) -> str:
         raise UsageError(f"{path}: not UTF-8 (byte {error.start}); save the action as UTF-8") from None
     except OSError as error:
         raise UsageError(f"{path}: cannot read ({error.strerror})") from None
+
+
+# Characters that str.splitlines() and some JSON-lines readers take for line breaks, though JSON
+# leaves them unescaped: escaped here so that one result is always exactly one line.
+LINE_BREAKS_JSON_KEEPS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+
+
+def json_line(result: dict, pretty: bool = False) -> str:
+    text = json.dumps(result, indent=2 if pretty else None, ensure_ascii=False)
+    for character, escaped in LINE_BREAKS_JSON_KEEPS.items():
+        text = text.replace(character, escaped)
+    return text
 
 
 def build_limits(wall_seconds: float, cpu_seconds: int, memory_mb: int, output_chars: int, modules: list[str]) -> Limits:
@@ -68,5 +81,5 @@ def exec_command(
     corpus = open_corpus(corpus_path)
     with Sandbox(corpus, limits) as sandbox:
         for name, code in actions:
-            result = {"file": name, **sandbox.execute(code).to_json()}
-            typer.echo(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False))
+            result = {"file": name, **sandbox.execute(code).to_json(), "isolation": sandbox.isolation}
+            typer.echo(json_line(result, pretty))

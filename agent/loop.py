@@ -94,7 +94,7 @@ def run_episode(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
         policy=PolicyInfo(name=policy.name, settings=policy.settings()), config=config, steps=steps,
-        outcome=outcome, hashes=hashes, versions=versions(), started_at=started_at,
+        outcome=outcome, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
         seconds=time.perf_counter() - started,
     )
 
@@ -109,7 +109,8 @@ def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> 
     calls = [ToolCallRecord(**call) for call in result.tool_calls]
     step = Step(
         index=index, action_text=text, code=code, observation=shown, observation_chars_cut=omitted,
-        error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost, tool_calls=calls,
+        error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost,
+        deferred_output_chars=result.deferred_output_chars, tool_calls=calls,
         timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls)),
     )
     ended = None

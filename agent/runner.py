@@ -14,6 +14,12 @@ from corpus.schema import Question
 from tools.sandbox import Sandbox
 
 
+def sandbox_isolation(corpus: Corpus, index: BM25Index, config: EpisodeConfig) -> str:
+    """What the sandbox's layers give on this machine, as a worker reports it (for run manifests)."""
+    with Sandbox(corpus, sandbox_limits(config), index=index) as sandbox:
+        return sandbox.isolation or "language-only"
+
+
 def episode_id(policy: str, question_id: str | None, question: str) -> str:
     """Deterministic: the same question and policy give the same id in every run."""
     key = question_id or "q-" + hashlib.sha256(question.encode()).hexdigest()[:12]

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: isolation, deferred_output_chars; version 1 files still load
 Status = Literal["submitted", "abstained", "step_limit", "context_limit", "policy_error"]
 
 
@@ -37,6 +37,7 @@ class Step(Record):
     error: str | None = None
     limit_hit: str | None = None
     variables_lost: bool = False
+    deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
     generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
     policy_info: dict[str, Any] | None = None  # what else the policy reported (replay: drift)
@@ -80,7 +81,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[1, 2] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -91,6 +92,9 @@ class Trajectory(Record):
     steps: list[Step]
     outcome: Outcome
     hashes: Hashes
+    # Which sandbox layers held, as the host verified them: "seccomp[+netns][+uid-drop]" or
+    # "language-only" (tools.sandbox); None only in schema-version-1 files, which did not record it.
+    isolation: str | None = None
     versions: dict[str, str]
     started_at: str
     seconds: float

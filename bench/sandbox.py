@@ -12,8 +12,12 @@ Four workloads, each timed from the host's side (code in, result out):
 
 The executors:
 
-  ours           ``tools.sandbox.Sandbox``: RestrictedPython in a forked, rlimited worker
-                 that already holds the corpus index (the episode-start row forks a new one)
+  ours           ``tools.sandbox.Sandbox``: RestrictedPython in a worker forked from the zygote
+                 behind seccomp; every tool call is an RPC to the host, which holds the index
+                 (the episode-start row forks a new worker)
+  in-worker      the previous design (``tools/sandbox.py`` at commit PREVIOUS, read from git):
+                 a worker forked from the host that holds the index and runs the tools itself,
+                 no zygote and no seccomp - the baseline the RPC's cost is measured against
   smolagents     ``LocalPythonExecutor`` in the host process (an AST interpreter, no process
                  isolation) with the same tool functions and its default 30 s timeout
   fresh-python   a new ``python -c`` per step that re-runs the episode's script so far, the
@@ -48,7 +52,24 @@ TRIVIAL = "1 + 1"
 SEARCH = 'hits = search("What learning rate is used to train QuantLens?", k=5)\nhits[0]["paper_id"]'
 LOOP = "total = 0\nfor i in range(200000):\n    total += i\ntotal"
 WORKLOADS = {"trivial": TRIVIAL, "search": SEARCH, "loop": LOOP}
-PACKAGES = ("RestrictedPython", "smolagents")
+PACKAGES = ("RestrictedPython", "smolagents", "pyseccomp")
+PREVIOUS = "b737a9e"  # the last commit whose worker held the corpus and ran the tools in-process
+
+
+def previous_sandbox_module():
+    """The in-worker sandbox of commit PREVIOUS, loaded from git; None outside a git checkout."""
+    import importlib.util
+
+    shown = subprocess.run(["git", "show", f"{PREVIOUS}:tools/sandbox.py"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        return None
+    path = Path(tempfile.mkdtemp()) / "previous_sandbox.py"
+    path.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location("previous_sandbox", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["previous_sandbox"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
 def timed(call, repeats: int) -> list[float]:
@@ -60,10 +81,12 @@ def timed(call, repeats: int) -> list[float]:
     return seconds
 
 
-def bench_ours(corpus, index, repeats: dict[str, int]) -> dict[str, list[float]]:
+def bench_ours(corpus, index, repeats: dict[str, int], module=None) -> dict[str, list[float]]:
+    """``module``: another sandbox module with the same interface (the previous design)."""
     results = {}
-    limits = Limits(wall_seconds=60, cpu_seconds=60)
-    with Sandbox(corpus, limits, index=index) as sandbox:
+    sandbox_class, limits_class = (Sandbox, Limits) if module is None else (module.Sandbox, module.Limits)
+    limits = limits_class(wall_seconds=60, cpu_seconds=60)
+    with sandbox_class(corpus, limits, index=index) as sandbox:
         sandbox.execute(TRIVIAL)  # the worker's one-time set-up belongs to the start row
         for name, code in WORKLOADS.items():
             def run(code=code):
@@ -73,7 +96,7 @@ def bench_ours(corpus, index, repeats: dict[str, int]) -> dict[str, list[float]]
             results[name] = timed(run, repeats[name])
 
     def start():
-        with Sandbox(corpus, limits, index=index) as sandbox:
+        with sandbox_class(corpus, limits, index=index) as sandbox:
             assert sandbox.execute(TRIVIAL).value == "2"
     start()
     results["start"] = timed(start, repeats["start"])
@@ -129,18 +152,24 @@ def summary(seconds: list[float]) -> tuple[float, float]:
     return statistics.median(seconds) * 1000, float(np.percentile(seconds, 95)) * 1000
 
 
-def heavy_host_starts(repeats: int) -> list[float]:
+def heavy_host_starts(repeats: int, previous: bool = False) -> list[float]:
     """Episode starts from a host that looks like one serving a model: torch and transformers
-    imported and 4 GiB of memory resident. Workers fork from the host, so this is the fork's cost
-    when the page table is large (run in its own process so the other rows stay clean)."""
+    imported and 4 GiB of memory resident (in its own process, so the other rows stay clean).
+    Ours forks workers from the zygote, whatever the host holds; the previous design forked the
+    host itself, so its start grew with the host's page table."""
     import json
 
+    importing = (
+        f"sys.path.insert(0, {str(ROOT / 'bench')!r})\nfrom sandbox import previous_sandbox_module\n"
+        "previous = previous_sandbox_module()\nLimits, Sandbox = previous.Limits, previous.Sandbox\n"
+        if previous else "from tools.sandbox import Limits, Sandbox\n"
+    )
     probe = (
         "import json, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import numpy as np, torch, transformers\n"
         "from corpus import BM25Index, generate\n"
-        "from tools.sandbox import Limits, Sandbox\n"
+        + importing +
         "corpus = generate(); index = BM25Index.cached(corpus)\n"
         "resident = np.ones(4 * 2**30 // 8)\n"
         "seconds = []\n"
@@ -188,6 +217,10 @@ def main() -> None:
     rows = {}
     rows["ours"] = bench_ours(corpus, index, repeats)
     print("ours done", file=sys.stderr)
+    previous = previous_sandbox_module()
+    if previous is not None:
+        rows["in-worker (previous)"] = bench_ours(corpus, index, repeats, previous)
+        print("previous design done", file=sys.stderr)
     rows["smolagents"] = bench_smolagents(corpus, index, {**repeats, "loop": max(3, args.loop_repeats // 4)})
     print("smolagents done", file=sys.stderr)
     with tempfile.TemporaryDirectory() as directory:
@@ -196,17 +229,30 @@ def main() -> None:
         rows["fresh-python"] = bench_fresh(corpus_file, fresh_repeats, with_tools=False)
         rows["fresh-python with tools"] = bench_fresh(corpus_file, fresh_repeats, with_tools=True)
     print("fresh interpreters done", file=sys.stderr)
-    rows["ours, host with torch and 4 GiB resident"] = {"start": heavy_host_starts(max(10, args.start_repeats // 5))}
+    heavy_repeats = max(10, args.start_repeats // 5)
+    rows["ours, host with torch and 4 GiB resident"] = {"start": heavy_host_starts(heavy_repeats)}
+    if previous is not None:
+        rows["in-worker (previous), host with torch and 4 GiB resident"] = {"start": heavy_host_starts(heavy_repeats, previous=True)}
 
     ours = {name: summary(seconds)[0] for name, seconds in rows["ours"].items()}
     smol_loop = summary(rows["smolagents"]["loop"])[0]
+    heavy = summary(rows["ours, host with torch and 4 GiB resident"]["start"])[0]
+    with Sandbox(corpus, Limits(), index=index) as sandbox:
+        isolation = sandbox.isolation
     report = [
         table(rows),
         "",
-        f"- Trivial action round trip, ours: p50 {ours['trivial']:.3f} ms (target <= 1 ms).",
-        f"- 200k-iteration loop: smolagents / ours = {smol_loop / ours['loop']:.1f}x (target >= 10x).",
-        f"- Episode start to first result, ours: p50 {ours['start']:.1f} ms (target < 50 ms); from a host that has "
-        f"imported torch and holds 4 GiB, p50 {summary(rows['ours, host with torch and 4 GiB resident']['start'])[0]:.1f} ms.",
+        f"- Isolation of our workers on this machine: `{isolation}`.",
+        f"- Trivial action round trip, ours: p50 {ours['trivial']:.3f} ms (target <= 0.3 ms).",
+    ]
+    if previous is not None:
+        before = {name: summary(seconds)[0] for name, seconds in rows["in-worker (previous)"].items()}
+        report.append(f"- One-search action, ours (an RPC to the host) / in-worker tools: "
+                      f"{ours['search'] / before['search']:.2f}x (target <= 1.5x).")
+    report += [
+        f"- 200k-iteration loop: smolagents / ours = {smol_loop / ours['loop']:.1f}x.",
+        f"- Episode start to first result, ours: p50 {ours['start']:.1f} ms; from a host that has imported torch "
+        f"and holds 4 GiB, p50 {heavy:.1f} ms (target <= 10 ms, from the zygote).",
         "- fresh-python rows carry one earlier action (`x = 1`) as the episode's history; every further step "
         "adds its action to the script, so a fresh-interpreter REPL grows O(steps^2) over an episode.",
         "- smolagents runs in the host process with no isolation and no memory or CPU limit; the trivial and "

@@ -15,6 +15,27 @@ def test_actions_share_one_namespace_and_print_json_lines(tmp_path):
     assert first["tool_calls"][0]["name"] == "search" and first["tool_calls"][0]["arguments"]["k"] == 2
     assert second["stdout"].startswith("demo-") and second["outcome"]["status"] == "submitted"
     assert second["outcome"]["answer"] == "3e-5"
+    assert first["isolation"] == second["isolation"] and first["isolation"]
+
+
+def test_output_stays_one_json_object_per_line_whatever_the_action_does(tmp_path):
+    actions = {
+        "debug.py": "import re\nre.compile('(a|b)+c', 128)\nNone\n",
+        "warn.py": "x = 1 is 1\n",
+        "unraisable.py": "def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\n"
+                         "for i in range(3000):\n    it = g()\n    next(it)\n    del it\n",
+        "flood.py": "while True:\n    print('\\n{\\\"forged\\\": 1}')\n",
+        "newlines.py": "print('a\\nb\\r\\n\\u2028c')\n'\\n'.join(['x', 'y'])\n",
+    }
+    for name, code in actions.items():
+        (tmp_path / name).write_text(code)
+    done = run_cli("exec", *(str(tmp_path / name) for name in actions), "--output-chars", "3000")
+    assert done.returncode == 0, done.stderr
+    results = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["file"].rsplit("/", 1)[-1] for r in results] == list(actions)
+    assert "LITERAL" in results[0]["stdout"] and "SyntaxWarning" in results[1]["stdout"]
+    assert results[2]["limit_hit"] == "output" and results[3]["limit_hit"] == "output"
+    assert done.stderr == ""
 
 
 def test_an_action_error_is_a_result_not_a_failure(tmp_path):

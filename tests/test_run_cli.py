@@ -72,6 +72,7 @@ def test_eval_writes_manifest_trajectories_and_metrics(tmp_path, corpus_file):
     trajectories = lines(out / "trajectories.jsonl")
     assert metrics["episodes"] == len(trajectories) == manifest["config"]["questions"]
     assert len({t["question_id"] for t in trajectories}) == len(trajectories)
+    assert manifest["isolation"] and {t["isolation"] for t in trajectories} == {manifest["isolation"]}
     assert 0 <= metrics["answer_f1"] <= 1 and set(metrics["abstention"]) == {"answerable", "unanswerable"}
     again = run_cli("eval", "--corpus", str(corpus_file), "--split", "test", "--out", str(out))
     assert again.returncode == 2 and "--resume" in again.stderr

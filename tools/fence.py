@@ -8,7 +8,8 @@ and before it runs the first action. In order:
 2. rlimits set once: address space (what an action may add), CPU time for the worker's whole
    life (the host's clock enforces the per-action limit), no core files, no file growth, and
    no descriptor numbers beyond 3;
-3. started as root: no supplementary groups, an unprivileged uid/gid (``nobody``), no processes;
+3. started as root: no supplementary groups, an unprivileged uid/gid (``nobody``); always: no
+   capabilities (ambient ones included) and no processes of its own (RLIMIT_NPROC 0);
 4. the parent-death signal, so a worker never outlives its zygote;
 5. no-new-privs and a seccomp-bpf filter built once per zygote with libseccomp (``pyseccomp``):
    an allow-list of what running Python needs - reading and writing descriptors it already has,
@@ -38,6 +39,8 @@ import sys
 
 CHANNEL_FD = 3
 PR_SET_PDEATHSIG = 1
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNET = 0x40000000
 AT_EMPTY_PATH = 0x1000
 NOBODY = 65534
@@ -116,6 +119,7 @@ def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pi
         _drop_privileges()
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no processes of its own (root ignores it, so after the drop)
     if sys.platform.startswith("linux"):
+        _drop_capabilities()
         _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
             os._exit(0)
@@ -144,6 +148,22 @@ def _limits(memory_bytes: int, episode_cpu_seconds: int) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (episode_cpu_seconds, episode_cpu_seconds + CPU_HARD_MARGIN))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))
+
+
+class _CapabilityHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapabilitySet(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> None:
+    """No capabilities at all, ambient ones included (a non-root host may hold some)."""
+    libc = _libc()
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+    if libc.capset(ctypes.byref(_CapabilityHeader(CAPABILITY_VERSION_3, 0)), (_CapabilitySet * 2)()) != 0:
+        raise OSError(ctypes.get_errno(), "capset() failed")
 
 
 def _drop_privileges() -> None:

@@ -209,8 +209,9 @@ class CompileError(Exception):
     pass
 
 
-def compile_action(code: str):
-    """RestrictedPython bytecode; a final bare expression is assigned to LAST_VALUE (notebook style)."""
+def compile_action(code: str, restricted: bool = True):
+    """Bytecode for an action; a final bare expression is assigned to LAST_VALUE (notebook style).
+    RestrictedPython compiles it; ``restricted=False`` (fence tests only) compiles plain Python."""
     try:
         tree = ast.parse(code, filename=ACTION_FILENAME)
     except SyntaxError as error:
@@ -221,6 +222,8 @@ def compile_action(code: str):
         last = tree.body[-1]
         tree.body[-1] = ast.copy_location(ast.Assign(targets=[ast.Name(LAST_VALUE, ast.Store())], value=last.value), last)
         ast.fix_missing_locations(tree)
+    if not restricted:
+        return compile(tree, ACTION_FILENAME, "exec")
     compiled = compile_restricted_exec(tree, filename=ACTION_FILENAME)
     if compiled.errors:
         raise CompileError("; ".join(compiled.errors))
@@ -309,9 +312,12 @@ class Runtime:
     def exchange(self, request: bytes) -> dict:
         """Send one request and read its answer. A failure half-way (memory, recursion) leaves the
         channel in an unknown state, so the worker exits rather than read the wrong frame later."""
+        depth_limit = sys.getrecursionlimit()
         try:
+            sys.setrecursionlimit(depth_limit + 100)  # a call made at the recursion limit still completes
             wire.send_blocking(self.channel, request)
             reply = wire.receive_blocking(self.channel, RESULT_CAP)
+            sys.setrecursionlimit(depth_limit)
         except BaseException:
             os._exit(EXIT_PROTOCOL)
         if reply is None:
@@ -325,7 +331,7 @@ class Runtime:
         self.in_action = True
         try:
             try:
-                compiled = compile_action(code) if self.restricted else compile(code, ACTION_FILENAME, "exec")
+                compiled = compile_action(code, self.restricted)
                 exec(compiled, self.namespace)
                 value = self.namespace.pop(LAST_VALUE, None)
                 if value is not None:
