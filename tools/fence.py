@@ -17,7 +17,8 @@ and before it runs the first action. In order:
    open/openat, stat of paths, socket/connect, execve, fork/clone, kill, ptrace, setrlimit,
    ioctl, dup, pipe, mount, unshare ...
 
-The zygote itself enters new network namespace when the kernel lets it (``unshare_network``),
+The zygote itself enters a new network namespace when the kernel lets it (``unshare_network``;
+without root, inside a new user namespace where unprivileged ones are allowed),
 so a worker has no interface but a downed loopback even before seccomp.
 
 What still reaches a worker that has escaped the language layer: its own memory, the CPU it is
@@ -42,6 +43,7 @@ PR_SET_PDEATHSIG = 1
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
 AT_EMPTY_PATH = 0x1000
 NOBODY = 65534
 CPU_HARD_MARGIN = 5  # seconds between SIGXCPU (soft) and SIGKILL (hard) at the end of a worker's life
@@ -101,9 +103,13 @@ def unshare_network() -> str | None:
     if not sys.platform.startswith("linux"):
         return "network namespaces are Linux only"
     libc = _libc()
-    if libc.unshare(CLONE_NEWNET) != 0:
-        return f"unshare(CLONE_NEWNET) failed: {os.strerror(ctypes.get_errno())}"
-    return None
+    if libc.unshare(CLONE_NEWNET) == 0:
+        return None
+    first = os.strerror(ctypes.get_errno())
+    # Without privileges, a new user namespace may grant the right to make a network namespace.
+    if os.geteuid() != 0 and libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
+        return None
+    return f"unshare(CLONE_NEWNET) failed: {first}"
 
 
 def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, syscall_filter) -> list[str]:

@@ -132,17 +132,18 @@ class CpuClock:
 
     TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-    def __init__(self, pid: int, budget: float) -> None:
-        self.path = f"/proc/{pid}/stat"
+    def __init__(self, stat_fd: int | None, budget: float) -> None:
+        self.stat_fd = stat_fd
         self.budget = budget
         self.started = time.monotonic()
         self.start = self._read()
         self.next_check = budget
 
     def _read(self) -> float | None:
+        if self.stat_fd is None:
+            return None
         try:
-            with open(self.path, "rb") as stat:
-                fields = stat.read().rsplit(b")", 1)[1].split()
+            fields = os.pread(self.stat_fd, 1024, 0).rsplit(b")", 1)[1].split()
         except (OSError, IndexError):
             return None
         return (int(fields[11]) + int(fields[12])) / self.TICKS
@@ -202,6 +203,7 @@ class Sandbox:
         self.replacements = 0
         self.refused_frames = 0  # data a worker wrote outside an action
         self._socket = None
+        self._stat_fd: int | None = None  # the worker's /proc/PID/stat, kept open: its CPU clock
         self._channel: wire.HostChannel | None = None
         self._finalizer: weakref.finalize | None = None
 
@@ -226,7 +228,11 @@ class Sandbox:
         except (ZygoteError, OSError) as error:
             raise SandboxError(f"could not start a sandbox worker: {error}") from None
         self.pid, self._socket, self._channel = pid, sock, wire.HostChannel(sock.fileno())
-        self._finalizer = weakref.finalize(self, _reap_quietly, self.zygote, pid, sock)
+        try:
+            self._stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc: the wall clock and the worker's RLIMIT_CPU still hold
+            self._stat_fd = None
+        self._finalizer = weakref.finalize(self, _reap_quietly, self.zygote, pid, sock, self._stat_fd)
         try:
             ready = self._channel.receive(1 << 16, time.monotonic() + READY_SECONDS)
             if ready.get("op") != "ready":
@@ -246,6 +252,9 @@ class Sandbox:
             self._finalizer.detach()
         status = self.zygote.reap(self.pid, grace)
         self._socket.close()
+        if self._stat_fd is not None:
+            os.close(self._stat_fd)
+            self._stat_fd = None
         self.pid, self._socket, self._channel = None, None, None
         return status
 
@@ -288,7 +297,7 @@ class Sandbox:
 
     def _run(self, request: bytes, result: ActionResult) -> None:
         deadline = time.monotonic() + self.limits.wall_seconds
-        clock = CpuClock(self.pid, self.limits.cpu_seconds)
+        clock = CpuClock(self._stat_fd, self.limits.cpu_seconds)
         channel, cap = self._channel, self.limits.frame_cap()
         limit, grace = None, 0.0
         try:
@@ -368,12 +377,14 @@ class Sandbox:
         return "output" if len(frame["stdout"]) > cap else None
 
 
-def _reap_quietly(zygote: Zygote, pid: int, sock) -> None:
+def _reap_quietly(zygote: Zygote, pid: int, sock, stat_fd: int | None) -> None:
     """A sandbox dropped without ``close()``: end its worker anyway."""
     try:
         zygote.reap(pid, 0.0)
     finally:
         sock.close()
+        if stat_fd is not None:
+            os.close(stat_fd)
 
 
 def _warn_language_only(reason: str | None) -> None:

@@ -102,12 +102,14 @@ class HostChannel:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self.fd = fd
-        self._poll = select.poll()
-        self._poll.register(fd, select.POLLIN)
+        self._pollers = {}
+        for events in (select.POLLIN, select.POLLOUT):
+            self._pollers[events] = select.poll()
+            self._pollers[events].register(fd, events)
 
     def pending(self) -> bool:
         """Whether the worker has written anything (or closed) that nobody asked for."""
-        return bool(self._poll.poll(0))
+        return bool(self._pollers[select.POLLIN].poll(0))
 
     def send(self, data: bytes, deadline: float, watchdog: Callable[[], float] | None = None) -> None:
         view = memoryview(data)
@@ -144,8 +146,7 @@ class HostChannel:
 
     def _wait(self, events: int, deadline: float, watchdog: Callable[[], float] | None) -> None:
         """Until the descriptor is ready; ``watchdog()`` raises to stop, or says how long to wait before asking again."""
-        poller = select.poll()
-        poller.register(self.fd, events)
+        poller = self._pollers[events]
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -4,15 +4,9 @@ import os
 
 import pytest
 
-from corpus import BM25Index
 from tools.sandbox import Limits, Sandbox
 
 LIMITS = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, output_chars=5_000)
-
-
-@pytest.fixture(scope="module")
-def index(small_demo):
-    return BM25Index.build(small_demo)
 
 
 @pytest.fixture

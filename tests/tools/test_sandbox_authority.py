@@ -5,7 +5,6 @@ import resource
 
 import pytest
 
-from corpus import BM25Index
 from tools.paper_tools import PaperTools
 from tools.sandbox import Limits, Sandbox
 
@@ -24,11 +23,6 @@ cycle.append(cycle)
 del it
 del cycle
 """
-
-
-@pytest.fixture(scope="module")
-def index(small_demo):
-    return BM25Index.build(small_demo)
 
 
 @pytest.fixture

@@ -10,16 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from corpus import BM25Index
 from tools.sandbox import LANGUAGE_ONLY, Limits, Sandbox
 from tools.zygote import Zygote
 
 LIMITS = Limits(wall_seconds=20.0, cpu_seconds=5, memory_bytes=512 * 2**20, output_chars=5_000)
-
-
-@pytest.fixture(scope="module")
-def index(small_demo):
-    return BM25Index.build(small_demo)
 
 
 @pytest.fixture
