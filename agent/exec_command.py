@@ -40,7 +40,8 @@ def json_line(result: dict, pretty: bool = False) -> str:
     text = json.dumps(result, indent=2 if pretty else None, ensure_ascii=False)
     for character, escaped in LINE_BREAKS_JSON_KEEPS.items():
         text = text.replace(character, escaped)
-    return text
+    # a lone surrogate cannot be written as UTF-8; as a \\uXXXX escape it is still valid JSON
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def build_limits(wall_seconds: float, cpu_seconds: int, memory_mb: int, output_chars: int, modules: list[str]) -> Limits:

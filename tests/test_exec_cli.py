@@ -26,6 +26,7 @@ def test_output_stays_one_json_object_per_line_whatever_the_action_does(tmp_path
                          "for i in range(3000):\n    it = g()\n    next(it)\n    del it\n",
         "flood.py": "while True:\n    print('\\n{\\\"forged\\\": 1}')\n",
         "newlines.py": "print('a\\nb\\r\\n\\u2028c')\n'\\n'.join(['x', 'y'])\n",
+        "surrogate.py": "print(chr(0xd800))\nsubmit(chr(0xdfff) + 'answer', evidence=[])\n",
     }
     for name, code in actions.items():
         (tmp_path / name).write_text(code)
@@ -35,6 +36,7 @@ def test_output_stays_one_json_object_per_line_whatever_the_action_does(tmp_path
     assert [r["file"].rsplit("/", 1)[-1] for r in results] == list(actions)
     assert "LITERAL" in results[0]["stdout"] and "SyntaxWarning" in results[1]["stdout"]
     assert results[2]["limit_hit"] == "output" and results[3]["limit_hit"] == "output"
+    assert results[5]["stdout"] == "\ufffd\n" and results[5]["outcome"]["answer"] == "\ufffdanswer"
     assert done.stderr == ""
 
 

@@ -13,6 +13,7 @@ entry names the function, its argument model and its one-line contract.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 import time
 from dataclasses import dataclass, field
@@ -74,6 +75,37 @@ class Outcome:
 
 
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
+MAX_NAME_CHARS = 300  # paper ids and section names are short; longer arguments are refused unechoed
+SECTION_NUMBER = re.compile(r"[0-9]{1,6}")  # not str.isdigit(): it accepts "²", which int() refuses
+RECORD_TEXT_CHARS = 1_000  # a string argument kept in a call record beyond this is cut, and says so
+RECORD_CHARS = 10_000  # a call record's arguments beyond this (as JSON) are summarised, and say so
+
+
+def shown(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` for an error message, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def for_record(arguments: dict) -> dict:
+    """A call's arguments as the trajectory keeps them: long strings cut, and arguments that are
+    still too large replaced by their size and their start. Each cut says what it left out."""
+    kept = _cut_strings(arguments)
+    text = json.dumps(kept, ensure_ascii=False)
+    if len(text) <= RECORD_CHARS:
+        return kept
+    return {"arguments_not_recorded": f"{len(text):,} characters of arguments, over the {RECORD_CHARS:,} a record keeps",
+            "start": text[:RECORD_TEXT_CHARS]}
+
+
+def _cut_strings(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > RECORD_TEXT_CHARS:
+        return value[:RECORD_TEXT_CHARS] + f"... [{len(value) - RECORD_TEXT_CHARS} characters not recorded]"
+    if isinstance(value, list):
+        return [_cut_strings(item) for item in value]
+    if isinstance(value, dict):
+        return {_cut_strings(key): _cut_strings(item) for key, item in value.items()}
+    return value
 
 
 def sentences(text: str) -> list[str]:
@@ -114,7 +146,7 @@ class PaperTools:
         record = ToolCall(name, {}, 0.0)
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
-            record.arguments = parsed.model_dump()
+            record.arguments = for_record(parsed.model_dump())
             return getattr(self, f"_{name}")(parsed)
         except ToolError as error:
             record.error = str(error)
@@ -213,13 +245,17 @@ class PaperTools:
     def _paper(self, paper_id: str) -> Paper:
         if paper_id in self.corpus:
             return self.corpus.paper(paper_id)
+        if len(paper_id) > MAX_NAME_CHARS:
+            raise ToolError(f"no paper {shown(paper_id)}; paper ids are short, and search() returns them")
         close = _closest(paper_id, self.corpus.paper_ids)
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else "; search() returns paper ids"
         raise ToolError(f"no paper {paper_id!r}{hint}")
 
     def _section_number(self, paper: Paper, section: int | str) -> int:
         count = len(paper.sections)
-        if isinstance(section, str) and section.strip().isdigit():
+        if isinstance(section, str) and len(section) > MAX_NAME_CHARS:
+            raise ToolError(f"no section {shown(section)} in {paper.id!r}; read({paper.id!r}) lists its sections")
+        if isinstance(section, str) and SECTION_NUMBER.fullmatch(section.strip()):
             section = int(section.strip())
         if isinstance(section, int):
             if not 0 <= section < count:
@@ -232,8 +268,8 @@ class PaperTools:
             if len(matches) == 1:
                 return matches[0]
             if len(matches) > 1:
-                shown = ", ".join(f"{i}: {paper.sections[i].name}" for i in matches)
-                raise ToolError(f"section {section!r} is ambiguous in {paper.id!r} ({shown}); pass its number")
+                listed = ", ".join(f"{i}: {paper.sections[i].name}" for i in matches)
+                raise ToolError(f"section {section!r} is ambiguous in {paper.id!r} ({listed}); pass its number")
         raise ToolError(f"no section {section!r} in {paper.id!r}; read({paper.id!r}) lists its sections")
 
     def _sentences_of(self, paper: Paper) -> tuple[list[tuple[int, int, str]], BM25]:
@@ -257,7 +293,7 @@ class PaperTools:
             item = [item["paper_id"], item["section"], item["paragraph"]]
         if isinstance(item, list):
             if len(item) != 3 or not isinstance(item[0], str) or not all(type(x) is int for x in item[1:]):
-                raise ToolError(f"evidence {position}: expected [paper_id, section, paragraph] with two integers, got {item!r}")
+                raise ToolError(f"evidence {position}: expected [paper_id, section, paragraph] with two integers, got {shown(item)}")
             paper = self._paper(item[0])
             section, paragraph = item[1], item[2]
             if not 0 <= section < len(paper.sections) or not 0 <= paragraph < len(paper.sections[section].paragraphs) \
@@ -273,7 +309,7 @@ class PaperTools:
                 if quote in " ".join(paragraph.text.split()).lower():
                     return {"paper_id": paragraph.paper_id, "section": paragraph.section_index,
                             "paragraph": paragraph.paragraph_index, "text": paragraph.text}
-            raise ToolError(f"evidence {position}: no paragraph contains the quote {item[:60]!r}; quote the text exactly as read")
+            raise ToolError(f"evidence {position}: no paragraph contains the quote {shown(item)}; quote the text exactly as read")
         raise ToolError(f"evidence {position}: expected a hit, a [paper_id, section, paragraph] list or a quote, got {type(item).__name__}")
 
     def _refuse_if_ended(self) -> None:

@@ -33,10 +33,12 @@ The layers
 4. **Limits the host enforces**, without any capability: wall clock per action (SIGKILL), CPU per
    action by reading the worker's CPU clock, a CPU budget for the worker's whole life
    (RLIMIT_CPU, set once), address space (RLIMIT_AS: allocations past it fail with
-   MemoryError, the action's own error; a worker that cannot allocate for itself exits and the
-   host records ``memory``), printed output (the host cuts it and records ``output``), frame
-   sizes, and deadlines on both directions of the channel. After any breach the worker is
-   replaced and the result says the variables were lost.
+   MemoryError, the action's own error; a worker that cannot allocate for itself exits, and the
+   host records ``memory`` when the kernel's peak resident size backs that), printed output (the
+   host cuts it and records ``output``), tool calls per action (``tool_calls``; each call is
+   recorded, with long arguments cut, so a trajectory stays bounded), frame sizes, and
+   deadlines on both directions of the channel. After any breach the worker is replaced and the
+   result says the variables were lost.
 
 What is still not protected
 ---------------------------
@@ -89,9 +91,10 @@ class Limits:
     output_chars: int = 20_000
     allowed_modules: tuple[str, ...] = DEFAULT_MODULES
     episode_cpu_seconds: int = 600
+    tool_calls: int = 500  # per action: each is recorded, so the trajectory stays bounded
 
     def __post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars", "episode_cpu_seconds"):
+        for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars", "episode_cpu_seconds", "tool_calls"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
         check_allowed(self.allowed_modules)
@@ -121,6 +124,10 @@ class ActionResult:
 
 
 class CpuExceeded(Exception):
+    pass
+
+
+class TooManyCalls(Exception):
     pass
 
 
@@ -299,12 +306,15 @@ class Sandbox:
         deadline = time.monotonic() + self.limits.wall_seconds
         clock = CpuClock(self._stat_fd, self.limits.cpu_seconds)
         channel, cap = self._channel, self.limits.frame_cap()
-        limit, grace = None, 0.0
+        limit, grace, calls = None, 0.0, 0
         try:
             channel.send(request, deadline, clock.watch)
             while True:
                 frame = channel.receive(cap, deadline, clock.watch, wire.marker_hook)
                 if frame.get("op") == "call":
+                    calls += 1
+                    if calls > self.limits.tool_calls:
+                        raise TooManyCalls()
                     channel.send(self._serve(frame), deadline, clock.watch)
                 elif frame.get("op") == "done":
                     limit = self._accept(frame, result)
@@ -315,6 +325,8 @@ class Sandbox:
             limit = "wall_clock"
         except CpuExceeded:
             limit = "cpu_time"
+        except TooManyCalls:
+            limit = "tool_calls"
         except wire.FrameTooLarge:
             limit = "output"
         except wire.FrameMalformed:
@@ -336,7 +348,8 @@ class Sandbox:
         if status.get("signal") == signal.SIGKILL and not status.get("killed") \
                 and status.get("cpu_seconds", 0) >= self.limits.episode_cpu_seconds - 1:
             return "cpu_time"  # the kernel's hard RLIMIT_CPU
-        if status.get("exit_code") == worker.EXIT_MEMORY:
+        # The exit code is the worker's claim; the peak resident size, from the kernel, must back it.
+        if status.get("exit_code") == worker.EXIT_MEMORY and status.get("max_rss_bytes", 0) >= self.limits.memory_bytes // 2:
             return "memory"
         return "crash"
 

@@ -51,13 +51,33 @@ def encode(payload: dict) -> bytes:
     return HEADER.pack(len(data)) + data
 
 
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
 def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dict:
+    """One strict JSON object: no NaN or Infinity, and no lone surrogates (U+FFFD instead), so
+    that whatever the worker sends can be written to a trajectory and read by any JSON parser."""
     try:
-        value = json.loads(body, object_hook=object_hook)
+        value = json.loads(body, object_hook=object_hook, parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as error:
         raise FrameMalformed(f"not a JSON frame ({type(error).__name__})") from None
     if type(value) is not dict:
         raise FrameMalformed("a frame must be a JSON object")
+    if b"\\ud" in body or b"\\uD" in body:  # surrogate escapes: lone ones cannot be encoded as UTF-8
+        value = _without_lone_surrogates(value)
+    return value
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
+    if isinstance(value, Marker):
+        return Marker(value.kind, _without_lone_surrogates(value.detail))
     return value
 
 

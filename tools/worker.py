@@ -38,6 +38,7 @@ LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading unders
 ACTION_FILENAME = "<action>"
 TOOL_NAMES = ("search", "read", "extract", "submit", "abstain")
 ERROR_CHARS = 2_000
+THOROUGH_EVERY = 16  # actions between collections that also walk what earlier actions left
 TRACEBACK_CHARS = 4_000
 # Frame caps on the worker's side of the channel (the host has its own).
 CODE_CAP = 1 << 20
@@ -260,6 +261,7 @@ class Runtime:
         self.allowed_modules = allowed_modules
         self.restricted = restricted
         self.in_action = False
+        self.actions = 0
         self.router = Router()
         self.printer = type("Printer", (PrintTo,), {"router": self.router})
         builtins = {k: v for k, v in safe_builtins.items() if k not in REMOVED_BUILTINS}
@@ -278,6 +280,7 @@ class Runtime:
             "_inplacevar_": inplace,
             "_print_": self.printer,
             "ToolError": ToolError,
+            "__metaclass__": type,  # RestrictedPython's class statements need it (names with _ stay unreachable)
             **{name: self._stub(name) for name in TOOL_NAMES},
         }
         if not restricted:  # the kernel-fence tests run plain Python here, as an escaped action would
@@ -324,6 +327,17 @@ class Runtime:
             os._exit(EXIT_HOST_GONE)
         return reply
 
+    def _collect(self, thorough: bool) -> None:
+        """Collect this action's garbage now, so its finalizers run as code of no step, then freeze
+        what survived: the next collection walks only what later actions allocate, so a large
+        episode does not make every action slower. Frozen cycles that later become garbage wait
+        for a thorough collection: every ``THOROUGH_EVERY`` actions, and after a MemoryError."""
+        self.actions += 1
+        if thorough or self.actions % THOROUGH_EVERY == 0:
+            gc.unfreeze()
+        gc.collect()
+        gc.freeze()
+
     def run(self, code: str) -> dict:
         capture = Capture(self.output_chars)
         result: dict[str, Any] = {"value": None, "error": None, "traceback": None}
@@ -352,7 +366,7 @@ class Runtime:
             deferred = Discard()
             self.router.sink = deferred
         self.namespace.pop(LAST_VALUE, None)
-        gc.collect()  # finalizers of this action's garbage run now, as code of no step
+        self._collect(thorough=(result["error"] or "").startswith("MemoryError"))
         result["stdout"] = capture.text()
         result["deferred_output_chars"] = deferred.dropped
         return result

@@ -10,7 +10,7 @@ shared) and then forks one worker per request, which fences itself (``tools.fenc
 
 Protocol on the control socket (SOCK_SEQPACKET, one JSON message each way):
 ``spawn`` (+ the worker's end of a fresh socketpair) -> ``{"pid"}``; ``reap`` -> the worker's exit
-status and CPU time, killing it first if it is still alive after ``grace`` seconds. The zygote
+status, CPU time and peak resident size, or ``{"running"}`` (unless told to kill it). The zygote
 is the workers' parent, so it alone can read how they ended; the host asks. When the host goes
 away the control socket closes and the zygote kills every worker and exits.
 
@@ -86,8 +86,9 @@ def main(control_fd: int, kernel_fence: bool) -> None:
             children.add(pid)
             reply = {"pid": pid}
         else:
-            children.discard(request["pid"])
-            reply = _reap(request["pid"], request["grace"])
+            reply = _reap(request["pid"], request["kill"])
+            if "running" not in reply:
+                children.discard(request["pid"])
         control.send(json.dumps(reply).encode())
 
 
@@ -113,27 +114,23 @@ def _kill(pid: int) -> None:
             pass
 
 
-def _reap(pid: int, grace: float) -> dict:
-    deadline = time.monotonic() + grace
-    killed = False
+def _reap(pid: int, kill: bool) -> dict:
+    """How worker ``pid`` ended; ``{"running"}`` if it has not ended and ``kill`` is false."""
     try:
-        while True:
-            done, status, usage = os.wait4(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() >= deadline:
-                _kill(pid)
-                killed = True
-                _, status, usage = os.wait4(pid, 0)
-                break
-            time.sleep(0.001)
+        done, status, usage = os.wait4(pid, os.WNOHANG)
+        if not done:
+            if not kill:
+                return {"pid": pid, "running": True}
+            _kill(pid)
+            _, status, usage = os.wait4(pid, 0)
     except ChildProcessError:
         return {"pid": pid, "unknown": True}
     return {
-        "pid": pid, "killed": killed,
+        "pid": pid, "killed": not done,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
+        "max_rss_bytes": usage.ru_maxrss * 1024,
     }
 
 
@@ -205,13 +202,20 @@ class Zygote:
         return reply["pid"], host_end
 
     def reap(self, pid: int, grace: float = 0.0) -> dict:
-        """How worker ``pid`` ended (killed now if it is still running after ``grace`` seconds)."""
-        with self._lock:
-            try:
-                return self._ask({"op": "reap", "pid": pid, "grace": grace})
-            except (ZygoteError, OSError):  # its workers died with it
-                self._discard()
-                return {"pid": pid, "unknown": True}
+        """How worker ``pid`` ended (killed if it is still running after ``grace`` seconds). The
+        lock is held per question, not across the grace period: other sandboxes go on meanwhile."""
+        deadline = time.monotonic() + grace
+        while True:
+            kill = time.monotonic() >= deadline
+            with self._lock:
+                try:
+                    reply = self._ask({"op": "reap", "pid": pid, "kill": kill})
+                except (ZygoteError, OSError):  # its workers died with it
+                    self._discard()
+                    return {"pid": pid, "unknown": True}
+            if "running" not in reply:
+                return reply
+            time.sleep(0.002)
 
     def _discard(self) -> None:
         if self._control is not None:

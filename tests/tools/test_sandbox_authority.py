@@ -145,5 +145,33 @@ def test_a_flood_of_unraisable_exceptions_is_capped_like_print(sandbox, capfd):
     assert capfd.readouterr() == ("", "")
 
 
+def test_records_of_calls_stay_small_whatever_the_arguments(sandbox):
+    result = sandbox.execute("big = 'q' * 12000\nfor i in range(30):\n    try:\n        submit('a', evidence=[big + str(i)] * 20)\n"
+                             "    except ToolError:\n        pass")
+    assert len(result.tool_calls) == 30 and all(len(repr(call)) < 3_000 for call in result.tool_calls)
+    assert "arguments_not_recorded" in result.tool_calls[0]["arguments"]
+    cut = sandbox.execute("search('q' * 400)")  # within the tool's own bounds: recorded, cut and marked
+    assert "characters not recorded" not in repr(cut.tool_calls)
+
+
+def test_an_action_may_make_only_so_many_tool_calls(small_demo, index):
+    with Sandbox(small_demo, Limits(tool_calls=20), index=index) as sandbox:
+        sandbox.execute("kept = 1")
+        result = sandbox.execute("for i in range(1000):\n    read('demo-00000')")
+        assert result.limit_hit == "tool_calls" and len(result.tool_calls) == 20 and result.variables_lost
+        assert sandbox.execute("read('demo-00000')[:10]").error is None
+
+
+@pytest.mark.parametrize("section", ["'\u00b2'", "'9' * 5000", "'x' * 100000", "'  12  '"])
+def test_odd_section_arguments_are_tool_errors_not_internal_ones(sandbox, section):
+    result = sandbox.execute(f"read('demo-00000', section={section})")
+    assert result.error.startswith("ToolError") and len(result.error) < 400
+    assert "internal error" not in (result.tool_calls[0]["error"] or "")
+
+
+def test_classes_can_be_defined(sandbox):
+    assert sandbox.execute("class Box:\n    def size(self):\n        return 3\nBox().size()").value == "3"
+
+
 def test_denied_module_import_names_what_is_allowed(sandbox):
     assert "allowed: math, re, json" in sandbox.execute("import functools").error

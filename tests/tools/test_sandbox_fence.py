@@ -155,6 +155,25 @@ def test_forged_frames_claim_nothing(escaped):
     assert escaped.execute("1 + 1").value == "2"
 
 
+@pytest.mark.parametrize("body", [
+    b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[NaN, Infinity]}}',
+    b'{"op":"done","stdout":"","value":NaN,"error":null,"traceback":null,"deferred_output_chars":0}',
+    b'[1, 2]',
+    b'{"op":"call","tool":"open","args":[],"kwargs":{}}',
+])
+def test_frames_that_are_not_strict_json_or_not_ours_are_protocol_violations(escaped, body):
+    result = escaped.execute(f"import os, struct\nos.write(3, struct.pack('>I', {len(body)}) + {body!r})\nos.read(3, 1)")
+    assert result.limit_hit == "protocol" and result.tool_calls == [] and escaped.outcome is None
+
+
+def test_an_exit_code_alone_cannot_claim_the_memory_limit(escaped):
+    from tools.worker import EXIT_MEMORY
+
+    escaped.execute("kept = 1")
+    result = escaped.execute(f"import os\nos._exit({EXIT_MEMORY})")
+    assert result.limit_hit == "crash" and result.variables_lost
+
+
 def test_a_worker_that_speaks_between_actions_is_replaced(escaped):
     """A forged done frame ends the action (it may lie about its own output); a frame after it,
     which arrives when no action runs, is refused and the worker replaced."""
