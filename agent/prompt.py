@@ -43,6 +43,8 @@ def observation(result: ActionResult) -> str:
     if result.limit_hit:
         lost = " The sandbox was restarted and your variables were lost." if result.variables_lost else ""
         parts.append(f"Limit hit: {result.limit_hit}.{lost}")
+    elif result.variables_lost:  # its worker died between actions and was replaced before this one ran
+        parts.append("The sandbox was restarted before this action ran; your earlier variables were lost.")
     return "\n".join(parts) or EMPTY_OBSERVATION
 
 

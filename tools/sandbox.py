@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import time
 import weakref
@@ -286,9 +287,10 @@ class Sandbox:
         result = ActionResult()
         if self.pid is None:
             self.start()
-        elif self._channel.pending():  # it wrote (or died) between actions: nothing it says then counts
-            self.refused_frames += 1
-            self._end_worker(0.0)
+        elif self._channel.pending():  # it wrote, or died, between actions: replaced before this one runs
+            if self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                self.refused_frames += 1  # nothing a worker says outside an action counts
+            self._end_worker(DEATH_GRACE_SECONDS)
             self._replace(result)
         calls_before, ended_before = len(self.tools.calls), self.tools.outcome is not None
         request = wire.encode({"op": "run", "code": code})

@@ -1,0 +1,106 @@
+"""The zygote: shared by threads, replaced when killed, never shared across a fork, gone with its host."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+from tools.sandbox import Limits, Sandbox
+from tools.zygote import Zygote, shared_zygote
+
+LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_bytes=512 * 2**20)
+
+
+def test_threads_share_one_zygote_without_mixing_episodes(small_demo, index):
+    answers, errors = {}, []
+
+    def episodes(thread: int) -> None:
+        try:
+            for episode in range(4):
+                with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+                    if episode == 1:  # a replaced worker in the middle of the others' traffic
+                        assert sandbox.execute("print('x' * 10**6)").limit_hit == "output"
+                    sandbox.execute(f"mine = 'thread {thread} episode {episode}'")
+                    sandbox.execute("hits = search('learning rate', k=2)")
+                    sandbox.execute("submit(mine, evidence=[hits[0]])")
+                    answers[(thread, episode)] = sandbox.outcome.answer
+        except Exception as error:  # noqa: BLE001 - reported below, with its thread
+            errors.append((thread, repr(error)))
+
+    threads = [threading.Thread(target=episodes, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors
+    assert answers == {(t, e): f"thread {t} episode {e}" for t in range(4) for e in range(4)}
+
+
+def test_a_killed_zygote_is_replaced_and_the_next_episode_runs(small_demo, index):
+    zygote = Zygote()
+    try:
+        with Sandbox(small_demo, LIMITS, index=index, zygote=zygote) as sandbox:
+            assert sandbox.execute("1 + 1").value == "2"
+            os.kill(zygote.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 60
+            while _alive(sandbox.pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            result = sandbox.execute("2 + 2")  # its worker died with it (parent-death signal): a new one runs it
+            assert result.value == "4" and result.variables_lost and sandbox.refused_frames == 0
+            assert sandbox.execute("3 + 3").value == "6"
+    finally:
+        zygote.close()
+
+
+def test_a_forked_host_gets_its_own_zygote(small_demo, index):
+    parent = shared_zygote()
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+        assert sandbox.execute("1").value == "1"
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:  # a forked host (eval's worker pool): must not talk on its parent's control socket
+        try:
+            mine = shared_zygote()
+            with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+                ok = sandbox.execute("40 + 2").value == "42" and mine is not parent and mine.pid != parent.pid
+            os.write(write_end, b"ok" if ok else b"no")
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    assert os.read(read_end, 2) == b"ok"
+    os.waitpid(child, 0)
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:  # the parent's zygote is untouched
+        assert sandbox.execute("7").value == "7" and shared_zygote() is parent
+
+
+def test_workers_and_zygote_die_with_a_killed_host(tmp_path):
+    script = textwrap.dedent("""
+        import sys, time
+        from corpus import BM25Index, DemoConfig, generate
+        from tools.sandbox import Sandbox
+        corpus = generate(DemoConfig(papers=5, seed=1))
+        sandbox = Sandbox(corpus, index=BM25Index.build(corpus))
+        sandbox.start()
+        print(sandbox.zygote.pid, sandbox.pid, flush=True)
+        time.sleep(600)
+    """)
+    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)})
+    zygote_pid, worker_pid = map(int, host.stdout.readline().split())
+    host.kill()
+    host.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (_alive(zygote_pid) or _alive(worker_pid)):
+        time.sleep(0.05)
+    assert not _alive(zygote_pid) and not _alive(worker_pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
