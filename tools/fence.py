@@ -40,6 +40,9 @@ import sys
 
 CHANNEL_FD = 3
 PR_SET_PDEATHSIG = 1
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+BPF_INSTRUCTION_BYTES = 8
 PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNET = 0x40000000
@@ -65,7 +68,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def build_seccomp_filter():
-    """The worker's filter, built once in the zygote: (filter, None), or (None, why not)."""
+    """The worker's filter, compiled once in the zygote: (BPF program, None), or (None, why not)."""
     if not sys.platform.startswith("linux"):
         return None, f"seccomp is Linux only (this is {sys.platform})"
     try:
@@ -87,15 +90,43 @@ def build_seccomp_filter():
                 continue
         # getrlimit() is prlimit64(0, resource, NULL, old): reading limits yes, setting them no
         syscall_filter.add_rule(seccomp.ALLOW, "prlimit64", seccomp.Arg(2, seccomp.EQ, 0))
+        program = _export_bpf(syscall_filter)
     except Exception as error:  # libseccomp refused to build it: run without, and say so
         return None, f"libseccomp could not build the filter ({type(error).__name__}: {error})"
-    return syscall_filter, None
+    return program, None
+
+
+class _SockFilterProgram(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _export_bpf(syscall_filter) -> bytes:
+    """libseccomp's compiled BPF program, so that each worker loads it with one prctl()."""
+    import tempfile
+
+    with tempfile.TemporaryFile() as handle:
+        syscall_filter.export_bpf(handle)
+        handle.seek(0)
+        return handle.read()
+
+
+def _load_bpf(program: bytes) -> None:
+    libc = _libc()
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    header = _SockFilterProgram(len(program) // BPF_INSTRUCTION_BYTES, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(header), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
 def prepare() -> None:
-    """Everything the fence needs that a fenced worker could not do itself; run in the zygote."""
+    """Everything the fence needs that a fenced worker could not do (or would do slowly) itself;
+    run in the zygote: find libc and resolve the functions the workers call."""
     if sys.platform.startswith("linux"):
-        _libc()
+        libc = _libc()
+        for name in ("prctl", "capset", "unshare"):
+            getattr(libc, name)
 
 
 def unshare_network() -> str | None:
@@ -112,15 +143,13 @@ def unshare_network() -> str | None:
     return f"unshare(CLONE_NEWNET) failed: {first}"
 
 
-def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, syscall_filter) -> list[str]:
+def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, address_space: int,
+            seccomp_program: bytes | None) -> list[str]:
     """Fence the calling (worker) process; returns notes on what could not be done."""
     notes: list[str] = []
     os.setsid()
     _descriptors(channel)
-    try:
-        _limits(memory_bytes, episode_cpu_seconds)
-    except OSError as error:  # no /proc (not Linux): the address-space limit cannot be placed
-        notes.append(f"rlimits: {error}")
+    _limits(address_space + memory_bytes, episode_cpu_seconds)
     if os.geteuid() == 0:
         _drop_privileges()
     resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))  # no processes of its own (root ignores it, so after the drop)
@@ -130,8 +159,8 @@ def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pi
         if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
             os._exit(0)
     resource.setrlimit(resource.RLIMIT_NOFILE, (CHANNEL_FD + 1, CHANNEL_FD + 1))
-    if syscall_filter is not None:
-        syscall_filter.load()  # sets no-new-privs first
+    if seccomp_program is not None:
+        _load_bpf(seccomp_program)
     return notes
 
 
@@ -146,11 +175,17 @@ def _descriptors(channel: int) -> None:
     os.set_inheritable(CHANNEL_FD, False)
 
 
-def _limits(memory_bytes: int, episode_cpu_seconds: int) -> None:
-    # The fork starts with the zygote's address space; the limit is what actions may add to it.
-    with open("/proc/self/statm") as statm:
-        current = int(statm.read().split()[0]) * resource.getpagesize()
-    resource.setrlimit(resource.RLIMIT_AS, (current + memory_bytes, current + memory_bytes))
+def address_space() -> int:
+    """The calling process's address-space size (the zygote's, which a worker starts with), or 0."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[0]) * resource.getpagesize()
+    except OSError:  # no /proc (not Linux): the limit is then the budget itself
+        return 0
+
+
+def _limits(address_space_limit: int, episode_cpu_seconds: int) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (address_space_limit, address_space_limit))
     resource.setrlimit(resource.RLIMIT_CPU, (episode_cpu_seconds, episode_cpu_seconds + CPU_HARD_MARGIN))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_FSIZE, (0, 0))

@@ -253,12 +253,17 @@ class Sandbox:
             _warn_language_only(self.zygote.seccomp_missing)
         self.start_seconds = time.perf_counter() - started
 
-    def _end_worker(self, grace: float) -> dict:
-        """Close the channel, make sure the worker is gone, and return how it ended."""
+    def _end_worker(self, grace: float | None) -> dict:
+        """Close the channel, make sure the worker is gone, and return how it ended (``grace``
+        None: kill it without asking how it ended, as a normal close does)."""
         assert self.pid is not None
         if self._finalizer is not None:
             self._finalizer.detach()
-        status = self.zygote.reap(self.pid, grace)
+        if grace is None:
+            self.zygote.release(self.pid)
+            status = {}
+        else:
+            status = self.zygote.reap(self.pid, grace)
         self._socket.close()
         if self._stat_fd is not None:
             os.close(self._stat_fd)
@@ -273,7 +278,7 @@ class Sandbox:
 
     def close(self) -> None:
         if self.pid is not None:
-            self._end_worker(0.0)
+            self._end_worker(None)
 
     # -- actions -------------------------------------------------------------------------------
 
@@ -395,7 +400,7 @@ class Sandbox:
 def _reap_quietly(zygote: Zygote, pid: int, sock, stat_fd: int | None) -> None:
     """A sandbox dropped without ``close()``: end its worker anyway."""
     try:
-        zygote.reap(pid, 0.0)
+        zygote.release(pid)
     finally:
         sock.close()
         if stat_fd is not None:

@@ -38,7 +38,7 @@ LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading unders
 ACTION_FILENAME = "<action>"
 TOOL_NAMES = ("search", "read", "extract", "submit", "abstain")
 ERROR_CHARS = 2_000
-THOROUGH_EVERY = 16  # actions between collections that also walk what earlier actions left
+THOROUGH_FROM = 16  # the first action whose collection also walks what earlier actions left
 TRACEBACK_CHARS = 4_000
 # Frame caps on the worker's side of the channel (the host has its own).
 CODE_CAP = 1 << 20
@@ -331,9 +331,10 @@ class Runtime:
         """Collect this action's garbage now, so its finalizers run as code of no step, then freeze
         what survived: the next collection walks only what later actions allocate, so a large
         episode does not make every action slower. Frozen cycles that later become garbage wait
-        for a thorough collection: every ``THOROUGH_EVERY`` actions, and after a MemoryError."""
+        for a thorough collection (which also walks the zygote's heap): after a MemoryError, and at
+        actions 16, 32, 64 ..., so its cost vanishes over a long episode."""
         self.actions += 1
-        if thorough or self.actions % THOROUGH_EVERY == 0:
+        if thorough or (self.actions >= THOROUGH_FROM and self.actions & (self.actions - 1) == 0):
             gc.unfreeze()
         gc.collect()
         gc.freeze()

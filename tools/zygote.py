@@ -10,7 +10,8 @@ shared) and then forks one worker per request, which fences itself (``tools.fenc
 
 Protocol on the control socket (SOCK_SEQPACKET, one JSON message each way):
 ``spawn`` (+ the worker's end of a fresh socketpair) -> ``{"pid"}``; ``reap`` -> the worker's exit
-status, CPU time and peak resident size, or ``{"running"}`` (unless told to kill it). The zygote
+status, CPU time and peak resident size, or ``{"running"}`` (unless told to kill it); ``release``
+kills a worker whose end nobody needs to know, and reaps it later. The zygote
 is the workers' parent, so it alone can read how they ended; the host asks. When the host goes
 away the control socket closes and the zygote kills every worker and exits.
 
@@ -53,12 +54,14 @@ def main(control_fd: int, kernel_fence: bool) -> None:
         worker.preload_modules()
         fence.prepare()
         if kernel_fence:
-            syscall_filter, seccomp_missing = fence.build_seccomp_filter()
+            seccomp_program, seccomp_missing = fence.build_seccomp_filter()
             netns_missing = fence.unshare_network()
         else:
-            syscall_filter, seccomp_missing, netns_missing = None, "the kernel fence was turned off for this sandbox", "turned off"
+            seccomp_program, seccomp_missing, netns_missing = None, "the kernel fence was turned off for this sandbox", "turned off"
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         os.chdir("/")
+        gc.collect()
+        address_space = fence.address_space()
     except BaseException as error:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
@@ -68,23 +71,35 @@ def main(control_fd: int, kernel_fence: bool) -> None:
         os.dup2(null, fd)
     gc.freeze()
     children: set[int] = set()
+    released: set[int] = set()  # killed on the host's word, not yet reaped (nobody needs their status)
     while True:
+        for pid in list(released):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    released.discard(pid)
+            except ChildProcessError:
+                released.discard(pid)
         try:
             message, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 1)
         except OSError:
             message, fds = b"", []
         if not message:  # the host is gone: so are its workers
-            for pid in children:
+            for pid in children | released:
                 _kill(pid)
             os._exit(0)
         request = json.loads(message)
         if request["op"] == "spawn":
             pid = os.fork()
             if pid == 0:
-                _worker(control, fds[0], request, syscall_filter, seccomp_missing)
+                _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing)
             os.close(fds[0])
             children.add(pid)
             reply = {"pid": pid}
+        elif request["op"] == "release":
+            _kill(request["pid"])
+            children.discard(request["pid"])
+            released.add(request["pid"])
+            reply = {"pid": request["pid"]}
         else:
             reply = _reap(request["pid"], request["kill"])
             if "running" not in reply:
@@ -92,13 +107,14 @@ def main(control_fd: int, kernel_fence: bool) -> None:
         control.send(json.dumps(reply).encode())
 
 
-def _worker(control: socket.socket, channel: int, request: dict, syscall_filter, seccomp_missing: str | None) -> None:
+def _worker(control: socket.socket, channel: int, request: dict, address_space: int, seccomp_program: bytes | None,
+            seccomp_missing: str | None) -> None:
     from tools import fence, worker
 
     try:
         control.close()
         zygote = os.getppid()
-        notes = fence.wall_in(channel, request["memory_bytes"], request["episode_cpu_seconds"], zygote, syscall_filter)
+        notes = fence.wall_in(channel, request["memory_bytes"], request["episode_cpu_seconds"], zygote, address_space, seccomp_program)
         if seccomp_missing:
             notes.append(seccomp_missing)
         worker.serve(fence.CHANNEL_FD, request["output_chars"], tuple(request["allowed_modules"]), request["restricted"], notes)
@@ -216,6 +232,14 @@ class Zygote:
             if "running" not in reply:
                 return reply
             time.sleep(0.002)
+
+    def release(self, pid: int) -> None:
+        """Kill worker ``pid`` without waiting to learn how it ended (a sandbox closing normally)."""
+        with self._lock:
+            try:
+                self._ask({"op": "release", "pid": pid})
+            except (ZygoteError, OSError):  # its workers died with it
+                self._discard()
 
     def _discard(self) -> None:
         if self._control is not None:

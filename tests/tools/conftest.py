@@ -7,3 +7,12 @@ from corpus import BM25Index
 def index(small_demo):
     """The small demo corpus's index, built once per test module."""
     return BM25Index.build(small_demo)
+
+
+def process_running(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, killed and not yet reaped, is not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False

@@ -8,6 +8,7 @@ import textwrap
 import threading
 import time
 
+from tests.tools.conftest import process_running
 from tools.sandbox import Limits, Sandbox
 from tools.zygote import Zygote, shared_zygote
 
@@ -46,7 +47,7 @@ def test_a_killed_zygote_is_replaced_and_the_next_episode_runs(small_demo, index
             assert sandbox.execute("1 + 1").value == "2"
             os.kill(zygote.pid, signal.SIGKILL)
             deadline = time.monotonic() + 60
-            while _alive(sandbox.pid) and time.monotonic() < deadline:
+            while process_running(sandbox.pid) and time.monotonic() < deadline:
                 time.sleep(0.01)
             result = sandbox.execute("2 + 2")  # its worker died with it (parent-death signal): a new one runs it
             assert result.value == "4" and result.variables_lost and sandbox.refused_frames == 0
@@ -93,14 +94,7 @@ def test_workers_and_zygote_die_with_a_killed_host(tmp_path):
     host.kill()
     host.wait()
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (_alive(zygote_pid) or _alive(worker_pid)):
+    while time.monotonic() < deadline and (process_running(zygote_pid) or process_running(worker_pid)):
         time.sleep(0.05)
-    assert not _alive(zygote_pid) and not _alive(worker_pid)
+    assert not process_running(zygote_pid) and not process_running(worker_pid)
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
