@@ -77,6 +77,7 @@ class Outcome:
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 MAX_NAME_CHARS = 300  # paper ids and section names are short; longer arguments are refused unechoed
 SECTION_NUMBER = re.compile(r"[0-9]{1,6}")  # not str.isdigit(): it accepts "²", which int() refuses
+REGEX_MEMORY = 1 << 20  # RE2's budget for one compiled pattern (its default, 8 MiB, takes seconds to fill)
 RECORD_TEXT_CHARS = 1_000  # a string argument kept in a call record beyond this is cut, and says so
 RECORD_CHARS = 10_000  # a call record's arguments beyond this (as JSON) are summarised, and say so
 
@@ -205,11 +206,13 @@ class PaperTools:
             options = re2.Options()
             options.log_errors = False
             options.case_sensitive = False
+            options.max_mem = REGEX_MEMORY  # bounds compile time too: a huge program is refused, not built
             try:
                 pattern = re2.compile(args.query, options)
             except re2.error as error:
                 detail = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
-                raise ToolError(f"extract(): not a valid RE2 pattern ({detail}); RE2 has no backreferences or lookaround") from None
+                hint = "make it smaller" if "too large" in detail else "RE2 has no backreferences or lookaround"
+                raise ToolError(f"extract(): not a valid RE2 pattern ({detail}); {hint}") from None
             ranked = [(i, 1.0) for i, (_, _, text) in enumerate(located) if pattern.search(text)][:args.k]
         else:
             ranked = bm25.top_k(tokenize(args.query), args.k)

@@ -293,7 +293,11 @@ class Sandbox:
         if self.pid is None:
             self.start()
         elif self._channel.pending():  # it wrote, or died, between actions: replaced before this one runs
-            if self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+            try:
+                spoke = bool(self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except OSError:  # reset: it died with bytes of ours unread
+                spoke = False
+            if spoke:
                 self.refused_frames += 1  # nothing a worker says outside an action counts
             self._end_worker(DEATH_GRACE_SECONDS)
             self._replace(result)

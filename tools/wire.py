@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import struct
 import time
@@ -55,29 +56,30 @@ def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
+# An escaped backslash, or a \\u escape of a surrogate: a high one with its low partner, or a lone one.
+SURROGATE_ESCAPE = re.compile(r"\\\\|\\u(d[89ab][0-9a-f]{2})(\\u(d[c-f][0-9a-f]{2}))?|\\u(d[c-f][0-9a-f]{2})", re.IGNORECASE)
+
+
+def _lone_surrogate_to_replacement(match: re.Match) -> str:
+    text = match.group(0)
+    if text == "\\\\" or match.group(2):  # an escaped backslash, or a proper pair
+        return text
+    return "\\ufffd"
+
+
 def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dict:
-    """One strict JSON object: no NaN or Infinity, and no lone surrogates (U+FFFD instead), so
-    that whatever the worker sends can be written to a trajectory and read by any JSON parser."""
+    """One strict JSON object in strict UTF-8: no NaN or Infinity, and no lone surrogates (their
+    escapes become U+FFFD before parsing), so whatever a worker sends can be written to a
+    trajectory and read back by any JSON parser."""
     try:
-        value = json.loads(body, object_hook=object_hook, parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as error:
+        text = body.decode("utf-8")
+        if "\\u" in text:
+            text = SURROGATE_ESCAPE.sub(_lone_surrogate_to_replacement, text)
+        value = json.loads(text, object_hook=object_hook, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameMalformed(f"not a JSON frame ({type(error).__name__})") from None
     if type(value) is not dict:
         raise FrameMalformed("a frame must be a JSON object")
-    if b"\\ud" in body or b"\\uD" in body:  # surrogate escapes: lone ones cannot be encoded as UTF-8
-        value = _without_lone_surrogates(value)
-    return value
-
-
-def _without_lone_surrogates(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(value, list):
-        return [_without_lone_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {_without_lone_surrogates(key): _without_lone_surrogates(item) for key, item in value.items()}
-    if isinstance(value, Marker):
-        return Marker(value.kind, _without_lone_surrogates(value.detail))
     return value
 
 

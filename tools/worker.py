@@ -38,6 +38,7 @@ LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading unders
 ACTION_FILENAME = "<action>"
 TOOL_NAMES = ("search", "read", "extract", "submit", "abstain")
 ERROR_CHARS = 2_000
+C_LEVEL_IMPORTS = ("time", "_strptime")  # what allowed modules' C code imports for itself
 THOROUGH_FROM = 16  # the first action whose collection also walks what earlier actions left
 TRACEBACK_CHARS = 4_000
 # Frame caps on the worker's side of the channel (the host has its own).
@@ -155,6 +156,11 @@ def inplace(op: str, x: Any, y: Any) -> Any:
     return INPLACE_OPERATIONS[op](x, y)
 
 
+def apply(function: Any, *args: Any, **kwargs: Any) -> Any:
+    """RestrictedPython's hook for ``f(*args, **kwargs)``: the action may call what it can reach."""
+    return function(*args, **kwargs)
+
+
 class ReadOnlyModule:
     """Exactly the names ``tools.modules.MODULE_EXPORTS`` lists for a module; nothing can be set on it."""
 
@@ -261,6 +267,7 @@ class Runtime:
         self.allowed_modules = allowed_modules
         self.restricted = restricted
         self.in_action = False
+        self.exchanging = False
         self.actions = 0
         self.router = Router()
         self.printer = type("Printer", (PrintTo,), {"router": self.router})
@@ -278,6 +285,7 @@ class Runtime:
             "_unpack_sequence_": guarded_unpack_sequence,
             "_write_": full_write_guard,
             "_inplacevar_": inplace,
+            "_apply_": apply,  # calls with *args or **kwargs
             "_print_": self.printer,
             "ToolError": ToolError,
             "__metaclass__": type,  # RestrictedPython's class statements need it (names with _ stay unreachable)
@@ -289,6 +297,11 @@ class Runtime:
             self.namespace["__builtins__"] = all_builtins
 
     def _import(self, name: str, globals=None, locals=None, fromlist=(), level=0):
+        if name in C_LEVEL_IMPORTS and type(fromlist) is list and not fromlist and name in sys.modules:
+            # PyImport_Import: C code of an allowed module (datetime's strftime) importing a helper it
+            # uses internally passes an empty *list*; import statements pass None or a tuple, and an
+            # action cannot call __import__ itself. The module goes to that C code, never to the action.
+            return sys.modules[name]
         if level != 0 or name not in self.allowed_modules:
             allowed = ", ".join(self.allowed_modules) or "none"
             raise ImportError(f"import of {name!r} is not allowed in actions (allowed: {allowed})")
@@ -315,12 +328,19 @@ class Runtime:
     def exchange(self, request: bytes) -> dict:
         """Send one request and read its answer. A failure half-way (memory, recursion) leaves the
         channel in an unknown state, so the worker exits rather than read the wrong frame later."""
-        depth_limit = sys.getrecursionlimit()
+        if self.exchanging:  # a finalizer run by a collection inside another call's exchange
+            raise ToolError("tools cannot be called from code that runs while another tool call is in flight")
+        depth_limit, collecting = sys.getrecursionlimit(), gc.isenabled()
         try:
+            self.exchanging = True
+            gc.disable()  # no finalizer may run between a request and its reply
             sys.setrecursionlimit(depth_limit + 100)  # a call made at the recursion limit still completes
             wire.send_blocking(self.channel, request)
             reply = wire.receive_blocking(self.channel, RESULT_CAP)
             sys.setrecursionlimit(depth_limit)
+            if collecting:
+                gc.enable()
+            self.exchanging = False
         except BaseException:
             os._exit(EXIT_PROTOCOL)
         if reply is None:

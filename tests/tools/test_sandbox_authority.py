@@ -169,6 +169,22 @@ def test_odd_section_arguments_are_tool_errors_not_internal_ones(sandbox, sectio
     assert "internal error" not in (result.tool_calls[0]["error"] or "")
 
 
+def test_a_regex_too_large_to_compile_is_refused_not_built(sandbox):
+    result = sandbox.execute("extract('demo-00000', '.{0,1000}' * 49 + 'x', regex=True)")
+    assert result.error.startswith("ToolError") and "too large" in result.error
+
+
+def test_calls_with_star_arguments_work(sandbox):
+    assert sandbox.execute("d = {'k': 2}\nmax(*[1, 3], **{}) + dict(**d)['k']").value == "5"
+
+
+def test_datetime_formatting_works_and_time_stays_out(small_demo, index):
+    with Sandbox(small_demo, Limits(allowed_modules=("datetime",)), index=index) as sandbox:
+        assert sandbox.execute("import datetime\nf'{datetime.date(2020, 1, 2):%Y-%m}'").value == "'2020-01'"
+        assert sandbox.execute("import datetime\ndatetime.date(2021, 5, 6).strftime('%d')").value == "'06'"
+        assert sandbox.execute("import time").error.startswith("ImportError")
+
+
 def test_classes_can_be_defined(sandbox):
     assert sandbox.execute("class Box:\n    def size(self):\n        return 3\nBox().size()").value == "3"
 

@@ -1,8 +1,10 @@
 """The kernel fence, tested as if RestrictedPython had already failed: these actions are plain
 Python (``restricted=False``), so each one is what an escaped action could try. One property each."""
 
+import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
@@ -169,6 +171,29 @@ def test_forged_frames_claim_nothing(escaped):
 def test_frames_that_are_not_strict_json_or_not_ours_are_protocol_violations(escaped, body):
     result = escaped.execute(f"import os, struct\nos.write(3, struct.pack('>I', {len(body)}) + {body!r})\nos.read(3, 1)")
     assert result.limit_hit == "protocol" and result.tool_calls == [] and escaped.outcome is None
+
+
+def test_a_worker_that_dies_with_a_reply_unread_cannot_raise_into_the_host(escaped):
+    """A reset connection (it died with our bytes unread) is a dead worker, not a host exception."""
+    call = json.dumps({"op": "call", "tool": "search", "args": ["learning rate"], "kwargs": {}}).encode()
+    done = json.dumps({"op": "done", "stdout": "", "value": None, "error": None, "traceback": None,
+                       "deferred_output_chars": 0}).encode()
+    frames = b"".join(struct.pack(">I", len(body)) + body for body in (call, done))
+    for _ in range(10):
+        escaped.execute(f"import os, time\nos.write(3, {frames!r})\ntime.sleep(0.05)\nos._exit(0)")
+        time.sleep(0.2)
+        assert escaped.execute("print(6 * 7)").stdout == "42\n"
+
+
+@pytest.mark.parametrize("body", [
+    '{"op":"done","stdout":"A\ud800B","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode("utf-8", "surrogatepass"),
+    '{"op":"done","stdout":"A","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode("utf-32"),
+    b'{"op":"call","tool":"search","args":[' + b"[" * 900 + b'"\\ud800"' + b"]" * 900 + b'],"kwargs":{}}',
+])
+def test_frames_that_are_not_strict_utf8_json_cannot_reach_the_trajectory(escaped, body):
+    result = escaped.execute(f"import os, struct\nos.write(3, struct.pack('>I', {len(body)}) + {body!r})\nos.read(3, 1)")
+    assert result.limit_hit in ("protocol", None)
+    json.dumps(result.to_json(), ensure_ascii=False).encode("utf-8")  # writable as strict UTF-8 JSON
 
 
 def test_an_exit_code_alone_cannot_claim_the_memory_limit(escaped):
