@@ -11,7 +11,17 @@ from agent.actions import extract_code
 from agent.environment import versions
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
-from agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, Timings, ToolCallRecord, Trajectory
+from agent.trajectory import (
+    EpisodeConfig,
+    Evidence,
+    Hashes,
+    Outcome,
+    PolicyInfo,
+    Step,
+    Timings,
+    ToolCallRecord,
+    Trajectory,
+)
 from corpus import Corpus
 from tools.sandbox import Limits, Sandbox
 

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 END_OF_TEXT_TOKEN = "<|endoftext|>"
@@ -52,7 +52,7 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         missing = [token for token in SPECIAL_TOKENS if tokenizer.token_to_id(token) is None]
         if missing:
-            raise UsageError(f"the tokenizer lacks Qwen's special tokens {', '.join(missing)}; is it a Qwen3 tokenizer?")
+            raise AgentError(f"the tokenizer lacks Qwen's special tokens {', '.join(missing)}; is it a Qwen3 tokenizer?")
         self._specials = [token.content for token in tokenizer.get_added_tokens_decoder().values()]
         self._special_spelling = re.compile("(" + "|".join(re.escape(t) for t in sorted(self._specials, key=len, reverse=True)) + ")")
         self.im_start = tokenizer.token_to_id(IM_START)
@@ -66,11 +66,11 @@ class ChatRenderer:
 
         file = path / "tokenizer.json" if path.is_dir() else path
         if not file.exists():
-            raise UsageError(f"{path}: no tokenizer.json; name a model or tokenizer directory")
+            raise AgentError(f"{path}: no tokenizer.json; name a model or tokenizer directory")
         try:
             return cls(Tokenizer.from_file(str(file)))
         except Exception as error:  # the tokenizers library raises plain Exception on a bad file
-            raise UsageError(f"{file}: not a tokenizer file ({str(error).splitlines()[0]})") from None
+            raise AgentError(f"{file}: not a tokenizer file ({str(error).splitlines()[0]})") from None
 
     @classmethod
     def from_pretrained(cls, name: str) -> ChatRenderer:
@@ -80,7 +80,7 @@ class ChatRenderer:
         try:
             return cls(Tokenizer.from_pretrained(name))
         except Exception as error:
-            raise UsageError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]})") from None
+            raise AgentError(f"{name}: cannot load its tokenizer ({str(error).splitlines()[0]})") from None
 
     def text(self, text: str) -> list[int]:
         """Plain text to ids. A special token's spelling inside text (a paper or an action that

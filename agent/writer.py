@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 from agent.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -80,26 +80,26 @@ def read_trajectories(path: Path) -> list[Trajectory]:
     try:
         handle = open(path, encoding="utf-8")
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such trajectory file") from None
+        raise AgentError(f"{path}: no such trajectory file") from None
     except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; name a trajectories .jsonl file") from None
+        raise AgentError(f"{path}: is a directory; name a trajectories .jsonl file") from None
     trajectories = []
     with handle:
         try:
             lines = list(handle)
         except UnicodeDecodeError as error:
-            raise UsageError(f"{path}: not UTF-8 (byte {error.start}); is this a trajectories file?") from None
+            raise AgentError(f"{path}: not UTF-8 (byte {error.start}); is this a trajectories file?") from None
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             if not line.endswith("\n"):
-                raise UsageError(f"{path}:{number}: torn last line (an interrupted run); resume the run or delete the line")
+                raise AgentError(f"{path}:{number}: torn last line (an interrupted run); resume the run or delete the line")
             try:
                 trajectories.append(Trajectory.model_validate(json.loads(line)))
             except json.JSONDecodeError as error:
-                raise UsageError(f"{path}:{number}: not JSON ({error.msg} at column {error.colno})") from None
+                raise AgentError(f"{path}:{number}: not JSON ({error.msg} at column {error.colno})") from None
             except ValidationError as error:
                 first = error.errors()[0]
                 where = ".".join(str(part) for part in first["loc"])
-                raise UsageError(f"{path}:{number}: not a trajectory: field '{where}': {first['msg']}") from None
+                raise AgentError(f"{path}:{number}: not a trajectory: field '{where}': {first['msg']}") from None
     return trajectories

@@ -60,7 +60,7 @@ def run(args) -> dict:
 
     from agent.policies.hf import HFPolicy
     from agent.runner import EpisodeRunner
-    from agent.tiny_model import TINY_SHAPE, build_tiny_model
+    from agent.testing.tiny_model import TINY_SHAPE, build_tiny_model
     from agent.trajectory import EpisodeConfig
     from corpus import BM25Index, DemoConfig, generate
 

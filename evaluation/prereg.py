@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agent.errors import UsageError
+from evaluation.errors import EvaluationError
 from evaluation.stats import abstention_fisher
 
 
@@ -59,17 +59,17 @@ def load(path: Path) -> Preregistration:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such preregistration file") from None
+        raise EvaluationError(f"{path}: no such preregistration file") from None
     except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; name the preregistration .toml file") from None
+        raise EvaluationError(f"{path}: is a directory; name the preregistration .toml file") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise UsageError(f"{path}: not valid TOML ({error})") from None
+        raise EvaluationError(f"{path}: not valid TOML ({error})") from None
     try:
         return Preregistration.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise UsageError(f"{path}: field '{where}': {first['msg']}") from None
+        raise EvaluationError(f"{path}: field '{where}': {first['msg']}") from None
 
 
 def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questions_sha256: str, questions: int) -> None:
@@ -78,10 +78,10 @@ def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questi
     for name, pinned, actual in (("corpus_sha256", frozen.corpus_sha256, corpus_sha256),
                                  ("questions_sha256", frozen.questions_sha256, questions_sha256)):
         if pinned != actual:
-            raise UsageError(f"{path}: {name} is pinned to {pinned[:12]}... but this run's is {actual[:12]}...; "
+            raise EvaluationError(f"{path}: {name} is pinned to {pinned[:12]}... but this run's is {actual[:12]}...; "
                              "run on the preregistered corpus and questions (same --split and --limit)")
     if frozen.questions is not None and frozen.questions != questions:
-        raise UsageError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
+        raise EvaluationError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
 
 
 def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
@@ -99,7 +99,7 @@ def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
         try:
             other = json.loads((other_dir / "metrics.json").read_text())["abstention"]
         except (OSError, json.JSONDecodeError, KeyError):
-            raise UsageError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
+            raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
         tests = [abstention_fisher(table, other, row) for row in ("unanswerable", "answerable")]
         for test in tests:
             test["significant"] = test["p_value"] < prereg.comparison.alpha

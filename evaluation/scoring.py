@@ -8,7 +8,12 @@ from statistics import fmean
 from agent.trajectory import Trajectory
 from corpus.schema import Question
 from evaluation.answers import (
-    ABSTENTION, answer_and_evidence_f1, best_over_references, exact_match, is_answerable, sub_exact_match,
+    ABSTENTION,
+    answer_and_evidence_f1,
+    best_over_references,
+    exact_match,
+    is_answerable,
+    sub_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, detect, detector_rates, verdict
 from evaluation.stats import bootstrap_mean_ci

@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from agent.errors import UsageError
+from evaluation.errors import EvaluationError
 
 
 @dataclass
@@ -30,15 +30,15 @@ class Run:
 def load_run(directory: Path) -> Run:
     """A finished run (``explorer eval`` wrote its metrics), or one clear line saying what is missing."""
     if not directory.is_dir():
-        raise UsageError(f"{directory}: no such run directory")
+        raise EvaluationError(f"{directory}: no such run directory")
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
         metrics = json.loads((directory / "metrics.json").read_text())
         scores = [json.loads(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
     except FileNotFoundError as error:
-        raise UsageError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
+        raise EvaluationError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
     except json.JSONDecodeError as error:
-        raise UsageError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
+        raise EvaluationError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
     return Run(directory, manifest, metrics, scores)
 
 

@@ -19,9 +19,8 @@ from agent.renderer import ChatRenderer
 from agent.trajectory import Trajectory, without_timings
 from corpus.atomic import atomic_file
 from corpus.schema import Question
-from evaluation.answers import is_answerable
+from evaluation.answers import best_over_references, is_answerable, token_f1
 from evaluation.scoring import prediction
-from evaluation.answers import best_over_references, token_f1
 
 IGNORE = -100
 ENDING_TOOLS = ("submit", "abstain")

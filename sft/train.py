@@ -13,7 +13,7 @@
   direct-submit rate is below 25%), and a loud warning marks validation loss improving while
   the direct-submit rate rises - the shortcut this project exists to catch.
 
-Because it is the plain Trainer, ``accelerate launch -m agent.cli train ...`` runs the same
+Because it is the plain Trainer, ``accelerate launch -m cli.main train ...`` runs the same
 command on several GPUs.
 """
 
@@ -69,26 +69,26 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> TrainConfig:
 
     from pydantic import ValidationError
 
-    from agent.errors import UsageError
+    from sft.errors import TrainingError
 
     data: dict[str, Any] = {}
     if path is not None:
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise UsageError(f"{path}: no such training config") from None
+            raise TrainingError(f"{path}: no such training config") from None
         except IsADirectoryError:
-            raise UsageError(f"{path}: is a directory; name the training config .toml file") from None
+            raise TrainingError(f"{path}: is a directory; name the training config .toml file") from None
         except UnicodeDecodeError as error:
-            raise UsageError(f"{path}: not UTF-8 (byte {error.start})") from None
+            raise TrainingError(f"{path}: not UTF-8 (byte {error.start})") from None
         except tomllib.TOMLDecodeError as error:
-            raise UsageError(f"{path}: not valid TOML ({error})") from None
+            raise TrainingError(f"{path}: not valid TOML ({error})") from None
     data.update({key: value for key, value in overrides.items() if value is not None})
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
-        raise UsageError(f"{path or 'training config'}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
+        raise TrainingError(f"{path or 'training config'}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
 
 
 def sha256_file(path: Path) -> str:
@@ -258,23 +258,23 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from agent.errors import UsageError
     from agent.renderer import ChatRenderer
     from sft.dataset import load_examples
+    from sft.errors import TrainingError
 
     report = json.loads((data / "build_report.json").read_text())
     train_examples, validation_examples = load_examples(data / "train.jsonl"), load_examples(data / "validation.jsonl")
     if not train_examples:
-        raise UsageError(f"{data}: no training examples")
+        raise TrainingError(f"{data}: no training examples")
     too_long = [e["episode_id"] for e in train_examples if len(e["input_ids"]) > config.max_length]
     if too_long:
-        raise UsageError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
+        raise TrainingError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
                          "rebuild the data with that --max-length")
     model_dir = Path(config.model)
     renderer = ChatRenderer.from_directory(model_dir) if model_dir.exists() else ChatRenderer.from_pretrained(config.model)
     tokenizer_file = model_dir / "tokenizer.json"
     if tokenizer_file.exists() and sha256_file(tokenizer_file) != report["tokenizer_sha256"]:
-        raise UsageError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
+        raise TrainingError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
 
     torch.manual_seed(config.seed)
     model, quantized = load_model(config)

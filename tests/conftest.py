@@ -24,18 +24,33 @@ def small_demo():
     return generate(DemoConfig(papers=40, seed=7))
 
 
+ROOT = Path(__file__).resolve().parent.parent
+# Bounds a hang, never a speed: a loaded 2-core CI machine may be many times slower than a laptop.
+HANG_SECONDS = 900
+
+
+def explorer_command(*args: str) -> list[str]:
+    """`explorer ARGS` from this checkout's code, whatever `explorer` is on PATH."""
+    return [sys.executable, "-m", "cli.main", *args]
+
+
+def checkout_environment(extra: dict | None = None) -> dict:
+    environment = {**os.environ, **(extra or {})}
+    environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
+    return environment
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
     """`explorer ARGS` as a user types it, in a fresh process."""
-    environment = {**os.environ, **(env or {})}
-    explorer = Path(sys.executable).parent / "explorer"
-    return subprocess.run([str(explorer), *args], capture_output=True, text=True, cwd=cwd, env=environment, timeout=120)
+    return subprocess.run(explorer_command(*args), capture_output=True, text=True, cwd=cwd,
+                          env=checkout_environment(env), timeout=HANG_SECONDS)
 
 
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory, small_demo):
     """A Qwen3-style tokenizer trained on the small demo corpus and the prompts (built, never downloaded)."""
     from agent.prompt import system_prompt
-    from agent.tiny_tokenizer import build_tokenizer
+    from agent.testing.tiny_tokenizer import build_tokenizer
 
     texts = [system_prompt()] + [p.text for p in small_demo.paragraphs()] + [q.text for q in small_demo.questions]
     return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"), texts)
@@ -44,6 +59,6 @@ def tiny_tokenizer(tmp_path_factory, small_demo):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """`explorer tiny-model`'s output, built once per test session (a few seconds, nothing downloaded)."""
-    from agent.tiny_model import build_tiny_model
+    from agent.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")

@@ -3,15 +3,14 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.conftest import HANG_SECONDS, ROOT
 
 
 def test_the_cpu_smoke_path_reports_every_figure(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--tiny", "--context", "512",
                            "--max-new-tokens", "8", "--out", str(tmp_path / "report.json")],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=HANG_SECONDS)
     assert done.returncode == 0, done.stderr
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["episode_steps"] == 10 and report["fits"] is True
@@ -23,8 +22,9 @@ def test_the_cpu_smoke_path_reports_every_figure(tmp_path):
 
 def test_the_random_qwen3_8b_builder_writes_a_loadable_model(tmp_path, tiny_model):
     sys.path.insert(0, str(ROOT))
-    from bench.gpu_check import QWEN3_8B, build_random_model
     from transformers import AutoModelForCausalLM
+
+    from bench.gpu_check import QWEN3_8B, build_random_model
 
     shape = {**QWEN3_8B, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 4096}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +89,8 @@ def test_resume_refuses_another_config_or_corpus(tmp_path, corpus_file):
 
 @pytest.mark.slow
 def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file):
-    explorer = Path(sys.executable).parent / "explorer"
     out = tmp_path / "run"
-    args = [str(explorer), "eval", "--corpus", str(corpus_file), "--split", "all", "--policy", "read-all", "--out", str(out)]
+    args = explorer_command("eval", "--corpus", str(corpus_file), "--split", "all", "--policy", "read-all", "--out", str(out))
     rng = random.Random(11)
     log = out / "trajectories.jsonl"
     written_at_kill = []
@@ -100,15 +99,16 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file)
         return log.read_bytes().count(b"\n") if log.exists() else 0
 
     for attempt in range(3):
-        process = subprocess.Popen(args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = subprocess.Popen(args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=checkout_environment())
         target = written() + rng.randint(1, 40)  # kill at a random episode, whatever the machine's speed
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + HANG_SECONDS
         while written() < target and process.poll() is None and time.monotonic() < deadline:
             time.sleep(rng.uniform(0, 0.01))
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
         written_at_kill.append(written())
-    done = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=HANG_SECONDS, env=checkout_environment())
     assert done.returncode == 0, done.stderr
     trajectories = lines(out / "trajectories.jsonl")  # every line parses: none is torn
     ids = [t["question_id"] for t in trajectories]
@@ -124,8 +124,9 @@ def test_scripted_runs_never_import_torch(tmp_path):
         "import sys, atexit\n"
         "atexit.register(lambda: print('heavy:', sorted({'torch', 'transformers'} & set(sys.modules))))\n"
         f"sys.argv = ['explorer', 'run', '--out', {str(tmp_path)!r}]\n"
-        "from agent.cli import main\nmain()\n"
+        "from cli.main import main\nmain()\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_SECONDS,
+                          env=checkout_environment())
     assert done.returncode == 0, done.stderr
     assert "heavy: []" in done.stdout

@@ -28,7 +28,12 @@ from typing import Any
 
 from RestrictedPython import compile_restricted_exec, safe_builtins
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
-from RestrictedPython.Guards import full_write_guard, guarded_iter_unpack_sequence, guarded_unpack_sequence, safer_getattr
+from RestrictedPython.Guards import (
+    full_write_guard,
+    guarded_iter_unpack_sequence,
+    guarded_unpack_sequence,
+    safer_getattr,
+)
 from RestrictedPython.Guards import raise_ as _RAISE
 
 from tools import wire

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError, Reply
 from agent.policies.baselines import DirectSubmit, ReadAll, SingleShotRag
 from agent.policies.replay import Replay
@@ -33,34 +33,41 @@ class PolicyOptions:
     retries: int = 4
 
 
+def require_llm_extra() -> None:
+    """One clear line instead of an ImportError when the model packages are missing."""
+    import importlib.util
+
+    missing = [name for name in ("torch", "transformers", "peft") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise AgentError(f"this needs {', '.join(missing)}: install the model extra with pip install -e '.[llm]'")
+
+
 def make_policy(name: str, options: PolicyOptions = PolicyOptions()) -> Policy:
     """The named policy; bad names and missing or stray options are one clear line."""
     if name not in POLICY_NAMES:
-        raise UsageError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+        raise AgentError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
     if options.replay is not None and name != "replay":
-        raise UsageError(f"--replay is only for --policy replay, not {name!r}")
+        raise AgentError(f"--replay is only for --policy replay, not {name!r}")
     if name not in MODEL_POLICIES and (options.model or options.adapter or options.base_url):
-        raise UsageError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
+        raise AgentError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
     if name == "replay":
         if options.replay is None:
-            raise UsageError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
+            raise AgentError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
         from agent.writer import read_trajectories
 
         return Replay(read_trajectories(options.replay), source=options.replay)
     if name == "hf":
         if options.model is None:
-            raise UsageError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
-        from agent.model_commands import require_llm_extra
-
+            raise AgentError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
         require_llm_extra()
         from agent.policies.hf import HFPolicy
 
         return HFPolicy(options.model, options.adapter, options.quantization, options.max_new_tokens, options.max_context)
     if name == "openai":
         if options.base_url is None or options.model is None or options.tokenizer is None:
-            raise UsageError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
+            raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
         if options.adapter is not None:
-            raise UsageError("--adapter is for --policy hf; serve the adapter with the server (see the README's vLLM command)")
+            raise AgentError("--adapter is for --policy hf; serve the adapter with the server (see the README's vLLM command)")
         from agent.policies.openai_server import OpenAIPolicy
 
         return OpenAIPolicy(options.base_url, options.model, options.tokenizer, options.prompt_format,
@@ -71,4 +78,5 @@ def make_policy(name: str, options: PolicyOptions = PolicyOptions()) -> Policy:
     }[name]()
 
 
-__all__ = ["ContextExceeded", "EpisodeStart", "POLICY_NAMES", "Policy", "PolicyError", "PolicyOptions", "Reply", "make_policy"]
+__all__ = ["ContextExceeded", "EpisodeStart", "POLICY_NAMES", "Policy", "PolicyError", "PolicyOptions", "Reply", "make_policy",
+           "require_llm_extra"]

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply
 from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer
 
@@ -65,16 +65,16 @@ class HFPolicy(Policy):
         from transformers import AutoModelForCausalLM
 
         if quantization not in ("auto", "4bit", "none"):
-            raise UsageError(f"unknown quantization {quantization!r}; choose auto, 4bit or none")
+            raise AgentError(f"unknown quantization {quantization!r}; choose auto, 4bit or none")
         if adapter is not None and not (adapter / "adapter_config.json").exists():
-            raise UsageError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
+            raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
         model_path = Path(model)
         if model_path.exists():
             if not (model_path / "config.json").exists():
-                raise UsageError(f"{model}: no config.json; name a model directory or a hub id")
+                raise AgentError(f"{model}: no config.json; name a model directory or a hub id")
             model = str(model_path.resolve())
         elif model.startswith((".", "/", "~")) or model.count("/") > 1:
-            raise UsageError(f"{model}: no such model directory (a hub id looks like Qwen/Qwen3-8B)")
+            raise AgentError(f"{model}: no such model directory (a hub id looks like Qwen/Qwen3-8B)")
         cuda = torch.cuda.is_available()
         self.quantization = ("4bit" if cuda else "none") if quantization == "auto" else quantization
         self.dtype = torch.bfloat16 if cuda else torch.float32
@@ -92,7 +92,7 @@ class HFPolicy(Policy):
         try:
             self.model = AutoModelForCausalLM.from_pretrained(model, **arguments)
         except OSError as error:
-            raise UsageError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
+            raise AgentError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
         if adapter is not None:
             from peft import PeftModel
 

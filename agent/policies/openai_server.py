@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply
 from agent.renderer import IM_END, ChatRenderer
 
@@ -37,9 +37,9 @@ class OpenAIPolicy(Policy):
         max_context: int = 32_768, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
     ) -> None:
         if prompt_format not in ("ids", "text"):
-            raise UsageError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
+            raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
         if not base_url.startswith(("http://", "https://")):
-            raise UsageError(f"--base-url {base_url!r} must start with http:// or https://")
+            raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
         self.url = base_url.rstrip("/") + ("/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/completions")
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)

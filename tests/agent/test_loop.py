@@ -4,12 +4,12 @@ import json
 
 import pytest
 
+from agent.errors import AgentError
 from agent.policies import Policy, PolicyError, PolicyOptions, Reply, make_policy
 from agent.policies.base import ContextExceeded, action
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig, Trajectory, without_timings
 from agent.writer import TrajectoryLog, read_trajectories, repair
-from agent.errors import UsageError
 from corpus import BM25Index
 
 
@@ -148,9 +148,9 @@ def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, smal
 
 
 def test_unknown_policy_is_a_usage_error():
-    with pytest.raises(UsageError, match="unknown policy 'gpt'"):
+    with pytest.raises(AgentError, match="unknown policy 'gpt'"):
         make_policy("gpt")
-    with pytest.raises(UsageError, match="needs --replay"):
+    with pytest.raises(AgentError, match="needs --replay"):
         make_policy("replay")
 
 
@@ -175,5 +175,5 @@ def test_log_appends_whole_lines_and_repairs_a_torn_tail(run, tmp_path):
 def test_bad_trajectory_files_are_one_clear_error(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
-    with pytest.raises(UsageError, match=message):
+    with pytest.raises(AgentError, match=message):
         read_trajectories(path)

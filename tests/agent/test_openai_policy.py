@@ -20,7 +20,7 @@ from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
-from tests.conftest import run_cli
+from tests.conftest import HANG_SECONDS, run_cli
 
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
@@ -144,7 +144,7 @@ def transformers_server(tiny_model):
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url + "/health", timeout=2):
@@ -155,7 +155,7 @@ def transformers_server(tiny_model):
             time.sleep(0.5)
     else:
         process.kill()
-        pytest.fail("transformers serve did not come up within 120 s")
+        pytest.fail(f"transformers serve did not come up within {HANG_SECONDS} s")
     yield url + "/v1"
     process.terminate()
     try:

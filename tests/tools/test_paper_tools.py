@@ -3,8 +3,7 @@ import pytest
 from corpus import BM25Index
 from tools.errors import ToolError
 from tools.page import tool_page
-from tools.paper_tools import TOOLS, PaperTools
-from tools.paper_tools import PAGE_CHARS
+from tools.paper_tools import PAGE_CHARS, TOOLS, PaperTools
 
 
 @pytest.fixture

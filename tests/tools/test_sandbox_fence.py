@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import HANG_SECONDS
 from tests.tools.conftest import process_running
 from tools.sandbox import LANGUAGE_ONLY, Limits, Sandbox
 from tools.zygote import Zygote
@@ -251,7 +252,7 @@ def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):
         tmp_path.chmod(0o777)
         command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_read_search",
                    "--ambient-caps=+dac_read_search", *command]
-    completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=600)
+    completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=HANG_SECONDS)
     assert completed.returncode == 0, completed.stderr[-2000:]
     ok, uid, effective, ambient, isolation = completed.stdout.split()
     assert ok == "OK" and uid != "0" and int(effective, 16) == 0 and int(ambient, 16) == 0

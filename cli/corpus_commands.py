@@ -14,32 +14,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.errors import UsageError
-from corpus import BM25Index, Corpus, DemoConfig, generate, load
-from corpus.loading import with_questions
+from cli.errors import UsageError
+from cli.options import CorpusOption, JsonOption, QuestionsOption, open_corpus
+from corpus import BM25Index, Corpus, DemoConfig, generate
 from corpus.writing import write_jsonl, write_qasper
 
 corpus_app = typer.Typer(help="Inspect, search, generate and export paper corpora.", no_args_is_help=True)
 console = Console()
 log = logging.getLogger(__name__)
-
-CORPUS_HELP = "Corpus file or directory (QASPER v0.3 JSON, Hugging Face qasper rows, or explorer JSONL). Default: the bundled demo corpus."
-CorpusOption = typer.Option(None, "--corpus", "-c", envvar="EXPLORER_CORPUS", help=CORPUS_HELP)
-QuestionsOption = typer.Option(None, "--questions", help="JSONL of questions that replaces the corpus's own.")
-JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
-
-
-def open_corpus(path: Optional[Path], questions: Optional[Path] = None) -> Corpus:
-    """The named corpus, or the demo corpus when none is named; load warnings go to stderr."""
-    corpus = generate(DemoConfig()) if path is None else load(path, questions)
-    if path is None and questions is not None:
-        corpus = with_questions(corpus, questions)
-    counts = corpus.warning_counts()
-    if counts:
-        shown = ", ".join(f"{kind}: {n}" for kind, n in sorted(counts.items()))
-        log.warning("%d load warnings (%s); first: %s", len(corpus.warnings), shown, corpus.warnings[0])
-    return corpus
-
 
 def _refuse_overwrite(out: Path, force: bool) -> None:
     if out.exists() and not force:

@@ -9,37 +9,34 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.corpus_commands import CorpusOption, open_corpus
-from agent.display import print_episode, print_outcome, print_question, print_step
-from agent.errors import UsageError
-from agent.policies import POLICY_NAMES, PolicyOptions, make_policy
+from agent.policies import PolicyOptions, make_policy
 from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
 from agent.writer import TrajectoryLog, read_trajectories
+from cli.display import print_episode, print_outcome, print_question, print_step
+from cli.errors import UsageError
+from cli.options import (
+    AdapterOption,
+    BaseUrlOption,
+    CorpusOption,
+    MaxContextOption,
+    MaxNewTokensOption,
+    MaxStepsOption,
+    ModelOption,
+    PolicyOption,
+    PromptFormatOption,
+    QuantizationOption,
+    ReplayOption,
+    RetriesOption,
+    SeedOption,
+    TimeoutOption,
+    TokenizerOption,
+    episode_config,
+    open_corpus,
+)
 from corpus import BM25Index, Corpus
 from corpus.schema import Question
 
 console = Console()
-
-PolicyOption = typer.Option("scripted", "--policy", "-p", help=f"One of: {', '.join(POLICY_NAMES)}.")
-MaxStepsOption = typer.Option(10, "--max-steps", min=1, help="Actions before the episode ends with step_limit.")
-ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")
-SeedOption = typer.Option(0, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it).")
-ModelOption = typer.Option(None, "--model", "-m", help="hf: model directory or hub id; openai: the served model's name.")
-AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model.")
-QuantizationOption = typer.Option("auto", "--quantization", help="hf: auto (4bit on CUDA, none on CPU), 4bit (NF4, double quantization) or none.")
-MaxNewTokensOption = typer.Option(512, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap).")
-MaxContextOption = typer.Option(32_768, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit.")
-BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
-TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json.")
-PromptFormatOption = typer.Option("ids", "--prompt-format", help="openai: ids (token ids, vLLM) or text (servers that take only text).")
-TimeoutOption = typer.Option(120.0, "--timeout", min=1, help="openai: seconds per request.")
-RetriesOption = typer.Option(4, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors.")
-
-
-def episode_config(max_steps: int, seed: int) -> EpisodeConfig:
-    return EpisodeConfig(max_steps=max_steps, seed=seed)
-
 
 def demo_question(corpus: Corpus) -> Question:
     """The first answerable question of the test split (else of the corpus): what a bare ``run`` shows."""

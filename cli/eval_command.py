@@ -18,26 +18,41 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
 from agent.environment import git_commit, hardware, versions
-from agent.errors import UsageError
 from agent.loop import corpus_hashes
 from agent.policies import PolicyOptions, make_policy
 from agent.policies.replay import Replay
-from agent.run_commands import (
-    AdapterOption, BaseUrlOption, MaxContextOption, MaxNewTokensOption, MaxStepsOption, ModelOption, PolicyOption,
-    PromptFormatOption, QuantizationOption, ReplayOption, RetriesOption, SeedOption, TimeoutOption, TokenizerOption,
-    episode_config,
-)
 from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
+from cli.errors import UsageError
+from cli.options import (
+    SPLITS,
+    AdapterOption,
+    BaseUrlOption,
+    CorpusOption,
+    MaxContextOption,
+    MaxNewTokensOption,
+    MaxStepsOption,
+    ModelOption,
+    PolicyOption,
+    PromptFormatOption,
+    QuantizationOption,
+    QuestionsOption,
+    ReplayOption,
+    RetriesOption,
+    SeedOption,
+    TimeoutOption,
+    TokenizerOption,
+    episode_config,
+    open_corpus,
+    select_questions,
+)
 from corpus import BM25Index
 from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
 
 console = Console(stderr=True)
-SPLITS = ("train", "validation", "test", "all")
 MANIFEST_VERSION = 1
 
 _RUNNER: EpisodeRunner | None = None  # set before the worker pool forks; each worker inherits it
@@ -132,21 +147,6 @@ def eval_command(
 
 
 EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
-
-
-def select_questions(corpus, split: str, limit: int | None, recorded: list[str] | None = None) -> list:
-    """The questions a run asks, in corpus order: a split, those a replay recording holds, the first N."""
-    if split not in SPLITS:
-        raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-    questions = list((corpus if split == "all" else corpus.split(split)).questions)
-    if recorded is not None:
-        wanted = set(recorded)
-        questions = [q for q in questions if q.id in wanted]
-    if limit is not None:
-        questions = questions[:limit]
-    if not questions:
-        raise UsageError(f"no questions to run in split {split!r}; choose another --split or --questions file")
-    return questions
 
 
 def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:

@@ -12,17 +12,23 @@ from importlib.metadata import PackageNotFoundError, version
 
 import typer
 
-from agent.corpus_commands import corpus_app
-from agent.errors import UsageError
-from agent.eval_command import eval_command
-from agent.exec_command import exec_command
-from agent.inspect_commands import compare_command, inspect_command, preregister_command, report_command
-from agent.model_commands import tiny_model_command
-from agent.parity_command import check_parity_command
-from agent.run_commands import run_command, show_command
-from agent.sft_commands import sft_app, train_command
+from agent.errors import AgentError
+from cli.corpus_commands import corpus_app
+from cli.errors import UsageError
+from cli.eval_command import eval_command
+from cli.exec_command import exec_command
+from cli.inspect_commands import compare_command, inspect_command, preregister_command, report_command
+from cli.model_commands import tiny_model_command
+from cli.parity_command import check_parity_command
+from cli.run_commands import run_command, show_command
+from cli.sft_commands import sft_app, train_command
 from corpus.errors import CorpusError
+from evaluation.errors import EvaluationError
+from sft.errors import TrainingError
 from tools.sandbox import SandboxError
+
+# Bad input, found by the layer that read it: one line, exit 2.
+INPUT_ERRORS = (UsageError, CorpusError, AgentError, EvaluationError, TrainingError)
 
 app = typer.Typer(
     name="explorer",
@@ -69,8 +75,8 @@ def _root(
 
 def main() -> None:
     try:
-        app()
-    except (CorpusError, UsageError) as error:
+        app(prog_name="explorer")
+    except INPUT_ERRORS as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
     except SandboxError as error:  # the machine, not the input: one line, exit 1

@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
-from agent.errors import UsageError
+from cli.errors import UsageError
+from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
 
 console = Console()
 
@@ -29,7 +29,6 @@ def preregister_command(
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
     """Freeze the corpus and question hashes of a future run, with its pass rule, into a TOML file."""
-    from agent.eval_command import select_questions
     from corpus.atomic import atomic_file
     from corpus.collection import questions_sha256
     from evaluation.prereg import template
@@ -59,8 +58,8 @@ def inspect_command(
     if flag is not None and flag not in DETECTORS:
         raise UsageError(f"unknown flag {flag!r}; choose one of {', '.join(DETECTORS)}")
     if episode is not None:
-        from agent.display import print_episode
         from agent.writer import read_trajectories
+        from cli.display import print_episode
 
         matches = [t for t in read_trajectories(run.trajectories) if episode in (t.episode_id, t.question_id)]
         if not matches:

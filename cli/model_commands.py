@@ -1,4 +1,4 @@
-"""``explorer tiny-model``: build the CPU test model (see ``agent.tiny_model``)."""
+"""``explorer tiny-model``: build the CPU test model (see ``agent.testing.tiny_model``)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,8 @@ from pathlib import Path
 
 import typer
 
-from agent.errors import UsageError
-
-
-def require_llm_extra() -> None:
-    """One clear line instead of an ImportError when the model packages are missing."""
-    import importlib.util
-
-    missing = [name for name in ("torch", "transformers", "peft") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise UsageError(f"this needs {', '.join(missing)}: install the model extra with pip install -e '.[llm]'")
+from agent.policies import require_llm_extra
+from cli.errors import UsageError
 
 
 def tiny_model_command(
@@ -27,7 +19,7 @@ def tiny_model_command(
 
     A few seconds, nothing downloaded; then: explorer run --policy hf --model OUT."""
     require_llm_extra()
-    from agent.tiny_model import build_tiny_model
+    from agent.testing.tiny_model import build_tiny_model
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a directory")

@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.corpus_commands import CorpusOption, QuestionsOption, open_corpus
-from agent.errors import UsageError
+from cli.errors import UsageError
+from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
 
 sft_app = typer.Typer(help="Build supervised fine-tuning data from trajectories.", no_args_is_help=True)
 console = Console()
@@ -30,7 +30,6 @@ def teach_command(
     max_steps: int = typer.Option(10, "--max-steps", min=1),
 ) -> None:
     """Write gold-guided teacher trajectories for a split's questions (real tool calls, gold answers)."""
-    from agent.eval_command import select_questions
     from agent.runner import EpisodeRunner
     from agent.trajectory import EpisodeConfig
     from agent.writer import TrajectoryLog, read_trajectories
@@ -201,7 +200,7 @@ def train_command(
         raise UsageError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
     if resume and not any(out.glob("checkpoint-*")):
         raise UsageError(f"{out}: no checkpoint to resume from; drop --resume to start training")
-    from agent.model_commands import require_llm_extra
+    from agent.policies import require_llm_extra
 
     require_llm_extra()
     from sft.train import train

@@ -9,8 +9,8 @@ from typing import List, Optional
 
 import typer
 
-from agent.corpus_commands import CorpusOption, open_corpus
-from agent.errors import UsageError
+from cli.errors import UsageError
+from cli.options import CorpusOption, open_corpus
 from tools.modules import DEFAULT_MODULES, VETTED_MODULES
 from tools.sandbox import Limits, Sandbox
 

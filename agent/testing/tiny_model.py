@@ -13,9 +13,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from agent.errors import UsageError
+from agent.errors import AgentError
 from agent.renderer import IM_END
-from agent.tiny_tokenizer import END_OF_TEXT, build_tokenizer
+from agent.testing.tiny_tokenizer import END_OF_TEXT, build_tokenizer
 
 TINY_SHAPE = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
@@ -43,7 +43,7 @@ def build_tiny_model(out: Path, seed: int = 0, force: bool = False) -> Path:
 
     transformers_logging.disable_progress_bar()
     if out.exists() and any(out.iterdir()) and not force:
-        raise UsageError(f"{out}: already exists and is not empty; pass --force to replace it")
+        raise AgentError(f"{out}: already exists and is not empty; pass --force to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
