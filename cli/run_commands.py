@@ -43,7 +43,7 @@ def demo_question(corpus: Corpus) -> Question:
     if not corpus.questions:
         raise UsageError("the corpus has no questions; pass --question TEXT")
     test_papers = {paper.id for paper in corpus.papers if paper.split == "test"}
-    answerable = [q for q in corpus.questions if any(a.kind not in (None, "none") for a in q.answers)]
+    answerable = [q for q in corpus.questions if q.answerable]
     pools = ([q for q in answerable if q.paper_id in test_papers], answerable, list(corpus.questions))
     return next(pool[0] for pool in pools if pool)
 

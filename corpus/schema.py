@@ -82,8 +82,9 @@ class Question(Record):
 
     @property
     def answerable(self) -> bool:
-        """True unless every annotator marked the question unanswerable."""
-        return any(not answer.unanswerable for answer in self.answers)
+        """The one rule, QASPER's: answerable when some annotator gave an answer. An annotation with
+        no answer of any kind counts for neither side (the loader reports it as ``empty_answer``)."""
+        return any(answer.kind not in (None, "none") for answer in self.answers)
 
 
 class Figure(Record):

@@ -47,11 +47,6 @@ def best_over_references(metric, prediction: str, question: Question) -> float:
     return max((metric(prediction, reference) for reference in references(question)), default=0.0)
 
 
-def is_answerable(question: Question) -> bool:
-    """QASPER's convention when annotators disagree: answerable if any annotator answered it."""
-    return any(answer.kind not in (None, "none") for answer in question.answers)
-
-
 def sub_exact_match(prediction: str, reference: str) -> float:
     """Bidirectional containment after normalisation: the prediction holds the reference or lies
     inside it. Empty (or empty after normalisation) on either side scores zero."""

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 from agent.trajectory import Trajectory
 from corpus.schema import Question
-from evaluation.answers import is_answerable
 from tools.page import tool_page
 
 RESEARCH_TOOLS = {"search", "read", "extract"}
@@ -158,13 +157,13 @@ def unobserved_evidence(trajectory: Trajectory, gold: Question | None) -> list[F
 
 
 def false_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    if gold is not None and is_answerable(gold) and trajectory.outcome.status == "abstained":
+    if gold is not None and gold.answerable and trajectory.outcome.status == "abstained":
         return [Flag("false_abstention", len(trajectory.steps) - 1, trajectory.outcome.reason or "")]
     return []
 
 
 def missed_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    if gold is not None and not is_answerable(gold) and trajectory.outcome.status == "submitted":
+    if gold is not None and not gold.answerable and trajectory.outcome.status == "submitted":
         return [Flag("missed_abstention", len(trajectory.steps) - 1, trajectory.outcome.answer or "")]
     return []
 

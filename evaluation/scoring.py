@@ -12,7 +12,6 @@ from evaluation.answers import (
     answer_and_evidence_f1,
     best_over_references,
     exact_match,
-    is_answerable,
     sub_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, detect, detector_rates, verdict
@@ -47,7 +46,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> dict:
         predicted, evidence = record["prediction"], [item.text for item in trajectory.outcome.evidence]
         f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
         record.update({
-            "type": kind or question_type(question), "answerable": is_answerable(question), "answer_f1": f1,
+            "type": kind or question_type(question), "answerable": question.answerable, "answer_f1": f1,
             "exact_match": best_over_references(exact_match, predicted, question),
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,

@@ -19,7 +19,7 @@ from agent.renderer import ChatRenderer
 from agent.trajectory import Trajectory, without_timings
 from corpus.atomic import atomic_file
 from corpus.schema import Question
-from evaluation.answers import best_over_references, is_answerable, token_f1
+from evaluation.answers import best_over_references, token_f1
 from evaluation.scoring import prediction
 
 IGNORE = -100
@@ -55,12 +55,12 @@ def keep_reason(trajectory: Trajectory, question: Question | None, settings: Bui
         return "no gold question (free-text or unknown question id)"
     status = trajectory.outcome.status
     if status == "abstained":
-        if is_answerable(question):
+        if question.answerable:
             return "false abstention"
         return None if settings.keep_correct_abstentions else "abstention (not kept)"
     if status != "submitted":
         return f"ended with {status}"
-    if not is_answerable(question):
+    if not question.answerable:
         return "answered an unanswerable question"
     f1 = best_over_references(token_f1, prediction(trajectory), question)
     return None if f1 >= settings.min_answer_f1 else f"answer F1 below {settings.min_answer_f1}"

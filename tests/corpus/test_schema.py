@@ -27,6 +27,13 @@ def test_question_is_answerable_unless_every_annotator_says_unanswerable():
     assert both.answerable and not none.answerable
 
 
+def test_an_annotation_with_no_answer_counts_for_neither_side():
+    """The seed's two rules disagreed here: stats counted it answerable, eval and sft did not."""
+    empty = Question(id="q", paper_id="p", text="t", answers=(Answer(),))
+    with_abstention = Question(id="q", paper_id="p", text="t", answers=(Answer(), Answer(unanswerable=True)))
+    assert not empty.answerable and not with_abstention.answerable
+
+
 @pytest.mark.parametrize(("field", "value"), [("yes_no", "yes"), ("unanswerable", 1), ("extractive_spans", "CoNLL")])
 def test_types_are_strict(field, value):
     with pytest.raises(ValidationError):

@@ -3,7 +3,7 @@
 import pytest
 
 from corpus.schema import Answer, Question
-from evaluation.answers import ABSTENTION, best_over_references, exact_match, is_answerable, normalize_answer, token_f1
+from evaluation.answers import ABSTENTION, best_over_references, exact_match, normalize_answer, token_f1
 
 
 def question(*answers: Answer) -> Question:
@@ -32,8 +32,8 @@ def test_best_over_annotators_who_disagree_about_answerability():
     assert best_over_references(token_f1, ABSTENTION, disagreeing) == 1.0
     assert best_over_references(token_f1, "AdamW", disagreeing) == 1.0
     assert best_over_references(exact_match, "the AdamW.", disagreeing) == 1.0
-    assert is_answerable(disagreeing)
-    assert not is_answerable(question(Answer(unanswerable=True)))
+    assert disagreeing.answerable
+    assert not question(Answer(unanswerable=True)).answerable
 
 
 def test_references_follow_qasper_answer_kinds():
