@@ -1,34 +1,32 @@
 """What the policy is shown: the system prompt (once), the question, and each observation.
 
-The observation format is part of the prompt template: changing it changes
-``prompt_template_sha256`` and therefore every trajectory's recorded hash.
+The words are data, in ``agent/prompts/prompts.toml``; this module only fills them in. The file
+and the generated tool page are what ``prompt_template_sha256`` hashes, so changing either
+changes every new trajectory's recorded hash.
 """
 
 from __future__ import annotations
 
 import hashlib
+import tomllib
+from pathlib import Path
 
 from tools.page import tool_page
 from tools.sandbox import ActionResult
 
-SYSTEM_INTRO = """\
-You are a research assistant. You answer a question about a collection of scientific papers by \
-writing Python code. Each of your turns is one action: a single ```python block. The code runs in \
-a sandbox; you then see what it printed and the value of its last expression. Variables persist \
-from one action to the next. Search and read before you answer, cite the paragraphs your answer \
-rests on, and abstain when the papers do not contain the answer."""
-
-FORMAT_ERROR = "Format error: write your action as Python code in one ```python block, e.g.\n```python\nhits = search(\"learning rate QuantLens\", k=3)\nhits\n```"
-EMPTY_OBSERVATION = "(no output)"
-CUT_MARKER = "\n[observation cut: {omitted} of {total} characters omitted]"
+PROMPTS_FILE = Path(__file__).parent / "prompts" / "prompts.toml"
+PROMPTS = tomllib.loads(PROMPTS_FILE.read_text(encoding="utf-8"))
+FORMAT_ERROR = PROMPTS["format_error"]
+EMPTY_OBSERVATION = PROMPTS["empty_observation"]
+CUT_MARKER = PROMPTS["cut_marker"]
 
 
 def system_prompt() -> str:
-    return f"{SYSTEM_INTRO}\n\n{tool_page()}"
+    return PROMPTS["system"].format(tool_page=tool_page())
 
 
 def question_message(question: str) -> str:
-    return f"Question: {question}"
+    return PROMPTS["question"].format(question=question)
 
 
 def observation(result: ActionResult) -> str:
@@ -37,14 +35,14 @@ def observation(result: ActionResult) -> str:
     if result.stdout:
         parts.append(result.stdout.rstrip("\n"))
     if result.value is not None:
-        parts.append(f"Out: {result.value}")
+        parts.append(PROMPTS["value"].format(value=result.value))
     if result.error:
-        parts.append(result.traceback or f"Error: {result.error}")
+        parts.append(result.traceback or PROMPTS["error"].format(error=result.error))
     if result.limit_hit:
-        lost = " The sandbox was restarted and your variables were lost." if result.variables_lost else ""
-        parts.append(f"Limit hit: {result.limit_hit}.{lost}")
+        lost = PROMPTS["variables_lost"] if result.variables_lost else ""
+        parts.append(PROMPTS["limit_hit"].format(limit=result.limit_hit) + lost)
     elif result.variables_lost:  # its worker died between actions and was replaced before this one ran
-        parts.append("The sandbox was restarted before this action ran; your earlier variables were lost.")
+        parts.append(PROMPTS["restarted_before"])
     return "\n".join(parts) or EMPTY_OBSERVATION
 
 
@@ -59,7 +57,8 @@ def cut(text: str, budget: int) -> tuple[str, int]:
 
 
 def prompt_template_sha256() -> str:
-    """Everything that shapes a prompt apart from the question and the observations' content."""
-    template = "\x00".join([system_prompt(), question_message("{question}"), FORMAT_ERROR, EMPTY_OBSERVATION, CUT_MARKER,
-                            observation(ActionResult(stdout="{stdout}", value="{value}", error="{error}", limit_hit="{limit}", variables_lost=True))])
-    return hashlib.sha256(template.encode()).hexdigest()
+    """Everything that shapes a prompt apart from the question and the observations' content: the
+    template file, byte for byte, and the tool page generated from the tools' argument models."""
+    digest = hashlib.sha256(PROMPTS_FILE.read_bytes())
+    digest.update(b"\x00" + tool_page().encode())
+    return digest.hexdigest()

@@ -11,17 +11,6 @@ from pydantic.fields import FieldInfo
 
 from tools.paper_tools import TOOLS, Tool
 
-INTRODUCTION = """\
-You answer questions about a collection of research papers by writing Python code.
-Write one ```python block per turn; it runs in a notebook whose variables persist between
-turns. Printed output and the value of a final bare expression come back to you. These
-functions are the only way to reach the papers:"""
-
-CLOSING = """\
-Paragraphs are addressed as (paper_id, section, paragraph) numbers. Cite the paragraphs you
-used as evidence when you submit. If the papers do not contain the answer, abstain."""
-
-
 def _default(field: FieldInfo) -> str:
     return "" if field.is_required() else f"={field.default!r}"
 
@@ -44,7 +33,9 @@ def signature(tool: Tool) -> str:
 
 
 def tool_page() -> str:
-    blocks = [INTRODUCTION]
+    """The reference of every tool: signature, contract, arguments with bounds, result, example.
+    The instructions around it are the system prompt's (``agent/prompts/prompts.toml``)."""
+    blocks = []
     for tool in TOOLS:
         lines = [f"{signature(tool)}", f"    {tool.summary}"]
         for name, field in tool.arguments.model_fields.items():
@@ -52,5 +43,4 @@ def tool_page() -> str:
         lines.append(f"    returns {tool.returns}")
         lines.append(f"    e.g. {tool.example}")
         blocks.append("\n".join(lines))
-    blocks.append(CLOSING)
     return "\n\n".join(blocks) + "\n"

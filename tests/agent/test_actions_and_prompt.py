@@ -46,3 +46,22 @@ def test_cut_keeps_the_budget_and_counts_what_it_dropped(length, budget):
 
 def test_the_system_prompt_holds_the_tool_page_once():
     assert system_prompt().count(tool_page()) == 1
+
+
+def test_the_instructions_are_said_once_and_the_tool_page_is_a_pure_reference():
+    from tools.page import tool_page
+
+    prompt = system_prompt()
+    for instruction in ("cite the paragraphs", "abstain when", "python block", "(paper_id, section, paragraph) numbers"):
+        assert prompt.count(instruction) == 1, instruction
+    assert tool_page().startswith("search(") and "abstain when the papers" not in tool_page()
+
+
+def test_the_template_hash_covers_the_prompt_file(tmp_path, monkeypatch):
+    import agent.prompt as prompt
+
+    before = prompt.prompt_template_sha256()
+    edited = tmp_path / "prompts.toml"
+    edited.write_bytes(prompt.PROMPTS_FILE.read_bytes().replace(b"research assistant", b"research agent"))
+    monkeypatch.setattr(prompt, "PROMPTS_FILE", edited)
+    assert prompt.prompt_template_sha256() != before
