@@ -25,7 +25,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.policies import make_policy  # noqa: E402
+from agent.policies import PolicyConfig, make_policy  # noqa: E402
 from agent.runner import EpisodeRunner  # noqa: E402
 from agent.trajectory import EpisodeConfig  # noqa: E402
 from bench.common import write_results  # noqa: E402
@@ -34,7 +34,7 @@ from corpus import BM25Index, generate  # noqa: E402
 
 def in_process(questions: int) -> dict:
     corpus = generate()
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), make_policy("scripted"), EpisodeConfig())
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
     chosen = list(corpus.questions)[:questions]
     runner.run(chosen[0].text, chosen[0])  # warm-up
     totals = {"policy": 0.0, "tools": 0.0, "sandbox": 0.0, "episode": 0.0}

@@ -18,23 +18,29 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from agent.config import SPLITS, EvalConfig, build_config, load_config, read_toml
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
-from agent.policies import PolicyOptions, make_policy
+from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog, read_trajectories
 from cli.errors import UsageError
 from cli.options import (
-    SPLITS,
     AdapterOption,
     BaseUrlOption,
+    ConfigOption,
+    ContextCharsOption,
     CorpusOption,
+    CpuSecondsOption,
     MaxContextOption,
     MaxNewTokensOption,
     MaxStepsOption,
+    MemoryMbOption,
     ModelOption,
+    ObservationCharsOption,
+    OutputCharsOption,
     PolicyOption,
     PromptFormatOption,
     QuantizationOption,
@@ -44,8 +50,10 @@ from cli.options import (
     SeedOption,
     TimeoutOption,
     TokenizerOption,
-    episode_config,
+    WallSecondsOption,
+    episode_overrides,
     open_corpus,
+    policy_overrides,
     select_questions,
 )
 from corpus import BM25Index
@@ -67,73 +75,72 @@ def eval_command(
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (created; with --resume, finished)."),
     corpus_path: Optional[Path] = CorpusOption,
     questions_path: Optional[Path] = QuestionsOption,
-    split: str = typer.Option("test", "--split", help=f"Questions of which split: {', '.join(SPLITS)}."),
-    policy_name: str = PolicyOption,
+    config_file: Optional[Path] = ConfigOption,
+    split: Optional[str] = typer.Option(None, "--split", help=f"Questions of which split: {', '.join(SPLITS)} (default test)."),
+    policy_name: Optional[str] = PolicyOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the split."),
-    resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT (same config and corpus only)."),
-    workers: int = typer.Option(1, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes."),
-    max_steps: int = MaxStepsOption,
-    seed: int = SeedOption,
+    resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT, with the config its manifest holds."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes (default 1)."),
+    max_steps: Optional[int] = MaxStepsOption,
+    seed: Optional[int] = SeedOption,
     replay: Optional[Path] = ReplayOption,
     model: Optional[str] = ModelOption,
     adapter: Optional[Path] = AdapterOption,
-    quantization: str = QuantizationOption,
-    max_new_tokens: int = MaxNewTokensOption,
-    max_context: int = MaxContextOption,
+    quantization: Optional[str] = QuantizationOption,
+    max_new_tokens: Optional[int] = MaxNewTokensOption,
+    max_context: Optional[int] = MaxContextOption,
     base_url: Optional[str] = BaseUrlOption,
     tokenizer: Optional[Path] = TokenizerOption,
-    prompt_format: str = PromptFormatOption,
-    timeout: float = TimeoutOption,
-    retries: int = RetriesOption,
+    prompt_format: Optional[str] = PromptFormatOption,
+    timeout: Optional[float] = TimeoutOption,
+    retries: Optional[int] = RetriesOption,
+    observation_chars: Optional[int] = ObservationCharsOption,
+    context_chars: Optional[int] = ContextCharsOption,
+    wall_seconds: Optional[float] = WallSecondsOption,
+    cpu_seconds: Optional[int] = CpuSecondsOption,
+    memory_mb: Optional[int] = MemoryMbOption,
+    output_chars: Optional[int] = OutputCharsOption,
     preregistration: Optional[Path] = typer.Option(
         None, "--preregistration", help="TOML with frozen hashes and a pass rule (explorer preregister writes one)."),
 ) -> None:
-    """Run a policy on every question of a split; write trajectories, a manifest and metrics."""
-    prereg = None
-    if preregistration is not None:
-        from evaluation import prereg as preregistering
+    """Run a policy on every question of a split; write trajectories, a manifest and metrics.
 
-        prereg = preregistering.load(preregistration)
+    Settings come from --config (TOML), then the flags; `--out RUN --resume` reads them from the
+    run's manifest, so nothing needs repeating (a flag that differs from it is refused)."""
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a run directory")
-    if policy_name == "hf" and workers > 1:
+    overrides = {"split": split, "limit": limit, "workers": workers, "preregistration": preregistration} | policy_overrides(
+        name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
+        max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
+    ) | episode_overrides(
+        max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
+        wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
+    )
+    manifest = _read_manifest(out) if resume else None
+    config = _resolve_config(config_file, overrides, manifest)
+    run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path), resume)
+
+
+def run_eval(out: Path, config: EvalConfig, corpus, resume: bool) -> None:
+    """The run, in named steps: check, write the manifest, run what is missing, score."""
+    prereg = _load_preregistration(config)
+    if config.policy.name == "hf" and config.workers > 1:
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
-    policy = make_policy(policy_name, PolicyOptions(
-        max_steps, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer, prompt_format, timeout, retries,
-    ))
-    corpus = open_corpus(corpus_path, questions_path)
-    questions = select_questions(corpus, split, limit, policy.questions() if isinstance(policy, Replay) else None)
+    policy = make_policy(config.policy, config.episode.max_steps)
+    questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None)
     selected_sha256 = questions_sha256(questions)
     if prereg is not None:
-        preregistering.check_frozen(prereg, preregistration, corpus.papers_sha256, selected_sha256, len(questions))
-        if prereg.comparison is not None:  # a missing comparison fails now, not after the run
-            preregistering.judge(prereg, preregistration, {"abstention": EMPTY_TABLE})
-
-    config = {
-        "episode": episode_config(max_steps, seed).model_dump(),
-        "policy": {"name": policy.name, "settings": policy.settings()},
-        "split": split,
-        "limit": limit,
-        "questions": len(questions),
-        "selected_questions_sha256": selected_sha256,
-        "preregistration": str(preregistration) if preregistration else None,
-    }
+        _check_preregistration(prereg, config.preregistration, corpus, selected_sha256, len(questions))
+    recorded = {**config.model_dump(mode="json"), "questions": len(questions), "selected_questions_sha256": selected_sha256}
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
-    _check_run_directory(out, manifest_path, log_path, resume, config, hashes)
+    _check_run_directory(out, manifest_path, log_path, resume, recorded, hashes)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
-        manifest = {
-            "manifest_version": MANIFEST_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "command": sys.argv[1:], "corpus": [str(s) for s in corpus.sources], "config": config, "hashes": hashes,
-            "isolation": sandbox_isolation(corpus, index, episode_config(max_steps, seed)),
-            "versions": versions(), "git_commit": git_commit(), "hardware": hardware(),
-        }
-        with atomic_file(manifest_path) as handle:
-            json.dump(manifest, handle, indent=2)
+        _write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
 
     global _RUNNER
-    _RUNNER = EpisodeRunner(corpus, index, policy, episode_config(max_steps, seed))
+    _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     with TrajectoryLog(log_path) as log:
         done = {t.question_id for t in read_trajectories(log_path)}
         remaining = [q for q in questions if q.id not in done]
@@ -141,19 +148,72 @@ def eval_command(
             console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
         if resume:
             console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written")
-        _run_all(remaining, workers, log, len(questions) - len(remaining), len(questions))
+        _run_all(remaining, config.workers, log, len(questions) - len(remaining), len(questions))
 
-    _write_metrics(out, questions, _RUNNER.index, (prereg, preregistration) if prereg else None)
+    _write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+
+
+# Fields of a manifest's config that the run derived rather than was given.
+DERIVED_FIELDS = ("questions", "selected_questions_sha256")
+
+
+def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: dict | None) -> EvalConfig:
+    """A new run: --config, then the flags. A resumed one: its manifest's config, then --config and
+    the flags (anything they change is refused later, when the configs are compared)."""
+    if manifest is None:
+        return load_config(EvalConfig, config_file, overrides)
+    recorded = {key: value for key, value in (manifest.get("config") or {}).items() if key not in DERIVED_FIELDS}
+    from_file = _flatten(read_toml(config_file)) if config_file is not None else {}
+    return build_config(EvalConfig, recorded, from_file | overrides, "manifest.json")
+
+
+def _flatten(data: dict, prefix: str = "") -> dict:
+    flat = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _recorded_corpus(manifest: dict | None) -> Optional[Path]:
+    """On --resume without --corpus: the corpus the run recorded (its hash is checked all the same)."""
+    sources = (manifest or {}).get("corpus") or []
+    return Path(sources[0]) if len(sources) == 1 else None
+
+
+def _load_preregistration(config: EvalConfig):
+    if config.preregistration is None:
+        return None
+    from evaluation import prereg as preregistering
+
+    return preregistering.load(config.preregistration)
+
+
+def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, questions: int) -> None:
+    from evaluation import prereg as preregistering
+
+    preregistering.check_frozen(prereg, path, corpus.papers_sha256, selected_sha256, questions)
+    if prereg.comparison is not None:  # a missing comparison fails now, not after the run
+        preregistering.judge(prereg, path, {"abstention": EMPTY_TABLE})
+
+
+def _write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:
+    manifest = {
+        "manifest_version": MANIFEST_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "command": sys.argv[1:], "corpus": [str(s) for s in corpus.sources], "config": config, "hashes": hashes,
+        "isolation": isolation, "versions": versions(), "git_commit": git_commit(), "hardware": hardware(),
+    }
+    with atomic_file(path) as handle:
+        json.dump(manifest, handle, indent=2)
 
 
 EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
 
 
-def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:
-    if not resume:
-        if manifest_path.exists() or log_path.exists():
-            raise UsageError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
-        return
+def _read_manifest(out: Path) -> dict:
+    manifest_path = out / "manifest.json"
     if not manifest_path.exists():
         raise UsageError(f"{out}: no manifest.json, so there is no run to resume; drop --resume to start one")
     try:
@@ -162,6 +222,15 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
         raise UsageError(f"{manifest_path}: not valid JSON; this run directory cannot be resumed") from None
     if not isinstance(manifest, dict):
         raise UsageError(f"{manifest_path}: not a run manifest (a JSON object); this run directory cannot be resumed")
+    return manifest
+
+
+def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:
+    if not resume:
+        if manifest_path.exists() or log_path.exists():
+            raise UsageError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
+        return
+    manifest = _read_manifest(out)
     for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, manifest.get("config"))):
         if now != then:
             keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))

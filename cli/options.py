@@ -11,8 +11,7 @@ from typing import Optional
 
 import typer
 
-from agent.policies import POLICY_NAMES
-from agent.trajectory import EpisodeConfig
+from agent.config import POLICY_NAMES, SPLITS
 from cli.errors import UsageError
 from corpus import Corpus, DemoConfig, generate, load
 from corpus.loading import with_questions
@@ -37,27 +36,47 @@ def open_corpus(path: Optional[Path], questions: Optional[Path] = None) -> Corpu
     return corpus
 
 
-PolicyOption = typer.Option("scripted", "--policy", "-p", help=f"One of: {', '.join(POLICY_NAMES)}.")
-MaxStepsOption = typer.Option(10, "--max-steps", min=1, help="Actions before the episode ends with step_limit.")
+# Run and eval flags default to None, so that only the flags a user gives override the config
+# (a --config file, or on --resume the run's manifest); the defaults are agent.config's.
+ConfigOption = typer.Option(None, "--config", help="TOML with any field of the run's config ([policy], [episode], ...); flags win.")
+PolicyOption = typer.Option(None, "--policy", "-p", help=f"One of: {', '.join(POLICY_NAMES)} (default scripted).")
+MaxStepsOption = typer.Option(None, "--max-steps", min=1, help="Actions before the episode ends with step_limit (default 10).")
 ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")
-SeedOption = typer.Option(0, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it).")
+SeedOption = typer.Option(None, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it; default 0).")
 ModelOption = typer.Option(None, "--model", "-m", help="hf: model directory or hub id; openai: the served model's name.")
 AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model.")
-QuantizationOption = typer.Option("auto", "--quantization", help="hf: auto (4bit on CUDA, none on CPU), 4bit (NF4, double quantization) or none.")
-MaxNewTokensOption = typer.Option(512, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap).")
-MaxContextOption = typer.Option(32_768, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit.")
+QuantizationOption = typer.Option(None, "--quantization", help="hf: auto (4bit on CUDA, none on CPU; the default), 4bit (NF4, double quantization) or none.")
+MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap; default 512).")
+MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")
 BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
 TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json.")
-PromptFormatOption = typer.Option("ids", "--prompt-format", help="openai: ids (token ids, vLLM) or text (servers that take only text).")
-TimeoutOption = typer.Option(120.0, "--timeout", min=1, help="openai: seconds per request.")
-RetriesOption = typer.Option(4, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors.")
+PromptFormatOption = typer.Option(None, "--prompt-format", help="openai: ids (token ids, vLLM; the default) or text (servers that take only text).")
+TimeoutOption = typer.Option(None, "--timeout", min=1, help="openai: seconds per request (default 120).")
+RetriesOption = typer.Option(None, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors (default 4).")
+ObservationCharsOption = typer.Option(None, "--observation-chars", min=200, help="An observation longer than this is cut, and says so (default 4000).")
+ContextCharsOption = typer.Option(None, "--context-chars", min=1000, help="A conversation longer than this ends with context_limit (default 100000).")
+WallSecondsOption = typer.Option(None, "--wall-seconds", min=0.1, help="Sandbox: wall-clock limit per action (default 10).")
+CpuSecondsOption = typer.Option(None, "--cpu-seconds", min=1, help="Sandbox: CPU-time limit per action (default 10).")
+MemoryMbOption = typer.Option(None, "--memory-mb", min=64, help="Sandbox: memory an action may add, in MiB (default 2048).")
+OutputCharsOption = typer.Option(None, "--output-chars", min=100, help="Sandbox: printed characters per action (default 20000).")
 
 
-def episode_config(max_steps: int, seed: int) -> EpisodeConfig:
-    return EpisodeConfig(max_steps=max_steps, seed=seed)
+def policy_overrides(*, name, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer,
+                     prompt_format, timeout, retries) -> dict:
+    """The policy flags a user gave, as ``policy.FIELD`` overrides of a config."""
+    given = dict(name=name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
+                 max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout,
+                 retries=retries)
+    return {f"policy.{key}": value for key, value in given.items()}
 
 
-SPLITS = ("train", "validation", "test", "all")
+def episode_overrides(*, max_steps, seed, observation_chars, context_chars, wall_seconds, cpu_seconds, memory_mb,
+                      output_chars) -> dict:
+    """The episode and sandbox flags a user gave, as ``episode.FIELD`` overrides of a config."""
+    given = dict(max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
+                 wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars)
+    return {f"episode.{key}": value for key, value in given.items()}
+
 
 def select_questions(corpus, split: str, limit: int | None, recorded: list[str] | None = None) -> list:
     """The questions a run asks, in corpus order: a split, those a replay recording holds, the first N."""

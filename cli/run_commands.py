@@ -9,7 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.policies import PolicyOptions, make_policy
+from agent.config import RunConfig, load_config
+from agent.policies import make_policy
 from agent.runner import EpisodeRunner
 from agent.writer import TrajectoryLog, read_trajectories
 from cli.display import print_episode, print_outcome, print_question, print_step
@@ -17,11 +18,17 @@ from cli.errors import UsageError
 from cli.options import (
     AdapterOption,
     BaseUrlOption,
+    ConfigOption,
+    ContextCharsOption,
     CorpusOption,
+    CpuSecondsOption,
     MaxContextOption,
     MaxNewTokensOption,
     MaxStepsOption,
+    MemoryMbOption,
     ModelOption,
+    ObservationCharsOption,
+    OutputCharsOption,
     PolicyOption,
     PromptFormatOption,
     QuantizationOption,
@@ -30,8 +37,10 @@ from cli.options import (
     SeedOption,
     TimeoutOption,
     TokenizerOption,
-    episode_config,
+    WallSecondsOption,
+    episode_overrides,
     open_corpus,
+    policy_overrides,
 )
 from corpus import BM25Index, Corpus
 from corpus.schema import Question
@@ -63,20 +72,27 @@ def run_command(
     question_text: Optional[str] = typer.Option(None, "--question", "-q", help="A question of your own (no gold answer)."),
     question_id: Optional[str] = typer.Option(None, "--question-id", help="A question of the corpus, by id."),
     corpus_path: Optional[Path] = CorpusOption,
-    policy_name: str = PolicyOption,
-    max_steps: int = MaxStepsOption,
-    seed: int = SeedOption,
+    config_file: Optional[Path] = ConfigOption,
+    policy_name: Optional[str] = PolicyOption,
+    max_steps: Optional[int] = MaxStepsOption,
+    seed: Optional[int] = SeedOption,
     replay: Optional[Path] = ReplayOption,
     model: Optional[str] = ModelOption,
     adapter: Optional[Path] = AdapterOption,
-    quantization: str = QuantizationOption,
-    max_new_tokens: int = MaxNewTokensOption,
-    max_context: int = MaxContextOption,
+    quantization: Optional[str] = QuantizationOption,
+    max_new_tokens: Optional[int] = MaxNewTokensOption,
+    max_context: Optional[int] = MaxContextOption,
     base_url: Optional[str] = BaseUrlOption,
     tokenizer: Optional[Path] = TokenizerOption,
-    prompt_format: str = PromptFormatOption,
-    timeout: float = TimeoutOption,
-    retries: int = RetriesOption,
+    prompt_format: Optional[str] = PromptFormatOption,
+    timeout: Optional[float] = TimeoutOption,
+    retries: Optional[int] = RetriesOption,
+    observation_chars: Optional[int] = ObservationCharsOption,
+    context_chars: Optional[int] = ContextCharsOption,
+    wall_seconds: Optional[float] = WallSecondsOption,
+    cpu_seconds: Optional[int] = CpuSecondsOption,
+    memory_mb: Optional[int] = MemoryMbOption,
+    output_chars: Optional[int] = OutputCharsOption,
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
 ) -> None:
     """Run one episode and show each step live: the code, the tools it called, what it observed."""
@@ -86,9 +102,15 @@ def run_command(
         raise UsageError("--question is empty; write the question to ask")
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a directory")
-    policy = make_policy(policy_name, PolicyOptions(
-        max_steps, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer, prompt_format, timeout, retries,
-    ))
+    overrides = policy_overrides(
+        name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
+        max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
+    ) | episode_overrides(
+        max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
+        wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
+    )
+    config = load_config(RunConfig, config_file, overrides)
+    policy = make_policy(config.policy, config.episode.max_steps)
     corpus = open_corpus(corpus_path)
     question = None
     if question_id is not None:
@@ -96,7 +118,7 @@ def run_command(
     elif question_text is None:
         question = demo_question(corpus)
     text = question.text if question else question_text.strip()
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, episode_config(max_steps, seed))
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, config.episode)
     print_question(console, text, question.id if question else None, policy.name)
     trajectory = runner.run(text, question, on_step=lambda step: print_step(console, step))
     with TrajectoryLog(out / "trajectories.jsonl") as log:

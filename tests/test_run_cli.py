@@ -83,8 +83,27 @@ def test_resume_refuses_another_config_or_corpus(tmp_path, corpus_file):
     assert run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--limit", "3").returncode == 0
     other = run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--limit", "3", "--max-steps", "4", "--resume")
     assert other.returncode == 2 and "config" in other.stderr
-    different = run_cli("eval", "--out", str(out), "--limit", "3", "--resume")  # the demo corpus, not the file
+    demo = tmp_path / "demo.jsonl"
+    assert run_cli("corpus", "export", "--out", str(demo)).returncode == 0
+    different = run_cli("eval", "--corpus", str(demo), "--out", str(out), "--limit", "3", "--resume")  # the demo corpus, not the file
     assert different.returncode == 2 and "hashes" in different.stderr
+
+
+def test_resume_reads_its_settings_from_the_manifest(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    config = tmp_path / "eval.toml"
+    config.write_text('split = "all"\nlimit = 4\n[policy]\nname = "read-all"\n[episode]\nmax_steps = 3\nwall_seconds = 7.5\n')
+    first = run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--config", str(config), "--limit", "2")
+    assert first.returncode == 0, first.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["limit"] == 2 and manifest["config"]["split"] == "all"  # the flag won over the file
+    assert manifest["config"]["policy"]["name"] == "read-all" and manifest["config"]["episode"]["wall_seconds"] == 7.5
+    (out / "trajectories.jsonl").write_text((out / "trajectories.jsonl").read_text().splitlines(keepends=True)[0])
+    resumed = run_cli("eval", "--out", str(out), "--resume")  # nothing repeated: corpus and config from the manifest
+    assert resumed.returncode == 0, resumed.stderr
+    assert "1 of 2 episodes already written" in resumed.stderr
+    trajectories = lines(out / "trajectories.jsonl")
+    assert len(trajectories) == 2 and {t["config"]["max_steps"] for t in trajectories} == {3}
 
 
 @pytest.mark.slow
@@ -130,3 +149,17 @@ def test_scripted_runs_never_import_torch(tmp_path):
                           env=checkout_environment())
     assert done.returncode == 0, done.stderr
     assert "heavy: []" in done.stdout
+
+
+@pytest.mark.parametrize("content, message", [
+    ("[episode]\nmax_steps = 0\n", "episode.max_steps"),
+    ("colour = 'blue'\n", "colour"),
+    ("[policy]\nname = 'gpt-9'\n", "unknown policy 'gpt-9'"),
+    ("split = \n", "not valid TOML"),
+])
+def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path, content, message):
+    config = tmp_path / "eval.toml"
+    config.write_text(content)
+    done = run_cli("eval", "--out", str(tmp_path / "run"), "--config", str(config))
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "run").exists()

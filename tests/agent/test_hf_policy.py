@@ -5,7 +5,7 @@ import json
 import pytest
 
 from agent.parity import check_trajectory
-from agent.policies import PolicyOptions, make_policy
+from agent.policies import PolicyConfig, make_policy
 from agent.policies.hf import HFPolicy
 from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
@@ -84,7 +84,7 @@ def test_a_lora_adapter_is_loaded_and_hashed(tiny_model, tmp_path, small_demo, i
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
-    policy = make_policy("hf", PolicyOptions(model=str(tiny_model), adapter=tmp_path / "adapter", max_new_tokens=4))
+    policy = make_policy(PolicyConfig(name="hf", model=str(tiny_model), adapter=tmp_path / "adapter", max_new_tokens=4))
     assert isinstance(policy.model, PeftModel)
     trajectory = episode(small_demo, index, policy, steps=2)
     hashes = trajectory.policy.settings["adapter_sha256"]

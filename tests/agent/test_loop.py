@@ -4,8 +4,9 @@ import json
 
 import pytest
 
+from agent.config import RunConfig, load_config
 from agent.errors import AgentError
-from agent.policies import Policy, PolicyError, PolicyOptions, Reply, make_policy
+from agent.policies import Policy, PolicyConfig, PolicyError, Reply, make_policy
 from agent.policies.base import ContextExceeded, action
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig, Trajectory, without_timings
@@ -79,7 +80,7 @@ def test_format_errors_and_cut_observations_are_recorded(run):
 
 
 def test_messages_rebuild_the_conversation_with_the_tool_page_once(run):
-    trajectory = run(make_policy("scripted"))
+    trajectory = run(make_policy(PolicyConfig(name="scripted")))
     messages = trajectory.messages()
     assert [m["role"] for m in messages[:2]] == ["system", "user"]
     assert len(messages) == 2 + 2 * len(trajectory.steps)
@@ -89,32 +90,32 @@ def test_messages_rebuild_the_conversation_with_the_tool_page_once(run):
 @pytest.mark.parametrize("name", ["scripted", "direct-submit", "single-shot-rag", "read-all"])
 def test_two_runs_give_identical_trajectories(run, small_demo, name):
     question = small_demo.questions[3]
-    first, second = run(make_policy(name), question), run(make_policy(name), question)
+    first, second = run(make_policy(PolicyConfig(name=name)), question), run(make_policy(PolicyConfig(name=name)), question)
     assert without_timings(first) == without_timings(second)
 
 
 def test_direct_submit_never_calls_a_tool_and_scripted_does(run, small_demo):
     for question in small_demo.questions[:10]:
-        direct = run(make_policy("direct-submit"), question)
+        direct = run(make_policy(PolicyConfig(name="direct-submit")), question)
         assert len(direct.steps) == 1 and [c.name for c in direct.steps[0].tool_calls] == ["submit"]
-        scripted = run(make_policy("scripted"), question)
+        scripted = run(make_policy(PolicyConfig(name="scripted")), question)
         names = [c.name for s in scripted.steps for c in s.tool_calls]
         assert names[:3] == ["search", "read", "extract"] and names[-1] in ("submit", "abstain")
 
 
 def test_read_all_reads_section_by_section_within_the_step_limit(run):
-    trajectory = run(make_policy("read-all", PolicyOptions(max_steps=10)), max_steps=10)
+    trajectory = run(make_policy(PolicyConfig(name="read-all"), max_steps=10), max_steps=10)
     reads = [c for s in trajectory.steps for c in s.tool_calls if c.name == "read" and c.arguments.get("section") is not None]
     assert [c.arguments["section"] for c in reads] == list(range(len(reads))) and len(reads) >= 3
     assert trajectory.outcome.status in ("submitted", "abstained")
 
 
 def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tokenizer):
-    original = run(make_policy("scripted"))
+    original = run(make_policy(PolicyConfig(name="scripted")))
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    replayed = run(make_policy("replay", PolicyOptions(replay=path)))
+    replayed = run(make_policy(PolicyConfig(name="replay", replay=path)))
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
     assert all(s.policy_info.get("previous_observation_matches", True) for s in replayed.steps)
     assert replayed.outcome == original.outcome
@@ -126,7 +127,7 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     data = json.loads(original.model_dump_json())
     data["steps"][0]["observation"] = "Out: []"
     path.write_text(json.dumps(data) + "\n")
-    drifted = run(make_policy("replay", PolicyOptions(replay=path)))
+    drifted = run(make_policy(PolicyConfig(name="replay", replay=path)))
     assert drifted.steps[1].policy_info["previous_observation_matches"] is False
     assert drifted.steps[1].policy_info["drift"]["position"] >= 0
     assert replayed.steps[-1].policy_info["final_observation_matches"] is True
@@ -134,24 +135,24 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     data = json.loads(original.model_dump_json())
     data["steps"][-1]["observation"] = "Out: 'something else'"
     path.write_text(json.dumps(data) + "\n")
-    last = run(make_policy("replay", PolicyOptions(replay=path)))
+    last = run(make_policy(PolicyConfig(name="replay", replay=path)))
     assert last.steps[-1].policy_info["final_observation_matches"] is False and "final_drift" in last.steps[-1].policy_info
 
 
 def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, small_demo, tmp_path):
-    original = run(make_policy("scripted"), small_demo.questions[0])
+    original = run(make_policy(PolicyConfig(name="scripted")), small_demo.questions[0])
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    other = run(make_policy("replay", PolicyOptions(replay=path)), small_demo.questions[5])
+    other = run(make_policy(PolicyConfig(name="replay", replay=path)), small_demo.questions[5])
     assert other.outcome.status == "policy_error" and "no episode" in other.outcome.reason
 
 
 def test_unknown_policy_is_a_usage_error():
     with pytest.raises(AgentError, match="unknown policy 'gpt'"):
-        make_policy("gpt")
+        load_config(RunConfig, None, {"policy.name": "gpt"})
     with pytest.raises(AgentError, match="needs --replay"):
-        make_policy("replay")
+        make_policy(PolicyConfig(name="replay"))
 
 
 def test_log_appends_whole_lines_and_repairs_a_torn_tail(run, tmp_path):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent.parity import check_trajectory
-from agent.policies import PolicyOptions, make_policy
+from agent.policies import PolicyConfig, make_policy
 from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
@@ -76,7 +76,7 @@ def index(small_demo):
 
 
 def episode(small_demo, index, server, tiny_tokenizer, **options):
-    policy = make_policy("openai", PolicyOptions(base_url=server.url, model="served", tokenizer=tiny_tokenizer,
+    policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer,
                                                  **{"retries": 2, **options}))
     policy.backoff = 0.01
     question = small_demo.questions[0]
@@ -128,7 +128,7 @@ def test_an_unreachable_server_is_a_policy_error_not_a_crash(small_demo, index, 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    policy = make_policy("openai", PolicyOptions(base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1))
+    policy = make_policy(PolicyConfig(name="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1))
     policy.backoff = 0.01
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig()).run(question.text, question)

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from agent.parity import check_trajectory
-from agent.policies import make_policy
+from agent.policies import PolicyConfig, make_policy
 from agent.renderer import EMPTY_THINK, ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig, Trajectory
@@ -23,7 +23,7 @@ def trajectories(small_demo):
     index = BM25Index.build(small_demo)
     found = []
     for name in ("scripted", "direct-submit", "single-shot-rag", "read-all"):
-        runner = EpisodeRunner(small_demo, index, make_policy(name), EpisodeConfig())
+        runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name=name)), EpisodeConfig())
         found += [runner.run(q.text, q) for q in small_demo.questions[:4]]
     return found
 

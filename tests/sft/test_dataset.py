@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.policies import make_policy
+from agent.policies import PolicyConfig, make_policy
 from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
@@ -65,7 +65,7 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
 
 def test_bad_outcomes_are_dropped_with_their_reason(renderer, small_demo):
     index = BM25Index.build(small_demo)
-    runner = EpisodeRunner(small_demo, index, make_policy("direct-submit"), EpisodeConfig())
+    runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name="direct-submit")), EpisodeConfig())
     questions = {q.id: q for q in small_demo.questions}
     built = build([runner.run(q.text, q) for q in small_demo.questions[:12]], questions, renderer, BuildSettings())
     assert set(built.dropped) <= {"answered an unanswerable question", "answer F1 below 0.5"} and sum(built.dropped.values()) >= 6

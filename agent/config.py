@@ -1,0 +1,132 @@
+"""One frozen config per entry point: what ``explorer run`` and ``explorer eval`` do.
+
+A config is read from a TOML file (``--config``), then the command line's flags override single
+fields (``{"policy.model": "m", "episode.max_steps": 6}``), then pydantic validates the whole.
+The run manifest stores it verbatim, and ``eval --resume`` rebuilds it from there.
+
+```toml
+split = "validation"
+workers = 4
+
+[policy]
+name = "openai"
+base_url = "http://localhost:8000/v1"
+model = "policy"
+tokenizer = "/models/Qwen3-8B"
+
+[episode]            # agent.trajectory.EpisodeConfig: steps, budgets and sandbox limits
+max_steps = 12
+wall_seconds = 20
+```
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from agent.errors import AgentError
+from agent.trajectory import EpisodeConfig
+
+PolicyName = Literal["scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai"]
+POLICY_NAMES: tuple[str, ...] = get_args(PolicyName)
+Split = Literal["train", "validation", "test", "all"]
+SPLITS: tuple[str, ...] = get_args(Split)
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+
+class PolicyConfig(Config):
+    """Which policy acts, and its backend's settings (each one matters only to the policies named)."""
+
+    name: str = "scripted"
+    replay: Path | None = None  # replay: the trajectories whose actions are re-run
+    model: str | None = None  # hf: a model directory or hub id; openai: the served model's name
+    adapter: Path | None = None  # hf: a LoRA adapter directory
+    quantization: Literal["auto", "4bit", "none"] = "auto"  # hf: auto is 4-bit NF4 on CUDA, none on CPU
+    max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
+    max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit
+    base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
+    tokenizer: Path | None = None  # openai: the served model's tokenizer directory
+    prompt_format: Literal["ids", "text"] = "ids"  # openai: token ids (vLLM) or text
+    timeout: float = Field(120.0, ge=1)  # openai: seconds per request
+    retries: int = Field(4, ge=0)  # openai: retries with backoff on 429/5xx and network errors
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in POLICY_NAMES:
+            raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
+        return name
+
+
+class RunConfig(Config):
+    """``explorer run``: one episode."""
+
+    policy: PolicyConfig = PolicyConfig()
+    episode: EpisodeConfig = EpisodeConfig()
+
+
+class EvalConfig(RunConfig):
+    """``explorer eval``: every question of a split."""
+
+    split: str = "test"
+    limit: int | None = Field(None, ge=1)  # only the first N questions of the split
+    workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
+    preregistration: Path | None = None  # TOML with frozen hashes and a pass rule
+
+    @field_validator("split")
+    @classmethod
+    def _known(cls, split: str) -> str:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        return split
+
+
+ConfigType = TypeVar("ConfigType", bound=Config)
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AgentError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise AgentError(f"{path}: is a directory; name the config .toml file") from None
+    except UnicodeDecodeError as error:
+        raise AgentError(f"{path}: not UTF-8 (byte {error.start})") from None
+    except tomllib.TOMLDecodeError as error:
+        raise AgentError(f"{path}: not valid TOML ({error})") from None
+
+
+def build_config(kind: type[ConfigType], base: dict[str, Any], overrides: dict[str, Any], source: str) -> ConfigType:
+    """``base`` (from a file or a manifest) with each non-None ``overrides[dotted.key]`` set, validated."""
+    data = {key: dict(value) if isinstance(value, dict) else value for key, value in base.items()}
+    for dotted, value in overrides.items():
+        if value is None:
+            continue
+        *sections, field = dotted.split(".")
+        target = data
+        for section in sections:
+            target = target.setdefault(section, {})
+            if not isinstance(target, dict):
+                raise AgentError(f"{source}: '{section}' must be a table of settings")
+        target[field] = value
+    try:
+        return kind.model_validate(data)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "config"
+        message = first["msg"].removeprefix("Value error, ")
+        raise AgentError(f"{source}: field '{where}': {message}") from None
+
+
+def load_config(kind: type[ConfigType], path: Path | None, overrides: dict[str, Any]) -> ConfigType:
+    """The config of ``kind`` from TOML file ``path`` (or the defaults), the flags winning."""
+    base = read_toml(path) if path is not None else {}
+    return build_config(kind, base, overrides, str(path) if path else "command line")
