@@ -13,13 +13,13 @@ from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyErr
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
 from agent.trajectory import (
     EpisodeConfig,
-    Evidence,
+    Generation,
     Hashes,
     Outcome,
     PolicyInfo,
     Step,
+    StepPolicyInfo,
     Timings,
-    ToolCallRecord,
     Trajectory,
 )
 from corpus import Corpus
@@ -85,8 +85,8 @@ def run_episode(
             break
         policy_seconds = time.perf_counter() - policy_started
         step, ended = _execute(len(steps), reply.text, sandbox, config)
-        step.generation = reply.generation
-        step.policy_info = reply.info
+        step.generation = Generation.model_validate(reply.generation) if reply.generation else None
+        step.policy_info = StepPolicyInfo.model_validate(reply.info) if reply.info else None
         step.timings.policy_seconds = policy_seconds
         steps.append(step)
         if on_step is not None:
@@ -99,7 +99,8 @@ def run_episode(
         except Exception as error:  # a report about the episode must not lose the episode
             final = {"finish_error": f"{type(error).__name__}: {error}"}
         if final:
-            steps[-1].policy_info = {**(steps[-1].policy_info or {}), **final}
+            earlier = steps[-1].policy_info.model_dump(exclude_none=True) if steps[-1].policy_info else {}
+            steps[-1].policy_info = StepPolicyInfo.model_validate({**earlier, **final})
     return Trajectory(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
@@ -116,17 +117,11 @@ def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> 
         return Step(index=index, action_text=text, code=None, observation=shown, observation_chars_cut=omitted, format_error=True), None
     result = sandbox.execute(code)
     shown, omitted = cut(observation(result), config.observation_chars)
-    calls = [ToolCallRecord(**call) for call in result.tool_calls]
+    calls = result.tool_calls
     step = Step(
         index=index, action_text=text, code=code, observation=shown, observation_chars_cut=omitted,
         error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost,
         deferred_output_chars=result.deferred_output_chars, tool_calls=calls,
         timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls)),
     )
-    ended = None
-    if result.outcome is not None:
-        ended = Outcome(
-            status=result.outcome["status"], answer=result.outcome.get("answer"), reason=result.outcome.get("reason"),
-            evidence=[Evidence(**item) for item in result.outcome.get("evidence", [])],
-        )
-    return step, ended
+    return step, result.outcome  # the host's record of the call that ended the episode, if one did

@@ -39,7 +39,7 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer) -> Mismatch
             return Mismatch(trajectory.episode_id, step.index, f"the tool page appears {copies} times in the prompt, not once")
         prompt = renderer.prompt(before)
         served = prompt + renderer.action(step.action_text)
-        recorded = (step.generation or {}).get("prompt_tokens")
+        recorded = step.generation.prompt_tokens if step.generation else None
         if recorded is not None and recorded != len(prompt):
             return Mismatch(trajectory.episode_id, step.index, f"the policy recorded a prompt of {recorded} tokens; the renderer builds {len(prompt)}")
         for position, (a, b) in enumerate(zip(served, training)):

@@ -4,21 +4,60 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
 SCHEMA_VERSION = 2  # 2: isolation, deferred_output_chars; version 1 files still load
-Status = Literal["submitted", "abstained", "step_limit", "context_limit", "policy_error"]
 
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class ToolCallRecord(Record):
-    name: str
-    arguments: dict[str, Any]
-    seconds: float
-    error: str | None = None
+class Sparse(Record):
+    """A record whose unset (None) fields are left out of the JSON: each policy fills only its own."""
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+class Generation(Sparse):
+    """One model step: its token counts, how it ended, what the server did (hf and openai policies)."""
+
+    prompt_tokens: int  # the renderer's prompt, as sent
+    cached_tokens: int | None = None  # hf: prompt tokens the KV cache already held
+    prefill_tokens: int | None = None  # hf: prompt tokens encoded for this step
+    cache_cut_tokens: int | None = None  # hf: cached tokens dropped because the prompt diverged from them
+    generated_tokens: int | None = None
+    server_prompt_tokens: int | None = None  # openai: the server's own count of the prompt
+    hit_cap: bool = False  # cut at max_new_tokens
+    finish_reason: str | None = None  # openai: as the server said
+    api_retries: int = 0  # openai: requests retried before this one succeeded
+    parity_warning: str | None = None  # openai: the server saw other tokens than the renderer made
+    seconds: float | None = None
+    prefill_seconds: float | None = None
+    decode_seconds: float | None = None
+
+
+class Drift(Record):
+    """Where a replayed observation first differs from the recorded one, with context on both sides."""
+
+    position: int
+    recorded: str
+    current: str
+
+
+class StepPolicyInfo(Sparse):
+    """What a policy reported about a step beyond its action (replay: whether the runtime drifted)."""
+
+    replayed_step: int | None = None
+    previous_observation_matches: bool | None = None
+    drift: Drift | None = None
+    final_observation_matches: bool | None = None
+    final_drift: Drift | None = None
+    finish_error: str | None = None  # the policy's finish() failed; the episode is kept
 
 
 class Timings(Record):
@@ -39,23 +78,9 @@ class Step(Record):
     variables_lost: bool = False
     deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
-    generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
-    policy_info: dict[str, Any] | None = None  # what else the policy reported (replay: drift)
+    generation: Generation | None = None  # model policies: what the step's generation cost and how it ended
+    policy_info: StepPolicyInfo | None = None  # what else the policy reported (replay: drift)
     timings: Timings = Field(default_factory=Timings)
-
-
-class Evidence(Record):
-    paper_id: str
-    section: int
-    paragraph: int
-    text: str
-
-
-class Outcome(Record):
-    status: Status
-    answer: str | None = None
-    evidence: list[Evidence] = Field(default_factory=list)
-    reason: str | None = None  # abstention reason, or what ended the episode otherwise
 
 
 class PolicyInfo(Record):
@@ -118,5 +143,11 @@ def without_timings(trajectory: Trajectory) -> dict:
         for call in step["tool_calls"]:
             call.pop("seconds")
         if step["generation"]:
-            step["generation"] = {k: v for k, v in step["generation"].items() if "seconds" not in k}
+            step["generation"] = {k: v for k, v in step["generation"].items() if not k.endswith("seconds")}
     return data
+
+
+__all__ = [
+    "Drift", "EpisodeConfig", "Evidence", "Generation", "Hashes", "Outcome", "PolicyInfo", "Status", "Step", "StepPolicyInfo",
+    "Timings", "ToolCallRecord", "Trajectory", "without_timings",
+]

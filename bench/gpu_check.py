@@ -82,10 +82,10 @@ def run(args) -> dict:
         runner = EpisodeRunner(corpus, BM25Index.build(corpus), policy, EpisodeConfig(max_steps=10))
         trajectory = runner.run(question.text, question)
         steps = [step.generation for step in trajectory.steps]
-        prefill_tokens = sum(g["prefill_tokens"] for g in steps)
-        decode_tokens = sum(g["generated_tokens"] for g in steps)
-        prefill_seconds = sum(g["prefill_seconds"] for g in steps)
-        decode_seconds = sum(g["decode_seconds"] for g in steps)
+        prefill_tokens = sum(g.prefill_tokens for g in steps)
+        decode_tokens = sum(g.generated_tokens for g in steps)
+        prefill_seconds = sum(g.prefill_seconds for g in steps)
+        decode_seconds = sum(g.decode_seconds for g in steps)
         # the fit test: one prefill of a full-length context on top of the loaded model
         policy._reset()
         with torch.inference_mode():
@@ -100,7 +100,7 @@ def run(args) -> dict:
             "model": "tiny" if args.tiny else "Qwen3-8B architecture, random weights",
             "layers": shape["num_hidden_layers"], "quantization": quantization, "load_seconds": round(load_seconds, 1),
             "episode_steps": len(steps), "episode_status": trajectory.outcome.status,
-            "prompt_tokens_final": steps[-1]["prompt_tokens"], "prefill_tokens": prefill_tokens,
+            "prompt_tokens_final": steps[-1].prompt_tokens, "prefill_tokens": prefill_tokens,
             "prefill_tokens_per_second": round(prefill_tokens / prefill_seconds, 1),
             "decode_tokens": decode_tokens, "decode_tokens_per_second": round(decode_tokens / decode_seconds, 1),
             "fit_context_tokens": args.context, "peak_memory_gib": round(peak, 2) if peak is not None else None,

@@ -47,7 +47,7 @@ def main() -> None:
             prefilled, finals, seconds = [], [], []
             for question in list(corpus.questions)[: args.episodes]:
                 trajectory = runner.run(question.text, question)
-                prefilled.append(sum(step.generation["prefill_tokens"] for step in trajectory.steps))
+                prefilled.append(sum(step.generation.prefill_tokens for step in trajectory.steps))
                 finals.append(len(renderer.render(trajectory.messages()).ids))
                 seconds.append(sum(step.timings.policy_seconds for step in trajectory.steps))
             rows[reuse] = (prefilled, finals, seconds)

@@ -53,12 +53,12 @@ def print_step(console: Console, step: Step) -> None:
         parts.append(Text(f"tools: {calls}", style="cyan"))
     if step.generation:
         g = step.generation
-        tokens = f"tokens: prompt {g.get('prompt_tokens')}"
-        if "prefill_tokens" in g:
-            tokens += f", prefilled {g['prefill_tokens']} (cached {g.get('cached_tokens')})"
-        tokens += f", generated {g.get('generated_tokens')}" + (" - hit the cap" if g.get("hit_cap") else "")
-        if g.get("parity_warning"):
-            tokens += f"; parity warning: {g['parity_warning']}"
+        tokens = f"tokens: prompt {g.prompt_tokens}"
+        if g.prefill_tokens is not None:
+            tokens += f", prefilled {g.prefill_tokens} (cached {g.cached_tokens})"
+        tokens += f", generated {g.generated_tokens}" + (" - hit the cap" if g.hit_cap else "")
+        if g.parity_warning:
+            tokens += f"; parity warning: {g.parity_warning}"
         parts.append(Text(tokens, style="magenta"))
     flags = [flag for flag, on in (
         ("format error", step.format_error), (f"limit: {step.limit_hit}", step.limit_hit),

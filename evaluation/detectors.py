@@ -131,8 +131,8 @@ def consecutive_tool_errors(trajectory: Trajectory, gold: Question | None) -> li
 
 
 def hit_generation_cap(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    return [Flag("hit_generation_cap", step.index, f"{step.generation.get('generated_tokens')} tokens")
-            for step in trajectory.steps if step.generation and step.generation.get("hit_cap")]
+    return [Flag("hit_generation_cap", step.index, f"{step.generation.generated_tokens} tokens")
+            for step in trajectory.steps if step.generation and step.generation.hit_cap]
 
 
 def ungrounded_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:

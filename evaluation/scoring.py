@@ -97,9 +97,9 @@ def run_metrics(scores: list[dict], collapse_threshold: float = SHORTCUT_COLLAPS
 
 def model_metrics(trajectories: list[Trajectory]) -> dict:
     """What the server or the generation cap did to the run (model policies)."""
-    generations = [step.generation or {} for t in trajectories for step in t.steps]
+    generations = [step.generation for t in trajectories for step in t.steps if step.generation is not None]
     return {
-        "api_retries": sum(g.get("api_retries", 0) for g in generations),
-        "parity_warnings": sum(1 for g in generations if g.get("parity_warning")),
-        "hit_cap_steps": sum(1 for g in generations if g.get("hit_cap")),
+        "api_retries": sum(g.api_retries for g in generations),
+        "parity_warnings": sum(1 for g in generations if g.parity_warning),
+        "hit_cap_steps": sum(1 for g in generations if g.hit_cap),
     }

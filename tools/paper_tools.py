@@ -16,7 +16,7 @@ import difflib
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import re2
@@ -24,6 +24,7 @@ import re2
 from corpus import BM25, BM25Index, Corpus, Paper, tokenize
 from tools.arguments import AbstainArgs, Arguments, ExtractArgs, ReadArgs, SearchArgs, SubmitArgs, validate
 from tools.errors import ToolError
+from tools.records import Evidence, Outcome, ToolCallRecord
 
 PAGE_CHARS = 2500
 SNIPPET_CHARS = 300
@@ -56,22 +57,6 @@ TOOLS = (
          "a confirmation; the episode ends after this action",
          'abstain("No paper states the batch size of QuantLens.")'),
 )
-
-
-@dataclass
-class ToolCall:
-    name: str
-    arguments: dict
-    seconds: float
-    error: str | None = None
-
-
-@dataclass
-class Outcome:
-    status: str  # "submitted" or "abstained"
-    answer: str | None = None
-    evidence: list[dict] = field(default_factory=list)
-    reason: str | None = None
 
 
 TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
@@ -119,7 +104,7 @@ class PaperTools:
     def __init__(self, corpus: Corpus, index: BM25Index) -> None:
         self.corpus = corpus
         self.index = index
-        self.calls: list[ToolCall] = []
+        self.calls: list[ToolCallRecord] = []
         self.outcome: Outcome | None = None
         self._sentence_indexes: dict[str, tuple[list[tuple[int, int, str]], BM25]] = {}
 
@@ -144,7 +129,7 @@ class PaperTools:
         if tool is None:
             raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
         started = time.perf_counter()
-        record = ToolCall(name, {}, 0.0)
+        record = ToolCallRecord(name=name, arguments={}, seconds=0.0)
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
@@ -161,7 +146,7 @@ class PaperTools:
 
     def refuse(self, name: str, reason: str) -> None:
         """Record a call the host refused before validating it (e.g. arguments over the frame cap)."""
-        self.calls.append(ToolCall(name, {}, 0.0, error=reason))
+        self.calls.append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=reason))
 
     def _search(self, args: SearchArgs) -> list[dict]:
         if args.paper_id is not None:
@@ -235,12 +220,12 @@ class PaperTools:
             resolved = self._evidence(position, item)
             if resolved not in evidence:  # a paragraph cited twice (as a hit and as a quote) counts once
                 evidence.append(resolved)
-        self.outcome = Outcome("submitted", answer=args.answer, evidence=evidence)
+        self.outcome = Outcome(status="submitted", answer=args.answer, evidence=[Evidence(**item) for item in evidence])
         return f"submitted {args.answer!r} with {len(evidence)} evidence paragraph(s)"
 
     def _abstain(self, args: AbstainArgs) -> str:
         self._refuse_if_ended()
-        self.outcome = Outcome("abstained", reason=args.reason)
+        self.outcome = Outcome(status="abstained", reason=args.reason)
         return "abstained"
 
     # -- helpers -------------------------------------------------------------------------------------

@@ -61,7 +61,7 @@ import socket
 import sys
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from corpus import BM25Index, Corpus
@@ -69,6 +69,7 @@ from tools import wire, worker
 from tools.errors import ToolError
 from tools.modules import DEFAULT_MODULES, VETTED_MODULES, check_allowed
 from tools.paper_tools import TOOLS, PaperTools
+from tools.records import Outcome, ToolCallRecord
 from tools.zygote import Zygote, ZygoteError, shared_zygote
 
 READY_SECONDS = 120.0  # a worker's start, generous for a loaded machine (normally a few ms)
@@ -115,13 +116,16 @@ class ActionResult:
     traceback: str | None = None
     limit_hit: str | None = None
     variables_lost: bool = False
-    tool_calls: list[dict] = field(default_factory=list)
-    outcome: dict | None = None
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)  # as the host recorded them
+    outcome: Outcome | None = None  # set when this action's call ended the episode
     seconds: float = 0.0
     deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
 
     def to_json(self) -> dict:
-        return asdict(self)
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
+        data["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        data["outcome"] = self.outcome.model_dump() if self.outcome is not None else None
+        return data
 
 
 class CpuExceeded(Exception):
@@ -307,9 +311,9 @@ class Sandbox:
             result.error = f"ActionTooLong: the action is {len(request):,} bytes; the sandbox takes at most {worker.CODE_CAP:,}"
         else:
             self._run(request, result)
-        result.tool_calls = [asdict(call) for call in self.tools.calls[calls_before:]]
+        result.tool_calls = [call.model_copy() for call in self.tools.calls[calls_before:]]
         if self.tools.outcome is not None and not ended_before:
-            result.outcome = asdict(self.tools.outcome)
+            result.outcome = self.tools.outcome.model_copy(deep=True)
         result.seconds = time.perf_counter() - started
         return result
 

@@ -38,17 +38,17 @@ def test_nonsense_actions_run_whole_episodes_cleanly(cached_and_naive):
     assert cached.outcome.status == "step_limit" and len(cached.steps) == 10
     for step in cached.steps:
         assert step.format_error or step.error or step.code is not None
-        assert step.generation["generated_tokens"] == 16 and step.generation["hit_cap"]
+        assert step.generation.generated_tokens == 16 and step.generation.hit_cap
 
 
 def test_kv_cache_reuse_prefills_about_the_final_length_once(cached_and_naive, tiny_model):
     cached, naive = cached_and_naive
     renderer = ChatRenderer.from_directory(tiny_model)
     final_length = len(renderer.render(cached.messages()).ids)
-    prefilled = sum(step.generation["prefill_tokens"] for step in cached.steps)
-    naive_prefilled = sum(step.generation["prefill_tokens"] for step in naive.steps)
+    prefilled = sum(step.generation.prefill_tokens for step in cached.steps)
+    naive_prefilled = sum(step.generation.prefill_tokens for step in naive.steps)
     assert prefilled <= 1.1 * final_length
-    assert naive_prefilled == sum(step.generation["prompt_tokens"] for step in naive.steps) > 5 * final_length
+    assert naive_prefilled == sum(step.generation.prompt_tokens for step in naive.steps) > 5 * final_length
     # the cache changes the cost, never the actions
     assert [s.action_text for s in cached.steps] == [s.action_text for s in naive.steps]
 

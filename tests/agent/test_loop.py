@@ -117,7 +117,7 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
         log.append(original)
     replayed = run(make_policy(PolicyConfig(name="replay", replay=path)))
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
-    assert all(s.policy_info.get("previous_observation_matches", True) for s in replayed.steps)
+    assert all(s.policy_info.previous_observation_matches is not False for s in replayed.steps)
     assert replayed.outcome == original.outcome
     from agent.parity import check_trajectory
     from agent.renderer import ChatRenderer
@@ -128,15 +128,15 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     data["steps"][0]["observation"] = "Out: []"
     path.write_text(json.dumps(data) + "\n")
     drifted = run(make_policy(PolicyConfig(name="replay", replay=path)))
-    assert drifted.steps[1].policy_info["previous_observation_matches"] is False
-    assert drifted.steps[1].policy_info["drift"]["position"] >= 0
-    assert replayed.steps[-1].policy_info["final_observation_matches"] is True
+    assert drifted.steps[1].policy_info.previous_observation_matches is False
+    assert drifted.steps[1].policy_info.drift.position >= 0
+    assert replayed.steps[-1].policy_info.final_observation_matches is True
     # drift in the last observation (after submit) is caught too
     data = json.loads(original.model_dump_json())
     data["steps"][-1]["observation"] = "Out: 'something else'"
     path.write_text(json.dumps(data) + "\n")
     last = run(make_policy(PolicyConfig(name="replay", replay=path)))
-    assert last.steps[-1].policy_info["final_observation_matches"] is False and "final_drift" in last.steps[-1].policy_info
+    assert last.steps[-1].policy_info.final_observation_matches is False and last.steps[-1].policy_info.final_drift is not None
 
 
 def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, small_demo, tmp_path):

@@ -90,7 +90,7 @@ def test_token_ids_are_sent_and_the_answer_runs(server, small_demo, index, tiny_
     assert request["path"] == "/v1/completions" and request["temperature"] == 0 and request["stop"] == ["<|im_end|>"]
     assert isinstance(request["prompt"], list) and all(isinstance(i, int) for i in request["prompt"])
     generation = trajectory.steps[0].generation
-    assert generation["prompt_tokens"] == len(request["prompt"]) and "parity_warning" not in generation
+    assert generation.prompt_tokens == len(request["prompt"]) and generation.parity_warning is None
     renderer = ChatRenderer.from_directory(tiny_tokenizer)
     assert request["prompt"] == renderer.prompt(trajectory.messages(upto=0))  # the served ids are the trained ones
     assert check_trajectory(trajectory, renderer) is None
@@ -99,13 +99,13 @@ def test_token_ids_are_sent_and_the_answer_runs(server, small_demo, index, tiny_
 def test_server_errors_are_retried_with_backoff_and_counted(server, small_demo, index, tiny_tokenizer):
     server.answers = [(503, {"error": "busy"}), (429, {"error": "slow down"})]
     trajectory = episode(small_demo, index, server, tiny_tokenizer)
-    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation["api_retries"] == 2
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation.api_retries == 2
 
 
 def test_a_truncated_answer_is_retried(server, small_demo, index, tiny_tokenizer):
     server.answers = [("truncated", None)]
     trajectory = episode(small_demo, index, server, tiny_tokenizer)
-    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation["api_retries"] == 1
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation.api_retries == 1
 
 
 def test_a_request_that_keeps_failing_ends_the_episode_as_policy_error(server, small_demo, index, tiny_tokenizer):
@@ -121,7 +121,7 @@ def test_text_prompts_record_a_parity_warning_when_the_server_counts_otherwise(s
     server.answers = [(200, FakeServer.completion(SUBMIT, 3))]
     trajectory = episode(small_demo, index, server, tiny_tokenizer, prompt_format="text")
     assert isinstance(server.requests[0]["prompt"], str) and server.requests[0]["prompt"].startswith("<|im_start|>system\n")
-    assert "the server counted 3 prompt tokens" in trajectory.steps[0].generation["parity_warning"]
+    assert "the server counted 3 prompt tokens" in trajectory.steps[0].generation.parity_warning
 
 
 def test_an_unreachable_server_is_a_policy_error_not_a_crash(small_demo, index, tiny_tokenizer):

@@ -84,7 +84,7 @@ def test_repeated_actions_and_step_limit():
 def test_format_errors_consecutive_tool_errors_and_generation_cap():
     broken = trajectory([
         Step(index=0, action_text="the answer is 3e-5", code=None, observation="Format error", format_error=True,
-             generation={"hit_cap": True, "generated_tokens": 512}),
+             generation={"prompt_tokens": 900, "hit_cap": True, "generated_tokens": 512}),
         step(1, "read('nope')", "Error", [("read", "no paper 'nope'")], error="ToolError: no paper 'nope'"),
         step(2, "read('nope2')", "Error", [("read", "no paper 'nope2'")], error="ToolError: no paper 'nope2'"),
         step(3, "1/0", "ZeroDivisionError", error="ZeroDivisionError: division by zero"),

@@ -99,7 +99,7 @@ def test_submit_resolves_hits_triples_and_quotes_to_paragraphs(tools, call, smal
     confirmation = call["submit"]("x", evidence=[hits[0], [hits[0]["paper_id"], hits[0]["section"], hits[0]["paragraph"]], quote])
     assert "submitted" in confirmation
     assert tools.outcome.status == "submitted" and tools.outcome.answer == "x"
-    assert gold in [item["text"] for item in tools.outcome.evidence]
+    assert gold in [item.text for item in tools.outcome.evidence]
     with pytest.raises(ToolError, match="already ended"):
         call["abstain"]("changed my mind")
 

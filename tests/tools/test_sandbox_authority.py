@@ -38,7 +38,7 @@ def test_a_finalizer_cannot_submit_and_its_output_is_dropped_and_counted(sandbox
     assert "finalizer" not in armed.stdout + later.stdout
     # the print, and the report of the ToolError that refused the finalizer's submit
     assert armed.deferred_output_chars > len("printed by a finalizer\n")
-    assert not any(call["name"] == "submit" for call in armed.tool_calls + later.tool_calls)
+    assert not any(call.name == "submit" for call in armed.tool_calls + later.tool_calls)
 
 
 def test_raising_memory_error_is_an_error_not_a_limit(sandbox):
@@ -56,7 +56,7 @@ def test_finally_return_does_not_swallow_the_output_limit(sandbox):
 
 def test_a_submission_survives_the_error_that_follows_it(sandbox):
     result = sandbox.execute("submit('an answer', evidence=[])\nraise ValueError('x' * 10**6)")
-    assert result.outcome["answer"] == "an answer" and result.error.startswith("ValueError")
+    assert result.outcome.answer == "an answer" and result.error.startswith("ValueError")
     assert len(result.error) < 3_000 and sandbox.outcome.answer == "an answer"
 
 
@@ -64,19 +64,19 @@ def test_a_submission_survives_running_into_the_wall_clock(small_demo, index):
     limits = Limits(wall_seconds=1.0, cpu_seconds=30, memory_bytes=512 * 2**20)
     with Sandbox(small_demo, limits, index=index) as sandbox:
         result = sandbox.execute("submit('before the loop', evidence=[])\nwhile True:\n    pass")
-        assert result.limit_hit == "wall_clock" and result.outcome["answer"] == "before the loop"
+        assert result.limit_hit == "wall_clock" and result.outcome.answer == "before the loop"
         assert sandbox.outcome.answer == "before the loop"
 
 
 def test_a_submission_survives_running_into_the_cpu_limit(sandbox):
     result = sandbox.execute("submit('before the loop', evidence=[])\nwhile True:\n    pass")
-    assert result.limit_hit == "cpu_time" and result.outcome["status"] == "submitted"
+    assert result.limit_hit == "cpu_time" and result.outcome.status == "submitted"
 
 
 def test_the_first_valid_submission_is_the_outcome(sandbox):
     first = sandbox.execute("submit('first', evidence=[])")
     second = sandbox.execute("submit('second', evidence=[])")
-    assert first.outcome["answer"] == "first" and second.outcome is None
+    assert first.outcome.answer == "first" and second.outcome is None
     assert "already ended" in second.error and sandbox.outcome.answer == "first"
 
 
@@ -95,10 +95,10 @@ print(len(ok))
 """
     result = sandbox.execute(code)
     assert result.error is None and result.limit_hit is None, result
-    clean = [call for call in result.tool_calls if call["error"] is None]
+    clean = [call for call in result.tool_calls if call.error is None]
     assert result.stdout.strip() == str(len(clean)) != "0"  # every recorded call was answered, and only those
     follow = sandbox.execute("search('learning rate', k=1)[0]['paper_id']")
-    assert follow.error is None and follow.tool_calls[0]["name"] == "search"
+    assert follow.error is None and follow.tool_calls[0].name == "search"
 
 
 def test_a_failure_inside_a_tool_is_recorded_as_an_internal_error(sandbox, monkeypatch):
@@ -108,7 +108,7 @@ def test_a_failure_inside_a_tool_is_recorded_as_an_internal_error(sandbox, monke
     monkeypatch.setattr(PaperTools, "_search", broken)
     result = sandbox.execute("try:\n    search('learning rate')\nexcept ToolError as e:\n    print('tool error')")
     assert result.stdout == "tool error\n"
-    assert result.tool_calls[0]["error"].startswith("internal error: ValueError")
+    assert result.tool_calls[0].error.startswith("internal error: ValueError")
 
 
 @pytest.mark.parametrize("code", [
@@ -122,7 +122,7 @@ def test_huge_arguments_are_refused_by_the_host_and_recorded(sandbox, code):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = sandbox.execute(code)
     assert result.error and "ToolError" in result.error and result.outcome is None
-    assert len(result.tool_calls) == 1 and result.tool_calls[0]["error"]
+    assert len(result.tool_calls) == 1 and result.tool_calls[0].error
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: the host did not hold it
 
 
@@ -149,7 +149,7 @@ def test_records_of_calls_stay_small_whatever_the_arguments(sandbox):
     result = sandbox.execute("big = 'q' * 12000\nfor i in range(30):\n    try:\n        submit('a', evidence=[big + str(i)] * 20)\n"
                              "    except ToolError:\n        pass")
     assert len(result.tool_calls) == 30 and all(len(repr(call)) < 3_000 for call in result.tool_calls)
-    assert "arguments_not_recorded" in result.tool_calls[0]["arguments"]
+    assert "arguments_not_recorded" in result.tool_calls[0].arguments
     cut = sandbox.execute("search('q' * 400)")  # within the tool's own bounds: recorded, cut and marked
     assert "characters not recorded" not in repr(cut.tool_calls)
 
@@ -166,7 +166,7 @@ def test_an_action_may_make_only_so_many_tool_calls(small_demo, index):
 def test_odd_section_arguments_are_tool_errors_not_internal_ones(sandbox, section):
     result = sandbox.execute(f"read('demo-00000', section={section})")
     assert result.error.startswith("ToolError") and len(result.error) < 400
-    assert "internal error" not in (result.tool_calls[0]["error"] or "")
+    assert "internal error" not in (result.tool_calls[0].error or "")
 
 
 def test_a_regex_too_large_to_compile_is_refused_not_built(sandbox):

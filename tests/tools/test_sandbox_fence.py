@@ -221,7 +221,7 @@ def test_a_worker_that_speaks_between_actions_is_replaced(escaped):
     assert first.stdout == "early\n" and first.limit_hit is None
     result = escaped.execute("print('next')")
     assert result.variables_lost and result.stdout == "next\n" and escaped.refused_frames == 1
-    assert escaped.outcome is None and not any(call["name"] == "submit" for call in result.tool_calls)
+    assert escaped.outcome is None and not any(call.name == "submit" for call in result.tool_calls)
 
 
 def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):

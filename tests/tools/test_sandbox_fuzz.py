@@ -84,9 +84,9 @@ def test_random_frames_from_the_worker_never_break_the_host(escaped, pieces, end
     data = b"".join(pieces)
     result = escaped.execute(f"import os\nos.write(3, {data!r})\n{ending}")
     assert result.limit_hit in (None, "output", "protocol", "wall_clock", "cpu_time", "crash"), result
-    assert len(result.stdout) <= 2_000 and all(call["name"] in TOOL_NAMES for call in result.tool_calls)
+    assert len(result.stdout) <= 2_000 and all(call.name in TOOL_NAMES for call in result.tool_calls)
     if escaped.outcome is not None:  # only a well-formed submit/abstain call frame can end the episode
-        assert any(call["name"] in ("submit", "abstain") and call["error"] is None for call in result.tool_calls)
+        assert any(call.name in ("submit", "abstain") and call.error is None for call in result.tool_calls)
         escaped.close()
         escaped.tools = PaperTools(escaped.corpus, escaped.index)
         escaped.start()
