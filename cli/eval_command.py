@@ -15,12 +15,14 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from agent.config import SPLITS, EvalConfig, build_config, load_config, read_toml
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
+from agent.manifest import RunManifest
 from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner, sandbox_isolation
@@ -61,7 +63,6 @@ from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
 
 console = Console(stderr=True)
-MANIFEST_VERSION = 1
 
 _RUNNER: EpisodeRunner | None = None  # set before the worker pool forks; each worker inherits it
 
@@ -191,6 +192,10 @@ def _load_preregistration(config: EvalConfig):
     return preregistering.load(config.preregistration)
 
 
+# The comparison's existence is checked before the run by judging an empty table against it.
+EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+
+
 def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, questions: int) -> None:
     from evaluation import prereg as preregistering
 
@@ -200,29 +205,28 @@ def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, que
 
 
 def _write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:
-    manifest = {
-        "manifest_version": MANIFEST_VERSION, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "command": sys.argv[1:], "corpus": [str(s) for s in corpus.sources], "config": config, "hashes": hashes,
-        "isolation": isolation, "versions": versions(), "git_commit": git_commit(), "hardware": hardware(),
-    }
+    manifest = RunManifest(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=sys.argv[1:],
+        corpus=[str(s) for s in corpus.sources], config=config, hashes=hashes, isolation=isolation,
+        versions=versions(), git_commit=git_commit(), hardware=hardware(),
+    )
     with atomic_file(path) as handle:
-        json.dump(manifest, handle, indent=2)
-
-
-EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+        handle.write(manifest.model_dump_json(indent=2))
 
 
 def _read_manifest(out: Path) -> dict:
+    """The run's manifest, checked against its schema, as JSON data."""
     manifest_path = out / "manifest.json"
     if not manifest_path.exists():
         raise UsageError(f"{out}: no manifest.json, so there is no run to resume; drop --resume to start one")
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        raise UsageError(f"{manifest_path}: not valid JSON; this run directory cannot be resumed") from None
-    if not isinstance(manifest, dict):
-        raise UsageError(f"{manifest_path}: not a run manifest (a JSON object); this run directory cannot be resumed")
-    return manifest
+        manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "manifest"
+        raise UsageError(f"{manifest_path}: not a run manifest this version can resume (field '{where}': {first['msg']}); "
+                         "start a new run with another --out") from None
+    return manifest.model_dump(mode="json")
 
 
 def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:

@@ -21,6 +21,7 @@ from cli.inspect_commands import compare_command, inspect_command, preregister_c
 from cli.model_commands import tiny_model_command
 from cli.parity_command import check_parity_command
 from cli.run_commands import run_command, show_command
+from cli.schema_command import schema_command
 from cli.sft_commands import sft_app, train_command
 from corpus.errors import CorpusError
 from evaluation.errors import EvaluationError
@@ -50,6 +51,7 @@ app.command("inspect")(inspect_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("train")(train_command)
+app.command("schema")(schema_command)
 
 
 def _version(value: bool) -> None:

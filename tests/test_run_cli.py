@@ -163,3 +163,32 @@ def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path, content, message):
     done = run_cli("eval", "--out", str(tmp_path / "run"), "--config", str(config))
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_schema_describes_the_records_users_read(tmp_path):
+    schema = json.loads(run_cli("schema", "trajectory").stdout)
+    assert {"isolation", "steps", "outcome", "schema_version"} <= set(schema["properties"])
+    assert {"Generation", "StepPolicyInfo", "ToolCallRecord", "Outcome"} <= set(schema["$defs"])
+    manifest = json.loads(run_cli("schema", "manifest").stdout)
+    assert {"config", "hashes", "isolation"} <= set(manifest["properties"])
+    out = tmp_path / "run"
+    assert run_cli("eval", "--out", str(out), "--limit", "2").returncode == 0
+    written = json.loads((out / "manifest.json").read_text())
+    assert set(written) == set(manifest["properties"])
+    assert set(lines(out / "trajectories.jsonl")[0]) <= set(schema["properties"])
+    bad = run_cli("schema", "episode")
+    assert bad.returncode == 2 and "choose one of" in bad.stderr
+
+
+def test_version_1_trajectories_still_load(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("run", "--out", str(out)).returncode == 0
+    record = lines(out / "trajectories.jsonl")[0]
+    record["schema_version"] = 1
+    del record["isolation"]
+    for step in record["steps"]:
+        del step["deferred_output_chars"]
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(record) + "\n")
+    shown = run_cli("show", str(old))
+    assert shown.returncode == 0 and record["question"][:30] in shown.stdout
