@@ -72,7 +72,7 @@ def run(args) -> dict:
         tiny = build_tiny_model(scratch / "tiny")
         model_dir = tiny if args.tiny else build_random_model(QWEN3_8B, scratch / "qwen3-8b-random", tiny)
         started = time.perf_counter()
-        policy = HFPolicy(str(model_dir), quantization="4bit" if cuda else "none", max_new_tokens=args.max_new_tokens,
+        policy = HFPolicy.load(str(model_dir), quantization="4bit" if cuda else "none", max_new_tokens=args.max_new_tokens,
                           max_context=max(args.context, 32_768))
         load_seconds = time.perf_counter() - started
         corpus = generate(DemoConfig(papers=40, seed=7))

@@ -42,7 +42,7 @@ def main() -> None:
         model = build_tiny_model(Path(directory) / "tiny")
         renderer = ChatRenderer.from_directory(model)
         for reuse in (True, False):
-            policy = HFPolicy(str(model), max_new_tokens=args.max_new_tokens, reuse_cache=reuse)
+            policy = HFPolicy.load(str(model), max_new_tokens=args.max_new_tokens, reuse_cache=reuse)
             runner = EpisodeRunner(corpus, index, policy, EpisodeConfig(max_steps=10))
             prefilled, finals, seconds = [], [], []
             for question in list(corpus.questions)[: args.episodes]:

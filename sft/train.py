@@ -19,10 +19,8 @@ command on several GPUs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import os
 import shutil
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent.models import file_sha256, load_causal_lm, load_renderer
 from sft.dataset import IGNORE
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -91,35 +90,12 @@ def load_config(path: Path | None, overrides: dict[str, Any]) -> TrainConfig:
         raise TrainingError(f"{path or 'training config'}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-# -- the model -------------------------------------------------------------------------------------
-
 def load_model(config: TrainConfig):
-    """The base in 4-bit (NF4, double quantization, bf16 compute on CUDA) or full precision, with LoRA."""
-    import torch
+    """The base as ``agent.models.load_causal_lm`` loads it for serving, made trainable, with LoRA."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
-    from transformers.utils import logging as transformers_logging
 
-    transformers_logging.disable_progress_bar()
-    cuda = torch.cuda.is_available()
-    quantize = config.quantization == "4bit" or (config.quantization == "auto" and cuda)
-    dtype = torch.bfloat16 if cuda else torch.float32
-    # one whole model per process: under accelerate launch each process takes its own GPU
-    device = {"": int(os.environ.get("LOCAL_RANK", 0))} if cuda else "cpu"
-    arguments: dict[str, Any] = {"dtype": dtype, "device_map": device}
-    if quantize:
-        arguments["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
-        )
-    model = AutoModelForCausalLM.from_pretrained(config.model, **arguments)
+    loaded = load_causal_lm(config.model, config.quantization)
+    model, quantize = loaded.model, loaded.quantization == "4bit"
     if quantize:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=config.gradient_checkpointing,
                                                 gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -215,7 +191,8 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     chosen = [questions[qid] for qid in question_ids if qid in questions][: config.validation_episodes]
     if not chosen:
         return {"episodes": 0}
-    policy = HFPolicy.from_model(model, renderer, max_new_tokens=config.validation_max_new_tokens, name=config.model)
+    policy = HFPolicy(model, renderer, name=config.model, quantization="in-memory", dtype=next(model.parameters()).dtype,
+                      max_new_tokens=config.validation_max_new_tokens)
     runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, EpisodeConfig(max_steps=config.validation_max_steps))
     scores = [score_episode(runner.run(q.text, q), q) for q in chosen]
     metrics = run_metrics(scores)
@@ -258,7 +235,6 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
     import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
 
-    from agent.renderer import ChatRenderer
     from sft.dataset import load_examples
     from sft.errors import TrainingError
 
@@ -271,9 +247,9 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
         raise TrainingError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
                          "rebuild the data with that --max-length")
     model_dir = Path(config.model)
-    renderer = ChatRenderer.from_directory(model_dir) if model_dir.exists() else ChatRenderer.from_pretrained(config.model)
+    renderer = load_renderer(config.model)
     tokenizer_file = model_dir / "tokenizer.json"
-    if tokenizer_file.exists() and sha256_file(tokenizer_file) != report["tokenizer_sha256"]:
+    if tokenizer_file.exists() and file_sha256(tokenizer_file) != report["tokenizer_sha256"]:
         raise TrainingError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
 
     torch.manual_seed(config.seed)
@@ -334,9 +310,9 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
                 source = model_dir / name
                 if source.exists():
                     shutil.copy(source, checkpoint / name)
-            files = {str(p.relative_to(checkpoint)): sha256_file(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
             manifest = {"base_model": config.model, "quantized": quantized, "config": config.model_dump(),
-                        "data": str(data), "data_build_report_sha256": sha256_file(data / "build_report.json"),
+                        "data": str(data), "data_build_report_sha256": file_sha256(data / "build_report.json"),
                         "validation": record, "files": files}
             (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
             self._log(record)

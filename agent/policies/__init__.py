@@ -40,7 +40,7 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         require_llm_extra()
         from agent.policies.hf import HFPolicy
 
-        return HFPolicy(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context)
+        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context)
     if name == "openai":
         if config.base_url is None or config.model is None or config.tokenizer is None:
             raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")

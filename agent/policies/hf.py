@@ -13,29 +13,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import time
 from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
+from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply
 from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
-
-
-def file_hashes(directory: Path) -> dict[str, str]:
-    """SHA-256 of every file in an adapter (or model) directory, by relative path."""
-    hashes = {}
-    for path in sorted(p for p in directory.rglob("*") if p.is_file()):
-        digest = hashlib.sha256()
-        with open(path, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        hashes[str(path.relative_to(directory))] = digest.hexdigest()
-    return hashes
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -58,83 +46,51 @@ class HFPolicy(Policy):
     name = "hf"
 
     def __init__(
-        self, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
-        max_context: int = 32_768, reuse_cache: bool = True,
+        self, model, renderer: ChatRenderer, *, name: str, quantization: str, dtype, adapter: Path | None = None,
+        adapter_sha256: dict[str, str] | None = None, max_new_tokens: int = 512, max_context: int = 32_768,
+        reuse_cache: bool = True,
     ) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        if quantization not in ("auto", "4bit", "none"):
-            raise AgentError(f"unknown quantization {quantization!r}; choose auto, 4bit or none")
-        if adapter is not None and not (adapter / "adapter_config.json").exists():
-            raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
-        model_path = Path(model)
-        if model_path.exists():
-            if not (model_path / "config.json").exists():
-                raise AgentError(f"{model}: no config.json; name a model directory or a hub id")
-            model = str(model_path.resolve())
-        elif model.startswith((".", "/", "~")) or model.count("/") > 1:
-            raise AgentError(f"{model}: no such model directory (a hub id looks like Qwen/Qwen3-8B)")
-        cuda = torch.cuda.is_available()
-        self.quantization = ("4bit" if cuda else "none") if quantization == "auto" else quantization
-        self.dtype = torch.bfloat16 if cuda else torch.float32
-        arguments: dict[str, Any] = {"dtype": self.dtype, "device_map": "auto" if cuda else "cpu"}
-        if self.quantization == "4bit":
-            from transformers import BitsAndBytesConfig
-
-            arguments["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                bnb_4bit_compute_dtype=self.dtype,
-            )
-        from transformers.utils import logging as transformers_logging
-
-        transformers_logging.disable_progress_bar()
-        try:
-            self.model = AutoModelForCausalLM.from_pretrained(model, **arguments)
-        except OSError as error:
-            raise AgentError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
-        if adapter is not None:
-            from peft import PeftModel
-
-            self.model = PeftModel.from_pretrained(self.model, str(adapter))
-        self.model.eval()
-        self.renderer = ChatRenderer.from_directory(model_path) if model_path.exists() else ChatRenderer.from_pretrained(model)
-        self.stop_ids = {self.renderer.im_end}
-        end_of_text = self.renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
+        """A policy around a model already in memory: one loaded by ``load``, or the weights being
+        trained (sft validation episodes)."""
+        self.model, self.renderer, self.model_name = model, renderer, name
+        self.quantization, self.dtype = quantization, dtype
+        self.adapter, self.adapter_sha256 = adapter, adapter_sha256
+        self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
+        self.stop_ids = {renderer.im_end}
+        end_of_text = renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
         if end_of_text is not None:
             self.stop_ids.add(end_of_text)
-        generation_config = getattr(self.model, "generation_config", None)
+        generation_config = getattr(model, "generation_config", None)
         self.overridden = {
             field: getattr(generation_config, field) for field in SAMPLING_FIELDS
             if generation_config is not None and getattr(generation_config, field, None) not in (None, False)
         }
-        self.model_name, self.adapter = model, adapter
-        self.adapter_sha256 = file_hashes(adapter) if adapter is not None else None
-        self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
-        self.device = next(self.model.parameters()).device
-        base = self.model.get_base_model() if adapter is not None else self.model
+        self.device = next(model.parameters()).device
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
         # transformers 5.x renamed the forward argument; 4.x knows only past_key_values
         self.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
         self._reset()
 
     @classmethod
-    def from_model(cls, model, renderer: ChatRenderer, max_new_tokens: int = 512, max_context: int = 32_768, name: str = "in-memory") -> HFPolicy:
-        """A policy around a model already in memory (the weights being trained, for validation episodes)."""
-        policy = cls.__new__(cls)
-        policy.model, policy.renderer, policy.model_name, policy.adapter, policy.adapter_sha256 = model, renderer, name, None, None
-        policy.quantization = "in-memory"
-        policy.dtype = next(model.parameters()).dtype
-        policy.stop_ids = {renderer.im_end}
-        end_of_text = renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
-        if end_of_text is not None:
-            policy.stop_ids.add(end_of_text)
-        policy.overridden = {}
-        policy.max_new_tokens, policy.max_context, policy.reuse_cache = max_new_tokens, max_context, True
-        policy.device = next(model.parameters()).device
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        policy.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
-        policy._reset()
-        return policy
+    def load(cls, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
+             max_context: int = 32_768, reuse_cache: bool = True) -> HFPolicy:
+        """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter."""
+        import torch
+
+        if adapter is not None and not (adapter / "adapter_config.json").exists():
+            raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
+        loaded = load_causal_lm(model, quantization, device_map="auto" if torch.cuda.is_available() else "cpu")
+        network = loaded.model
+        if adapter is not None:
+            from peft import PeftModel
+
+            network = PeftModel.from_pretrained(network, str(adapter))
+        network.eval()
+        return cls(
+            network, load_renderer(model), name=resolve_model(model), quantization=loaded.quantization, dtype=loaded.dtype,
+            adapter=adapter, adapter_sha256=file_hashes(adapter) if adapter is not None else None,
+            max_new_tokens=max_new_tokens, max_context=max_context, reuse_cache=reuse_cache,
+        )
 
     def settings(self) -> dict[str, Any]:
         return {

@@ -28,8 +28,8 @@ def episode(small_demo, index, policy, steps=10):
 
 @pytest.fixture(scope="module")
 def cached_and_naive(tiny_model, small_demo, index):
-    cached = episode(small_demo, index, HFPolicy(str(tiny_model), max_new_tokens=16))
-    naive = episode(small_demo, index, HFPolicy(str(tiny_model), max_new_tokens=16, reuse_cache=False))
+    cached = episode(small_demo, index, HFPolicy.load(str(tiny_model), max_new_tokens=16))
+    naive = episode(small_demo, index, HFPolicy.load(str(tiny_model), max_new_tokens=16, reuse_cache=False))
     return cached, naive
 
 
@@ -69,7 +69,7 @@ def test_parity_holds_on_model_trajectories(cached_and_naive, tiny_model):
 def test_four_bit_loading_on_cpu(tiny_model, small_demo, index):
     import bitsandbytes as bnb
 
-    policy = HFPolicy(str(tiny_model), quantization="4bit", max_new_tokens=4)
+    policy = HFPolicy.load(str(tiny_model), quantization="4bit", max_new_tokens=4)
     assert any(isinstance(module, bnb.nn.Linear4bit) for module in policy.model.modules())
     quantized = next(m for m in policy.model.modules() if isinstance(m, bnb.nn.Linear4bit))
     assert quantized.weight.quant_type == "nf4" and quantized.weight.quant_state.nested  # double quantization
@@ -92,7 +92,7 @@ def test_a_lora_adapter_is_loaded_and_hashed(tiny_model, tmp_path, small_demo, i
 
 
 def test_context_limit_from_the_model(tiny_model, small_demo, index):
-    policy = HFPolicy(str(tiny_model), max_new_tokens=8, max_context=900)
+    policy = HFPolicy.load(str(tiny_model), max_new_tokens=8, max_context=900)
     trajectory = episode(small_demo, index, policy)
     assert trajectory.outcome.status == "context_limit" and "exceeds the context of 900" in trajectory.outcome.reason
 

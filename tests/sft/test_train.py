@@ -85,7 +85,7 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
     from agent.runner import EpisodeRunner
     from agent.trajectory import EpisodeConfig
     from corpus import BM25Index, load
-    from sft.train import sha256_file
+    from agent.models import file_sha256 as sha256_file
 
     corpus = load(data / "corpus.jsonl")
     summary = train(small_config(tiny_model, max_steps=2), data / "data", tmp_path / "out", corpus, log=lambda *_: None)
@@ -99,7 +99,7 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
     # the behavioural validation ran and is logged per checkpoint
     assert record["behaviour"]["episodes"] == 2 and "direct_submit_rate" in record["behaviour"]
     assert record["teacher_forced"]["loss_all"] > 0 and record["teacher_forced"]["first_action_end_probability"] is not None
-    policy = HFPolicy(str(tiny_model), adapter=checkpoint, max_new_tokens=8)
+    policy = HFPolicy.load(str(tiny_model), adapter=checkpoint, max_new_tokens=8)
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=2)).run(question.text, question)
     assert len(trajectory.steps) == 2 and trajectory.policy.settings["adapter_sha256"]["adapter_model.safetensors"]

@@ -1,0 +1,90 @@
+"""Loading a causal language model and its renderer, once for serving and training alike.
+
+``load_causal_lm`` is the one place that decides quantization (4-bit NF4 with double
+quantization and the compute dtype for QLoRA), dtype and device; the hf policy and
+``sft.train`` both call it, so a model is served exactly as it is trained. Heavy imports
+(torch, transformers) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.errors import AgentError
+from agent.renderer import ChatRenderer
+
+QUANTIZATIONS = ("auto", "4bit", "none")
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_hashes(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file in a directory (an adapter, a checkpoint), by relative path."""
+    return {str(path.relative_to(directory)): file_sha256(path) for path in sorted(p for p in directory.rglob("*") if p.is_file())}
+
+
+def resolve_model(model: str) -> str:
+    """A local model directory (absolute) or a hub id; one clear line when it is neither."""
+    path = Path(model)
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise AgentError(f"{model}: no config.json; name a model directory or a hub id")
+        return str(path.resolve())
+    if model.startswith((".", "/", "~")) or model.count("/") > 1:
+        raise AgentError(f"{model}: no such model directory (a hub id looks like Qwen/Qwen3-8B)")
+    return model
+
+
+def load_renderer(model: str) -> ChatRenderer:
+    """The chat renderer of a model: its directory's tokenizer.json, or the hub's."""
+    path = Path(model)
+    return ChatRenderer.from_directory(path) if path.exists() else ChatRenderer.from_pretrained(model)
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    quantization: str  # what was done: "4bit" or "none"
+    dtype: Any
+
+
+def load_causal_lm(model: str, quantization: str = "auto", device_map: Any = None) -> LoadedModel:
+    """The model in 4-bit (NF4, double quantization, bf16 compute) or full precision; ``auto`` is
+    4-bit on CUDA and full precision on a CPU. ``device_map`` defaults to the whole model on this
+    process's GPU (``LOCAL_RANK`` under accelerate launch) or the CPU."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    if quantization not in QUANTIZATIONS:
+        raise AgentError(f"unknown quantization {quantization!r}; choose {', '.join(QUANTIZATIONS)}")
+    model = resolve_model(model)
+    cuda = torch.cuda.is_available()
+    chosen = ("4bit" if cuda else "none") if quantization == "auto" else quantization
+    dtype = torch.bfloat16 if cuda else torch.float32
+    if device_map is None:
+        device_map = {"": int(os.environ.get("LOCAL_RANK", 0))} if cuda else "cpu"
+    arguments: dict[str, Any] = {"dtype": dtype, "device_map": device_map}
+    if chosen == "4bit":
+        from transformers import BitsAndBytesConfig
+
+        arguments["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
+        )
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, **arguments)
+    except OSError as error:
+        raise AgentError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
+    return LoadedModel(loaded, chosen, dtype)
