@@ -231,10 +231,61 @@ def select_checkpoint(records: list[dict], config: TrainConfig) -> dict:
 
 # -- training ---------------------------------------------------------------------------------------
 
-def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume: bool = False) -> dict:
-    import torch
-    from transformers import Trainer, TrainerCallback, TrainingArguments
+class Validator:
+    """Judges the weights being trained: teacher-forced loss on validation examples and greedy
+    episodes on validation questions, logged to validation.jsonl and into each checkpoint."""
 
+    def __init__(self, model, renderer, corpus, config: TrainConfig, data: Path, out: Path, examples: list[dict],
+                 quantized: bool, log=print) -> None:
+        self.model, self.renderer, self.corpus, self.config = model, renderer, corpus, config
+        self.data, self.examples, self.quantized, self.log = data, examples, quantized, log
+        self.question_ids = list(dict.fromkeys(e["question_id"] for e in examples))
+        self.path = out / "validation.jsonl"
+        self.started = time.perf_counter()
+
+    def run(self, step: int, epoch: float) -> dict:
+        was_training = self.model.training
+        self.model.eval()
+        config = self.config
+        record = {
+            "step": step, "epoch": epoch, "seconds": round(time.perf_counter() - self.started, 1),
+            "teacher_forced": teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else {},
+            "behaviour": behaviour(self.model, self.renderer, self.corpus, self.question_ids, config) if config.validation_episodes else {"episodes": 0},
+        }
+        if was_training:
+            self.model.train()
+        return record
+
+    def checkpoint(self, output_dir: str, step: int, record: dict) -> None:
+        """Complete a saved checkpoint: the tokenizer, and a manifest with every file's SHA-256 and its validation."""
+        checkpoint = Path(output_dir) / f"checkpoint-{step}"
+        record = record | {"checkpoint": checkpoint.name}
+        for name in ("tokenizer.json", "tokenizer_config.json"):
+            source = Path(self.config.model) / name
+            if source.exists():
+                shutil.copy(source, checkpoint / name)
+        files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
+        manifest = {"base_model": self.config.model, "quantized": self.quantized, "config": self.config.model_dump(),
+                    "data": str(self.data), "data_build_report_sha256": file_sha256(self.data / "build_report.json"),
+                    "validation": record, "files": files}
+        (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        self.write(record)
+
+    def write(self, record: dict) -> None:
+        with open(self.path, "a") as handle:
+            handle.write(json.dumps(record) + "\n")
+        behaviour_, tf = record["behaviour"], record["teacher_forced"]
+        self.log(f"validation at step {record['step']}: loss {tf.get('loss_all')}, "
+                 f"P(first action ends) {tf.get('first_action_end_probability')}, "
+                 f"direct-submit {behaviour_.get('direct_submit_rate')}, answer F1 {behaviour_.get('answer_f1')}")
+
+    def records(self) -> list[dict]:
+        return [json.loads(line) for line in self.path.read_text().splitlines()] if self.path.exists() else []
+
+
+def checked_data(config: TrainConfig, data: Path) -> tuple[dict, list[dict], list[dict]]:
+    """The build report and the examples, refused whole if any is longer than max_length or if they
+    were tokenised with another tokenizer than the model's."""
     from sft.dataset import load_examples
     from sft.errors import TrainingError
 
@@ -245,89 +296,17 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
     too_long = [e["episode_id"] for e in train_examples if len(e["input_ids"]) > config.max_length]
     if too_long:
         raise TrainingError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
-                         "rebuild the data with that --max-length")
-    model_dir = Path(config.model)
-    renderer = load_renderer(config.model)
-    tokenizer_file = model_dir / "tokenizer.json"
+                            "rebuild the data with that --max-length")
+    tokenizer_file = Path(config.model) / "tokenizer.json"
     if tokenizer_file.exists() and file_sha256(tokenizer_file) != report["tokenizer_sha256"]:
         raise TrainingError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
+    return report, train_examples, validation_examples
 
-    torch.manual_seed(config.seed)
-    model, quantized = load_model(config)
-    cuda = torch.cuda.is_available()
-    pad = renderer.tokenizer.token_to_id("<|endoftext|>") or 0
 
-    def collate(batch: list[dict]) -> dict:
-        width = max(len(e["input_ids"]) for e in batch)
-        ids = [e["input_ids"] + [pad] * (width - len(e["input_ids"])) for e in batch]
-        labels = [e["labels"] + [IGNORE] * (width - len(e["labels"])) for e in batch]
-        mask = [[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in batch]
-        return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
+def training_arguments(config: TrainConfig, out: Path, cuda: bool):
+    from transformers import TrainingArguments
 
-    class AssistantLossTrainer(Trainer):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            # The Trainer hands over the assistant-token count of the whole accumulated batch and,
-            # for models that take loss kwargs, does not divide by the accumulation steps itself:
-            # a sum over that count is the token-weighted mean of the optimizer step.
-            if num_items_in_batch is not None:
-                total, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"), reduction="sum")
-                loss = total / num_items_in_batch
-            else:
-                loss, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
-            return (loss, None) if return_outputs else loss
-
-    validation_log = out / "validation.jsonl"
-    question_ids = list(dict.fromkeys(e["question_id"] for e in validation_examples))
-    start = time.perf_counter()
-
-    def validate(step: int, epoch: float) -> dict:
-        was_training = model.training
-        model.eval()
-        record = {
-            "step": step, "epoch": epoch, "seconds": round(time.perf_counter() - start, 1),
-            "teacher_forced": teacher_forced(model, validation_examples[: config.validation_examples], renderer) if validation_examples else {},
-            "behaviour": behaviour(model, renderer, corpus, question_ids, config) if config.validation_episodes else {"episodes": 0},
-        }
-        if was_training:
-            model.train()
-        return record
-
-    class Validation(TrainerCallback):
-        pending: dict | None = None
-
-        def on_step_end(self, args, state, control, **kwargs):
-            if config.eval_steps and state.global_step % config.eval_steps == 0:
-                self._log(validate(state.global_step, state.epoch) | {"checkpoint": None})
-
-        def on_epoch_end(self, args, state, control, **kwargs):
-            self.pending = validate(state.global_step, state.epoch)
-
-        def on_save(self, args, state, control, **kwargs):
-            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            record = (self.pending or validate(state.global_step, state.epoch)) | {"checkpoint": checkpoint.name}
-            self.pending = None
-            for name in ("tokenizer.json", "tokenizer_config.json"):
-                source = model_dir / name
-                if source.exists():
-                    shutil.copy(source, checkpoint / name)
-            files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
-            manifest = {"base_model": config.model, "quantized": quantized, "config": config.model_dump(),
-                        "data": str(data), "data_build_report_sha256": file_sha256(data / "build_report.json"),
-                        "validation": record, "files": files}
-            (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
-            self._log(record)
-
-        @staticmethod
-        def _log(record: dict) -> None:
-            with open(validation_log, "a") as handle:
-                handle.write(json.dumps(record) + "\n")
-            behaviour_ = record["behaviour"]
-            tf = record["teacher_forced"]
-            log(f"validation at step {record['step']}: loss {tf.get('loss_all')}, "
-                f"P(first action ends) {tf.get('first_action_end_probability')}, "
-                f"direct-submit {behaviour_.get('direct_submit_rate')}, answer F1 {behaviour_.get('answer_f1')}")
-
-    arguments = TrainingArguments(
+    return TrainingArguments(
         output_dir=str(out), num_train_epochs=config.epochs, max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
         learning_rate=config.learning_rate, save_strategy="epoch", logging_steps=1, report_to=[], seed=config.seed,
@@ -335,15 +314,31 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
         gradient_checkpointing_kwargs={"use_reentrant": False}, remove_unused_columns=False,
         dataloader_num_workers=0, use_cpu=not cuda, disable_tqdm=True, save_only_model=False,
     )
-    if validation_log.exists() and not resume:
-        validation_log.unlink()
-    trainer = AssistantLossTrainer(model=model, args=arguments, train_dataset=train_examples, data_collator=collate,
-                                   callbacks=[Validation()])
+
+
+def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume: bool = False) -> dict:
+    """Check the data, load the model, train with a validation per checkpoint, select one by behaviour."""
+    import torch
+
+    from sft.trainer import AssistantLossTrainer, Collator, ValidationCallback
+
+    _, train_examples, validation_examples = checked_data(config, data)
+    renderer = load_renderer(config.model)
+    torch.manual_seed(config.seed)
+    model, quantized = load_model(config)
+    validator = Validator(model, renderer, corpus, config, data, out, validation_examples, quantized, log)
+    if validator.path.exists() and not resume:
+        validator.path.unlink()
+    trainer = AssistantLossTrainer(
+        model=model, args=training_arguments(config, out, torch.cuda.is_available()), train_dataset=train_examples,
+        data_collator=Collator(renderer.tokenizer.token_to_id("<|endoftext|>") or 0),
+        callbacks=[ValidationCallback(validator, config.eval_steps)],
+    )
     result = trainer.train(resume_from_checkpoint=resume or None)
-    records = [json.loads(line) for line in validation_log.read_text().splitlines()] if validation_log.exists() else []
-    selection = select_checkpoint(records, config)
-    summary = {"train_loss": result.training_loss, "steps": result.global_step, "seconds": round(time.perf_counter() - start, 1),
-               "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry], **selection,
-               "checkpoints": [r for r in records if r.get("checkpoint")]}
+    records = validator.records()
+    summary = {"train_loss": result.training_loss, "steps": result.global_step,
+               "seconds": round(time.perf_counter() - validator.started, 1),
+               "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+               **select_checkpoint(records, config), "checkpoints": [r for r in records if r.get("checkpoint")]}
     (out / "training_summary.json").write_text(json.dumps(summary, indent=2))
     return summary
