@@ -283,7 +283,7 @@ def _write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> None
 
         metrics["preregistration"] = judge(prereg[0], prereg[1], metrics)
     with atomic_file(out / "scores.jsonl") as handle:
-        handle.writelines(json.dumps(score) + "\n" for score in scores)
+        handle.writelines(score.model_dump_json() + "\n" for score in scores)
     with atomic_file(out / "metrics.json") as handle:
         json.dump(metrics, handle, indent=2)
     from evaluation.summary import print_summary

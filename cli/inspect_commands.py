@@ -65,28 +65,28 @@ def inspect_command(
         if not matches:
             raise UsageError(f"{run_dir}: no episode {episode!r}; explorer inspect {run_dir} lists the worst ones")
         print_episode(console, matches[-1])
-        score = next((s for s in run.scores if s["episode_id"] == matches[-1].episode_id), None)
+        score = next((s for s in run.scores if s.episode_id == matches[-1].episode_id), None)
         if score is not None:
-            if "answer_f1" in score:
-                console.print(f"answer F1 {score['answer_f1']:.3f}, exact match {score['exact_match']:.0f}, evidence F1 {score['evidence_f1']:.3f}")
-            for item in score["flags"]:
-                step = "" if item["step"] is None else f" (step {item['step'] + 1})"
-                console.print(f"[red]flag {item['detector']}{step}[/red]: {item['text']}")
+            if score.scored:
+                console.print(f"answer F1 {score.answer_f1:.3f}, exact match {score.exact_match:.0f}, evidence F1 {score.evidence_f1:.3f}")
+            for item in score.flags:
+                step = "" if item.step is None else f" (step {item.step + 1})"
+                console.print(f"[red]flag {item.detector}{step}[/red]: {item.text}")
         return
     if flag is not None:
-        flagged = [s for s in run.scores if any(f["detector"] == flag for f in s["flags"])]
+        flagged = [s for s in run.scores if any(f.detector == flag for f in s.flags)]
         table = Table("episode", "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
         for score in flagged:
-            for item in (f for f in score["flags"] if f["detector"] == flag):
-                table.add_row(score["episode_id"], score["question"][:50], "-" if item["step"] is None else str(item["step"] + 1), item["text"][:80])
+            for item in (f for f in score.flags if f.detector == flag):
+                table.add_row(score.episode_id, score.question[:50], "-" if item.step is None else str(item.step + 1), item.text[:80])
         console.print(table)
         return
     print_summary(console, run.metrics)
-    ranked = sorted(run.scores, key=lambda s: (s.get("answer_f1", 0.0), -len(s["flags"])))[:worst]
+    ranked = sorted(run.scores, key=lambda s: (s.answer_f1 or 0.0, -len(s.flags)))[:worst]
     table = Table("episode", "question", "status", "F1", "flags", title=f"worst {len(ranked)} episodes")
     for score in ranked:
-        flags = ", ".join(sorted({f["detector"] for f in score["flags"]}))
-        table.add_row(score["episode_id"], score["question"][:50], score["status"], f"{score.get('answer_f1', 0):.2f}", flags)
+        flags = ", ".join(sorted({f.detector for f in score.flags}))
+        table.add_row(score.episode_id, score.question[:50], score.status, f"{score.answer_f1 or 0:.2f}", flags)
     console.print(table)
 
 

@@ -46,7 +46,7 @@ def report_html(run: Run) -> str:
     trajectories = {t.episode_id: t for t in read_trajectories(run.trajectories)}
     episodes = []
     for score in scores:
-        trajectory = trajectories.get(score["episode_id"])
+        trajectory = trajectories.get(score.episode_id)
         steps = [] if trajectory is None else [
             {"index": s.index, "action": s.action_text, "code": s.code, "observation": s.observation,
              "tools": [f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items() if v is not None)})"[:200]
@@ -54,12 +54,12 @@ def report_html(run: Run) -> str:
              "error": s.error, "limit": s.limit_hit, "format_error": s.format_error}
             for s in trajectory.steps
         ]
-        episodes.append({**score, "steps_detail": steps,
+        episodes.append({**score.model_dump(mode="json"), "steps_detail": steps,
                          "answer": trajectory.outcome.answer if trajectory else None,
                          "reason": trajectory.outcome.reason if trajectory else None})
     plots = [
-        histogram("steps per episode", [s["steps"] for s in scores]),
-        histogram("tool calls before submit or abstain", [s["tool_calls_before_end"] for s in scores]),
+        histogram("steps per episode", [s.steps for s in scores]),
+        histogram("tool calls before submit or abstain", [s.tool_calls_before_end for s in scores]),
         bar_chart("detector rates (share of episodes)", [(name, rate) for name, rate in metrics["detector_rates"].items()],
                   "{:.0%}", maximum=1.0),
         bar_chart("answer F1 by question type", list((metrics.get("answer_f1_by_type") or {}).items()), "{:.2f}", maximum=1.0),

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from statistics import fmean
 
-from agent.trajectory import Trajectory
+from pydantic import BaseModel, ConfigDict, model_serializer
+
+from agent.trajectory import Status, Trajectory
 from corpus.schema import Question
 from evaluation.answers import (
     ABSTENTION,
@@ -14,7 +16,7 @@ from evaluation.answers import (
     exact_match,
     sub_exact_match,
 )
-from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, detect, detector_rates, verdict
+from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
 from evaluation.stats import bootstrap_mean_ci
 
 
@@ -33,63 +35,94 @@ def question_type(question: Question) -> str:
     return kinds[0] if kinds else "empty"
 
 
-def score_episode(trajectory: Trajectory, question: Question | None) -> dict:
-    flags = detect(trajectory, question)
-    record = {
-        "episode_id": trajectory.episode_id, "question_id": trajectory.question_id, "question": trajectory.question,
-        "status": trajectory.outcome.status, "prediction": prediction(trajectory), "steps": len(trajectory.steps),
-        "tool_calls": sum(len(step.tool_calls) for step in trajectory.steps),
-        "tool_calls_before_end": sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
-        "flags": [flag.to_json() for flag in flags],
-    }
+class EpisodeScore(BaseModel):
+    """One line of scores.jsonl: an episode's outcome, its detector flags and, when the question has
+    gold answers, QASPER's metrics (None, and left out of the JSON, when it has none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    question_id: str | None
+    question: str
+    status: Status
+    prediction: str
+    steps: int
+    tool_calls: int
+    tool_calls_before_end: int
+    flags: list[Flag]
+    type: str | None = None
+    answerable: bool | None = None
+    answer_f1: float | None = None
+    exact_match: float | None = None
+    sub_exact_match: float | None = None
+    evidence_f1: float | None = None
+    evidence_f1_text_only: float | None = None
+    abstained: bool | None = None
+
+    @property
+    def scored(self) -> bool:
+        return self.answer_f1 is not None
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeScore:
+    predicted = prediction(trajectory)
+    gold = {}
     if question is not None:
-        predicted, evidence = record["prediction"], [item.text for item in trajectory.outcome.evidence]
+        evidence = [item.text for item in trajectory.outcome.evidence]
         f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
-        record.update({
+        gold = {
             "type": kind or question_type(question), "answerable": question.answerable, "answer_f1": f1,
             "exact_match": best_over_references(exact_match, predicted, question),
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,
             "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
             "abstained": trajectory.outcome.status == "abstained",
-        })
-    return record
+        }
+    return EpisodeScore(
+        episode_id=trajectory.episode_id, question_id=trajectory.question_id, question=trajectory.question,
+        status=trajectory.outcome.status, prediction=predicted, steps=len(trajectory.steps),
+        tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
+        tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
+        flags=detect(trajectory, question), **gold,
+    )
 
 
-def run_metrics(scores: list[dict], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> dict:
-    scored = [s for s in scores if "answer_f1" in s]
+def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> dict:
+    scored = [s for s in scores if s.scored]
     table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
     by_type: dict[str, list[float]] = defaultdict(list)
     for s in scored:
-        table["answerable" if s["answerable"] else "unanswerable"]["abstained" if s["abstained"] else "answered"] += 1
-        by_type[s["type"]].append(s["answer_f1"])
+        table["answerable" if s.answerable else "unanswerable"]["abstained" if s.abstained else "answered"] += 1
+        by_type[s.type].append(s.answer_f1)
 
-    def mean(key: str) -> float | None:
-        return fmean(s[key] for s in scored) if scored else None
+    def mean(values: list[float]) -> float | None:
+        return fmean(values) if values else None
 
     def rate(row: str, column: str) -> float | None:
         total = sum(table[row].values())
         return table[row][column] / total if total else None
 
-    from evaluation.detectors import Flag
-
-    rates = detector_rates([[Flag(**f) for f in s["flags"]] for s in scores])
+    rates = detector_rates([s.flags for s in scores])
     return {
         "episodes": len(scores),
         "scored": len(scored),
-        "answer_f1": mean("answer_f1"),
-        "answer_f1_ci95": bootstrap_mean_ci([s["answer_f1"] for s in scored]),
-        "exact_match": mean("exact_match"),
-        "sub_exact_match": mean("sub_exact_match"),
-        "evidence_f1": mean("evidence_f1"),
-        "evidence_f1_text_only": mean("evidence_f1_text_only"),
+        "answer_f1": mean([s.answer_f1 for s in scored]),
+        "answer_f1_ci95": bootstrap_mean_ci([s.answer_f1 for s in scored]),
+        "exact_match": mean([s.exact_match for s in scored]),
+        "sub_exact_match": mean([s.sub_exact_match for s in scored]),
+        "evidence_f1": mean([s.evidence_f1 for s in scored]),
+        "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
         "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
         "abstention": table,
         "false_abstention_rate": rate("answerable", "abstained"),
         "missed_abstention_rate": rate("unanswerable", "answered"),
-        "status": dict(sorted(Counter(s["status"] for s in scores).items())),
-        "mean_steps": fmean(s["steps"] for s in scores) if scores else None,
-        "mean_tool_calls": fmean(s["tool_calls"] for s in scores) if scores else None,
+        "status": dict(sorted(Counter(s.status for s in scores).items())),
+        "mean_steps": fmean(s.steps for s in scores) if scores else None,
+        "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
         "detector_rates": rates,
         "verdict": verdict(rates, collapse_threshold),
     }

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evaluation.errors import EvaluationError
+from evaluation.scoring import EpisodeScore
 
 
 @dataclass
@@ -17,14 +18,14 @@ class Run:
     directory: Path
     manifest: dict
     metrics: dict
-    scores: list[dict]
+    scores: list[EpisodeScore]
 
     @property
     def trajectories(self) -> Path:
         return self.directory / "trajectories.jsonl"
 
     def by_question(self) -> dict[str, dict]:
-        return {score["question_id"]: score for score in self.scores}
+        return {score.question_id: score for score in self.scores}
 
 
 def load_run(directory: Path) -> Run:
@@ -34,7 +35,7 @@ def load_run(directory: Path) -> Run:
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
         metrics = json.loads((directory / "metrics.json").read_text())
-        scores = [json.loads(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
+        scores = [EpisodeScore.model_validate_json(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
     except FileNotFoundError as error:
         raise EvaluationError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
     except json.JSONDecodeError as error:

@@ -196,7 +196,7 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, EpisodeConfig(max_steps=config.validation_max_steps))
     scores = [score_episode(runner.run(q.text, q), q) for q in chosen]
     metrics = run_metrics(scores)
-    before = [s["tool_calls_before_end"] for s in scores if s["status"] in ("submitted", "abstained")]
+    before = [s.tool_calls_before_end for s in scores if s.status in ("submitted", "abstained")]
     return {
         "episodes": len(scores), "answer_f1": metrics["answer_f1"], "exact_match": metrics["exact_match"],
         "direct_submit_rate": metrics["detector_rates"]["direct_submit"], "abstention": metrics["abstention"],

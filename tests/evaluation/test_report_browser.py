@@ -85,9 +85,9 @@ def test_model_text_cannot_inject_markup(report, browser, tmp_path):
     from evaluation.summary import load_run
 
     run = load_run(report / "scripted")
-    run.scores[0]["question"] = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
-    run.scores[1]["question"] = "<!--<script>"  # would swallow the page's own script if only "</" were escaped
+    run.scores[0] = run.scores[0].model_copy(update={"question": "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"})
+    run.scores[1] = run.scores[1].model_copy(update={"question": "<!--<script>"})  # would swallow the page's own script if only "</" were escaped
     out = write_report(run, tmp_path / "hostile.html")
-    browser.get(out.as_uri() + "#episode=" + run.scores[0]["episode_id"])
+    browser.get(out.as_uri() + "#episode=" + run.scores[0].episode_id)
     assert browser.title != "pwned" and "<img src=x" in browser.find_element(By.ID, "detail").text
     assert len(browser.find_elements(By.CSS_SELECTOR, "#episodes tbody tr")) == len(run.scores)
