@@ -30,6 +30,7 @@ All run on the same generated 416-paper demo corpus, in one run.
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import subprocess
 import sys
@@ -56,20 +57,30 @@ PACKAGES = ("RestrictedPython", "smolagents", "pyseccomp")
 PREVIOUS = "b737a9e"  # the last commit whose worker held the corpus and ran the tools in-process
 
 
-def previous_sandbox_module():
-    """The in-worker sandbox of commit PREVIOUS, loaded from git; None outside a git checkout."""
+def _module_from_git(path: str, name: str):
     import importlib.util
 
-    shown = subprocess.run(["git", "show", f"{PREVIOUS}:tools/sandbox.py"], cwd=ROOT, capture_output=True, text=True)
+    shown = subprocess.run(["git", "show", f"{PREVIOUS}:{path}"], cwd=ROOT, capture_output=True, text=True)
     if shown.returncode != 0:
         return None
-    path = Path(tempfile.mkdtemp()) / "previous_sandbox.py"
-    path.write_text(shown.stdout)
-    spec = importlib.util.spec_from_file_location("previous_sandbox", path)
+    file = Path(tempfile.mkdtemp()) / f"{name}.py"
+    file.write_text(shown.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["previous_sandbox"] = module  # dataclasses look their module up
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def previous_sandbox_module():
+    """The in-worker sandbox of commit PREVIOUS, with that commit's tools, loaded from git; None
+    outside a git checkout."""
+    tools_then = _module_from_git("tools/paper_tools.py", "previous_paper_tools")
+    sandbox_then = _module_from_git("tools/sandbox.py", "previous_sandbox")
+    if tools_then is None or sandbox_then is None:
+        return None
+    sandbox_then.PaperTools = tools_then.PaperTools
+    return sandbox_then
 
 
 def timed(call, repeats: int) -> list[float]:
@@ -212,6 +223,7 @@ def main() -> None:
 
     corpus = generate()
     index = BM25Index.cached(corpus)
+    gc.freeze()  # as explorer run/eval do once the corpus and index are loaded (for every executor alike)
     repeats = {"trivial": args.repeats, "search": args.repeats, "loop": args.loop_repeats, "start": args.start_repeats}
     fresh_repeats = dict.fromkeys(repeats, args.fresh_repeats)
     rows = {}

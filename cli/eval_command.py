@@ -54,6 +54,7 @@ from cli.options import (
     TokenizerOption,
     WallSecondsOption,
     episode_overrides,
+    freeze_loaded_state,
     open_corpus,
     policy_overrides,
     select_questions,
@@ -142,6 +143,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool) -> None:
 
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
+    freeze_loaded_state()
     with TrajectoryLog(log_path) as log:
         done = {t.question_id for t in read_trajectories(log_path)}
         remaining = [q for q in questions if q.id not in done]

@@ -5,6 +5,7 @@ Commands import this module, never each other.
 
 from __future__ import annotations
 
+import gc
 import logging
 from pathlib import Path
 from typing import Optional
@@ -76,6 +77,12 @@ def episode_overrides(*, max_steps, seed, observation_chars, context_chars, wall
     given = dict(max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
                  wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars)
     return {f"episode.{key}": value for key, value in given.items()}
+
+
+def freeze_loaded_state() -> None:
+    """The corpus and index live as long as the command: freezing them keeps the host's garbage
+    collections, which run during tool calls, from walking them again and again."""
+    gc.freeze()
 
 
 def select_questions(corpus, split: str, limit: int | None, recorded: list[str] | None = None) -> list:

@@ -39,6 +39,7 @@ from cli.options import (
     TokenizerOption,
     WallSecondsOption,
     episode_overrides,
+    freeze_loaded_state,
     open_corpus,
     policy_overrides,
 )
@@ -119,6 +120,7 @@ def run_command(
         question = demo_question(corpus)
     text = question.text if question else question_text.strip()
     runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, config.episode)
+    freeze_loaded_state()
     print_question(console, text, question.id if question else None, policy.name)
     trajectory = runner.run(text, question, on_step=lambda step: print_step(console, step))
     with TrajectoryLog(out / "trajectories.jsonl") as log:
