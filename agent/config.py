@@ -54,7 +54,7 @@ class PolicyConfig(Config):
     base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
     tokenizer: Path | None = None  # openai: the served model's tokenizer directory
     prompt_format: Literal["ids", "text"] = "ids"  # openai: token ids (vLLM) or text
-    timeout: float = Field(120.0, ge=1)  # openai: seconds per request
+    timeout: float = Field(120.0, ge=1, allow_inf_nan=False)  # openai: seconds per request
     retries: int = Field(4, ge=0)  # openai: retries with backoff on 429/5xx and network errors
 
     @field_validator("name")

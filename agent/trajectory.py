@@ -93,9 +93,9 @@ class EpisodeConfig(Record):
     observation_chars: int = Field(4_000, ge=200)
     context_chars: int = Field(100_000, ge=1_000)
     seed: int = 0
-    wall_seconds: float = Field(10.0, gt=0)
+    wall_seconds: float = Field(10.0, gt=0, allow_inf_nan=False)
     cpu_seconds: int = Field(10, ge=1)
-    memory_mb: int = Field(2_048, ge=64)
+    memory_mb: int = Field(2_048, ge=64, le=2**20)  # at most 1 TiB: beyond that, no limit the kernel can set
     output_chars: int = Field(20_000, ge=100)
 
 

@@ -109,8 +109,7 @@ def eval_command(
 
     Settings come from --config (TOML), then the flags; `--out RUN --resume` reads them from the
     run's manifest, so nothing needs repeating (a flag that differs from it is refused)."""
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: is a file; --out names a run directory")
+    _check_out(out)
     overrides = {"split": split, "limit": limit, "workers": workers, "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
@@ -137,6 +136,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool) -> None:
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
     _check_run_directory(out, manifest_path, log_path, resume, recorded, hashes)
+    _make_run_directory(out)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
         _write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
@@ -167,7 +167,8 @@ def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: dict
         return load_config(EvalConfig, config_file, overrides)
     recorded = {key: value for key, value in (manifest.get("config") or {}).items() if key not in DERIVED_FIELDS}
     from_file = _flatten(read_toml(config_file)) if config_file is not None else {}
-    return build_config(EvalConfig, recorded, from_file | overrides, "manifest.json")
+    given = {key: value for key, value in overrides.items() if value is not None}
+    return build_config(EvalConfig, recorded, from_file | given, "manifest.json")
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -181,9 +182,17 @@ def _flatten(data: dict, prefix: str = "") -> dict:
 
 
 def _recorded_corpus(manifest: dict | None) -> Optional[Path]:
-    """On --resume without --corpus: the corpus the run recorded (its hash is checked all the same)."""
+    """On --resume without --corpus: the corpus file the run recorded, or None for the generated
+    demo corpus (its hash is checked all the same)."""
     sources = (manifest or {}).get("corpus") or []
-    return Path(sources[0]) if len(sources) == 1 else None
+    if len(sources) != 1 or sources[0].startswith(DEMO_SOURCE_PREFIX):
+        return None
+    if not Path(sources[0]).exists():
+        raise UsageError(f"the run's corpus {sources[0]} is gone; pass --corpus with the same corpus (its hash is checked)")
+    return Path(sources[0])
+
+
+DEMO_SOURCE_PREFIX = "demo("  # how a generated corpus names its source (corpus.demo)
 
 
 def _load_preregistration(config: EvalConfig):
@@ -209,11 +218,31 @@ def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, que
 def _write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:
     manifest = RunManifest(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=sys.argv[1:],
-        corpus=[str(s) for s in corpus.sources], config=config, hashes=hashes, isolation=isolation,
+        corpus=[str(Path(s).resolve()) if Path(s).exists() else str(s) for s in corpus.sources], config=config, hashes=hashes, isolation=isolation,
         versions=versions(), git_commit=git_commit(), hardware=hardware(),
     )
     with atomic_file(path) as handle:
         handle.write(manifest.model_dump_json(indent=2))
+
+
+RUN_FILES = ("manifest.json", "trajectories.jsonl", "scores.jsonl", "metrics.json")
+
+
+def _check_out(out: Path) -> None:
+    if out == Path("."):
+        raise UsageError("--out names the run directory to write; give one other than the current directory")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a run directory")
+    for name in RUN_FILES:
+        if (out / name).is_dir():
+            raise UsageError(f"{out / name}: is a directory where the run's file belongs; choose another --out")
+
+
+def _make_run_directory(out: Path) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UsageError(f"{out}: cannot create the run directory ({error.strerror})") from None
 
 
 def _read_manifest(out: Path) -> dict:
@@ -223,6 +252,8 @@ def _read_manifest(out: Path) -> dict:
         raise UsageError(f"{out}: no manifest.json, so there is no run to resume; drop --resume to start one")
     try:
         manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
+    except OSError as error:
+        raise UsageError(f"{manifest_path}: cannot be read ({error.strerror}); this run directory cannot be resumed") from None
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "manifest"

@@ -39,7 +39,7 @@ def open_corpus(path: Optional[Path], questions: Optional[Path] = None) -> Corpu
 
 # Run and eval flags default to None, so that only the flags a user gives override the config
 # (a --config file, or on --resume the run's manifest); the defaults are agent.config's.
-ConfigOption = typer.Option(None, "--config", help="TOML with any field of the run's config ([policy], [episode], ...); flags win.")
+ConfigOption = typer.Option(None, "--config", help="TOML with any field of the run's config, in its policy and episode tables too; flags win.")
 PolicyOption = typer.Option(None, "--policy", "-p", help=f"One of: {', '.join(POLICY_NAMES)} (default scripted).")
 MaxStepsOption = typer.Option(None, "--max-steps", min=1, help="Actions before the episode ends with step_limit (default 10).")
 ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")

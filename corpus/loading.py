@@ -183,6 +183,8 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None) ->
     path = Path(path)
     if not path.exists():
         raise CorpusError(f"{path}: no such file or directory; check the --corpus path")
+    if not (path.is_file() or path.is_dir()):
+        raise CorpusError(f"{path}: not a regular file or directory; name a corpus file or directory")
     papers: list[Paper] = []
     all_questions: list[tuple[str, Question]] = []
     first_seen: dict[str, str] = {}

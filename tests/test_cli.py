@@ -112,3 +112,8 @@ def test_load_warnings_reach_stderr(tmp_path):
     assert result.returncode == 0
     assert "evidence_not_a_paragraph: 1" in result.stderr
     assert json.loads(result.stdout)["warnings"] == {"evidence_not_a_paragraph": 1}
+
+
+def test_a_device_is_not_a_corpus():
+    done = run_cli("corpus", "stats", "--corpus", "/dev/zero")
+    assert done.returncode == 2 and "not a regular file" in done.stderr

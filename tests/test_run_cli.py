@@ -192,3 +192,46 @@ def test_version_1_trajectories_still_load(tmp_path):
     old.write_text(json.dumps(record) + "\n")
     shown = run_cli("show", str(old))
     assert shown.returncode == 0 and record["question"][:30] in shown.stdout
+
+
+def test_a_run_on_the_demo_corpus_resumes_from_its_manifest_alone(tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("eval", "--out", str(out), "--limit", "2").returncode == 0
+    (out / "trajectories.jsonl").write_text((out / "trajectories.jsonl").read_text().splitlines(keepends=True)[0])
+    resumed = run_cli("eval", "--out", str(out), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert len(lines(out / "trajectories.jsonl")) == 2
+
+
+def test_a_config_file_that_changes_a_resumed_run_is_refused(tmp_path, corpus_file):
+    out = tmp_path / "run"
+    assert run_cli("eval", "--corpus", str(corpus_file), "--out", str(out), "--limit", "2").returncode == 0
+    config = tmp_path / "other.toml"
+    config.write_text("[episode]\nmax_steps = 3\n")
+    done = run_cli("eval", "--out", str(out), "--resume", "--config", str(config))
+    assert done.returncode == 2 and "config" in done.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--wall-seconds", "inf"], "wall_seconds"),
+    (["--timeout", "inf"], "timeout"),
+    (["--memory-mb", "99999999999999"], "memory_mb"),
+])
+def test_limits_that_no_run_could_record_are_refused_before_it_starts(tmp_path, args, message):
+    out = tmp_path / "run"
+    done = run_cli("eval", "--out", str(out), "--limit", "1", *args)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not out.exists()
+
+
+def test_run_directories_that_cannot_hold_a_run_are_one_line(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("x")
+    under_file = run_cli("eval", "--out", str(blocked / "run"), "--limit", "1")
+    assert under_file.returncode == 2 and "cannot create" in under_file.stderr
+    here = run_cli("eval", "--out", "", "--limit", "1", cwd=tmp_path)
+    assert here.returncode == 2 and "current directory" in here.stderr and not (tmp_path / "manifest.json").exists()
+    out = tmp_path / "run"
+    (out / "manifest.json").mkdir(parents=True)
+    broken = run_cli("eval", "--out", str(out), "--resume")
+    assert broken.returncode == 2 and len(broken.stderr.strip().splitlines()) == 1, broken.stderr

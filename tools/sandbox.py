@@ -55,6 +55,7 @@ What is still not protected
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -72,6 +73,7 @@ from tools.paper_tools import TOOLS, PaperTools
 from tools.records import Outcome, ToolCallRecord
 from tools.zygote import Zygote, ZygoteError, shared_zygote
 
+MAX_MEMORY_BYTES = 2**40
 READY_SECONDS = 120.0  # a worker's start, generous for a loaded machine (normally a few ms)
 DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
 LANGUAGE_ONLY = "language-only"
@@ -97,8 +99,11 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("wall_seconds", "cpu_seconds", "memory_bytes", "output_chars", "episode_cpu_seconds", "tool_calls"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ValueError(f"sandbox limit {name} must be a positive finite number, got {value!r}")
+        if self.memory_bytes > MAX_MEMORY_BYTES:
+            raise ValueError(f"sandbox limit memory_bytes can be at most {MAX_MEMORY_BYTES:,} (1 TiB), got {self.memory_bytes:,}")
         check_allowed(self.allowed_modules)
 
     def frame_cap(self) -> int:

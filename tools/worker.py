@@ -22,6 +22,7 @@ import gc
 import importlib
 import operator
 import os
+import resource
 import sys
 import traceback
 from typing import Any
@@ -266,8 +267,11 @@ def action_traceback(error: BaseException) -> str:
 class Runtime:
     """One episode's namespace; runs one action at a time and asks the host for every tool call."""
 
-    def __init__(self, channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool = True) -> None:
+    def __init__(self, channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool = True,
+                 memory_bytes: int = 2 * 2**30) -> None:
         self.channel = channel
+        self.memory_bytes = memory_bytes
+        self.peak_at_thorough = 0
         self.output_chars = output_chars
         self.allowed_modules = allowed_modules
         self.restricted = restricted
@@ -356,11 +360,17 @@ class Runtime:
         """Collect this action's garbage now, so its finalizers run as code of no step, then freeze
         what survived: the next collection walks only what later actions allocate, so a large
         episode does not make every action slower. Frozen cycles that later become garbage wait
-        for a thorough collection (which also walks the zygote's heap): after a MemoryError, and at
-        actions 16, 32, 64 ..., so its cost vanishes over a long episode."""
+        for a thorough collection (which also walks the zygote's heap): after a MemoryError, after
+        every action once the peak resident size has passed half the memory budget (so dropped
+        cycles cannot fill it; such an episode pays a full collection per action, as Python would),
+        once the peak has grown by a quarter of the budget since the last one, and at actions 16,
+        32, 64 ..."""
         self.actions += 1
-        if thorough or (self.actions >= THOROUGH_FROM and self.actions & (self.actions - 1) == 0):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        crowded = peak > self.memory_bytes // 2 or peak - self.peak_at_thorough > self.memory_bytes // 4
+        if thorough or crowded or (self.actions >= THOROUGH_FROM and self.actions & (self.actions - 1) == 0):
             gc.unfreeze()
+            self.peak_at_thorough = peak
         gc.collect()
         gc.freeze()
 
@@ -398,9 +408,10 @@ class Runtime:
         return result
 
 
-def serve(channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool, fence_notes: list[str]) -> None:
+def serve(channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool, fence_notes: list[str],
+          memory_bytes: int) -> None:
     """The worker's loop: ready, then one action per request, until the host closes the channel."""
-    runtime = Runtime(channel, output_chars, allowed_modules, restricted)
+    runtime = Runtime(channel, output_chars, allowed_modules, restricted, memory_bytes)
     sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = runtime.router
     wire.send_blocking(channel, wire.encode({"op": "ready", "notes": fence_notes}))
     while True:

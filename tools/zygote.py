@@ -117,7 +117,8 @@ def _worker(control: socket.socket, channel: int, request: dict, address_space: 
         notes = fence.wall_in(channel, request["memory_bytes"], request["episode_cpu_seconds"], zygote, address_space, seccomp_program)
         if seccomp_missing:
             notes.append(seccomp_missing)
-        worker.serve(fence.CHANNEL_FD, request["output_chars"], tuple(request["allowed_modules"]), request["restricted"], notes)
+        worker.serve(fence.CHANNEL_FD, request["output_chars"], tuple(request["allowed_modules"]), request["restricted"], notes,
+                     request["memory_bytes"])
     finally:
         os._exit(worker.EXIT_PROTOCOL)
 

@@ -191,3 +191,11 @@ def test_classes_can_be_defined(sandbox):
 
 def test_denied_module_import_names_what_is_allowed(sandbox):
     assert "allowed: math, re, json" in sandbox.execute("import functools").error
+
+
+def test_cycles_dropped_in_later_actions_do_not_fill_the_memory_budget(small_demo, index):
+    """Survivors of an action are frozen (later collections skip them); cycles dropped afterwards
+    must still be collected before they exhaust the budget and fail an innocent action."""
+    with Sandbox(small_demo, Limits(memory_bytes=200 * 2**20, wall_seconds=60, cpu_seconds=30), index=index) as sandbox:
+        errors = [sandbox.execute("g = [0] * (5 * 10**6)\ng.append(g)\nlen(g)").error for _ in range(12)]
+        assert errors == [None] * 12
