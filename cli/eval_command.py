@@ -203,16 +203,12 @@ def _load_preregistration(config: EvalConfig):
     return preregistering.load(config.preregistration)
 
 
-# The comparison's existence is checked before the run by judging an empty table against it.
-EMPTY_TABLE = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
-
-
 def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, questions: int) -> None:
     from evaluation import prereg as preregistering
 
     preregistering.check_frozen(prereg, path, corpus.papers_sha256, selected_sha256, questions)
     if prereg.comparison is not None:  # a missing comparison fails now, not after the run
-        preregistering.judge(prereg, path, {"abstention": EMPTY_TABLE})
+        preregistering.comparison_table(prereg, path)
 
 
 def _write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:

@@ -84,6 +84,17 @@ def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questi
         raise EvaluationError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
 
 
+def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, dict]:
+    """The comparison run's directory and abstention table; one clear line when it has none
+    (checked before a run starts, so a missing comparison fails before the episodes, not after)."""
+    assert prereg.comparison is not None
+    other_dir = (path.parent / prereg.comparison.run).resolve()
+    try:
+        return other_dir, json.loads((other_dir / "metrics.json").read_text())["abstention"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
+
+
 def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
     """After the last episode: the rule's verdict and, with a comparison run, Fisher's exact tests."""
     table = metrics["abstention"]
@@ -95,11 +106,7 @@ def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
     ]
     result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks}
     if prereg.comparison is not None:
-        other_dir = (path.parent / prereg.comparison.run).resolve()
-        try:
-            other = json.loads((other_dir / "metrics.json").read_text())["abstention"]
-        except (OSError, json.JSONDecodeError, KeyError):
-            raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
+        other_dir, other = comparison_table(prereg, path)
         tests = [abstention_fisher(table, other, row) for row in ("unanswerable", "answerable")]
         for test in tests:
             test["significant"] = test["p_value"] < prereg.comparison.alpha

@@ -66,7 +66,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
         (str(tmp_path / "latin1.py"),): "not UTF-8",
         (str(tmp_path),): "is a directory",
         (str(tmp_path / "ok.py"), "--allow-module", "os"): "cannot be allowed",
-        (str(tmp_path / "ok.py"), "--wall-seconds", "0"): "must be positive",
+        (str(tmp_path / "ok.py"), "--wall-seconds", "0"): "must be a positive",
         ("-", "-"): "only once",
     }
     for args, message in cases.items():
