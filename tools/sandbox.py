@@ -24,7 +24,7 @@ The layers
    replaced.
 3. **Kernel fence** (``tools.zygote``, ``tools.fence``; Linux): workers fork from a zygote - a
    fresh interpreter with none of the host's state - close every descriptor but their channel,
-   drop to ``nobody`` when started as root, and run under no-new-privs and a seccomp filter that
+   drop to ``nobody`` when started as root, lose every capability, and run under no-new-privs and a seccomp filter that
    fails open, socket, exec, fork, kill, ptrace, setrlimit and everything else Python does not
    need to compute. The zygote's network namespace is a new, empty one where the kernel allows it.
    The host reads ``/proc/PID/status`` to verify the fence and records what held as
@@ -44,7 +44,8 @@ What is still not protected
 ---------------------------
 * An escaped action can use the CPU, memory and wall time it is allowed, read its own memory
   (which holds nothing but its own episode), and send the host any well-formed frames on its one
-  channel: it can lie about what it printed, but not about tool calls, outcomes or limits.
+  channel: it can lie about what it printed, but not about tool calls (a call it writes by hand
+  is a call, which the host validates, runs and records), outcomes or limits.
 * Tool arguments and results are plain JSON; the host's tools are only as correct as
   ``tools.paper_tools`` (a bug there is recorded as ``internal error``, not hidden).
 * Without seccomp (not Linux, no libseccomp) the walls are the language layer, closed
