@@ -7,7 +7,6 @@ RUN_DIR/metrics.json       answer F1, exact match, abstention table (rewritten a
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import sys
 from datetime import datetime, timezone
@@ -303,18 +302,17 @@ def _write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> None
             seen.add(trajectory.question_id)
             unique.append(trajectory)
     scores = [score_episode(t, by_id[t.question_id]) for t in unique]
-    metrics = run_metrics(scores)
-    metrics.update(model_metrics(unique))
-    metrics["duplicate_lines"] = len(trajectories) - len(unique)
-    metrics["retrieval"] = retrieval_metrics(index, questions)
+    metrics = run_metrics(scores).model_copy(update={
+        **model_metrics(unique), "duplicate_lines": len(trajectories) - len(unique), "retrieval": retrieval_metrics(index, questions),
+    })
     if prereg is not None:
         from evaluation.prereg import judge
 
-        metrics["preregistration"] = judge(prereg[0], prereg[1], metrics)
+        metrics = metrics.model_copy(update={"preregistration": judge(prereg[0], prereg[1], metrics.abstention)})
     with atomic_file(out / "scores.jsonl") as handle:
         handle.writelines(score.model_dump_json() + "\n" for score in scores)
     with atomic_file(out / "metrics.json") as handle:
-        json.dump(metrics, handle, indent=2)
+        handle.write(metrics.to_json())
     from evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)

@@ -10,10 +10,14 @@ from agent.config import EvalConfig, RunConfig
 from agent.manifest import RunManifest
 from agent.trajectory import Trajectory
 from cli.errors import UsageError
+from evaluation.records import RunMetrics
+from evaluation.scoring import EpisodeScore
 
 SCHEMAS = {
     "trajectory": (Trajectory, "one line of trajectories.jsonl"),
     "manifest": (RunManifest, "a run directory's manifest.json"),
+    "scores": (EpisodeScore, "one line of a run directory's scores.jsonl"),
+    "metrics": (RunMetrics, "a run directory's metrics.json"),
     "eval-config": (EvalConfig, "explorer eval --config FILE (TOML)"),
     "run-config": (RunConfig, "explorer run --config FILE (TOML)"),
 }

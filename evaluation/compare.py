@@ -17,11 +17,12 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> dict:
         "run_a": str(a.directory), "run_b": str(b.directory),
         "same_corpus": a.manifest.get("hashes", {}).get("corpus_sha256") == b.manifest.get("hashes", {}).get("corpus_sha256"),
         "paired_questions": len(shared), "only_in_a": len(set(by_a) - set(by_b)), "only_in_b": len(set(by_b) - set(by_a)),
-        "answer_f1": {"a": a.metrics.get("answer_f1"), "b": b.metrics.get("answer_f1"),
+        "answer_f1": {"a": a.metrics.answer_f1, "b": b.metrics.answer_f1,
                       "paired_difference_ci95": bootstrap_mean_ci(differences)},
         "mcnemar_exact_match": exact_mcnemar([by_a[q].exact_match >= 1 for q in shared], [by_b[q].exact_match >= 1 for q in shared]),
-        "fisher_abstention": [abstention_fisher(a.metrics["abstention"], b.metrics["abstention"], row) for row in ("unanswerable", "answerable")],
-        "direct_submit_rate": {"a": a.metrics["detector_rates"]["direct_submit"], "b": b.metrics["detector_rates"]["direct_submit"]},
+        "fisher_abstention": [abstention_fisher(a.metrics.abstention.model_dump(), b.metrics.abstention.model_dump(), row)
+                              for row in ("unanswerable", "answerable")],
+        "direct_submit_rate": {"a": a.metrics.verdict.direct_submit_rate, "b": b.metrics.verdict.direct_submit_rate},
         "largest_differences": [
             {"question_id": qid, "question": by_a[qid].question, "a": by_a[qid].prediction, "b": by_b[qid].prediction,
              "f1_a": by_a[qid].answer_f1, "f1_b": by_b[qid].answer_f1}

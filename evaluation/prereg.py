@@ -26,6 +26,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evaluation.errors import EvaluationError
+from evaluation.records import AbstentionTable, PreregistrationResult
 from evaluation.stats import abstention_fisher
 
 
@@ -84,21 +85,20 @@ def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questi
         raise EvaluationError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
 
 
-def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, dict]:
+def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, AbstentionTable]:
     """The comparison run's directory and abstention table; one clear line when it has none
     (checked before a run starts, so a missing comparison fails before the episodes, not after)."""
     assert prereg.comparison is not None
     other_dir = (path.parent / prereg.comparison.run).resolve()
     try:
-        return other_dir, json.loads((other_dir / "metrics.json").read_text())["abstention"]
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+        return other_dir, AbstentionTable.model_validate(json.loads((other_dir / "metrics.json").read_text())["abstention"])
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValidationError):
         raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
 
 
-def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
+def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> PreregistrationResult:
     """After the last episode: the rule's verdict and, with a comparison run, Fisher's exact tests."""
-    table = metrics["abstention"]
-    correct, false = table["unanswerable"]["abstained"], table["answerable"]["abstained"]
+    correct, false = table.unanswerable.abstained, table.answerable.abstained
     rule = prereg.rule
     checks = [
         {"check": f"correct abstentions >= {rule.min_correct_abstentions}", "value": correct, "pass": correct >= rule.min_correct_abstentions},
@@ -107,11 +107,11 @@ def judge(prereg: Preregistration, path: Path, metrics: dict) -> dict:
     result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks}
     if prereg.comparison is not None:
         other_dir, other = comparison_table(prereg, path)
-        tests = [abstention_fisher(table, other, row) for row in ("unanswerable", "answerable")]
+        tests = [abstention_fisher(table.model_dump(), other.model_dump(), row) for row in ("unanswerable", "answerable")]
         for test in tests:
             test["significant"] = test["p_value"] < prereg.comparison.alpha
         result["comparison"] = {"run": str(other_dir), "alpha": prereg.comparison.alpha, "fisher": tests}
-    return result
+    return PreregistrationResult.model_validate(result)
 
 
 def template(corpus_sha256: str, questions_sha256: str, questions: int, min_correct: int, max_false: int,

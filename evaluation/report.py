@@ -60,25 +60,27 @@ def report_html(run: Run) -> str:
     plots = [
         histogram("steps per episode", [s.steps for s in scores]),
         histogram("tool calls before submit or abstain", [s.tool_calls_before_end for s in scores]),
-        bar_chart("detector rates (share of episodes)", [(name, rate) for name, rate in metrics["detector_rates"].items()],
+        bar_chart("detector rates (share of episodes)", list(metrics.detector_rates.items()),
                   "{:.0%}", maximum=1.0),
-        bar_chart("answer F1 by question type", list((metrics.get("answer_f1_by_type") or {}).items()), "{:.2f}", maximum=1.0),
+        bar_chart("answer F1 by question type", list(metrics.answer_f1_by_type.items()), "{:.2f}", maximum=1.0),
     ]
-    headline = [(name, metrics.get(name)) for name in (
-        "episodes", "answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_text_only",
-        "false_abstention_rate", "missed_abstention_rate", "mean_steps", "mean_tool_calls")]
+    headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
+                ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
+                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("false_abstention_rate", metrics.false_abstention_rate),
+                ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
+                ("mean_tool_calls", metrics.mean_tool_calls)]
     rows = "".join(f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
                    for name, value in headline)
-    table = metrics["abstention"]
-    abstention = "".join(f"<tr><th>{row}</th><td>{table[row]['answered']}</td><td>{table[row]['abstained']}</td></tr>" for row in table)
-    verdict = metrics["verdict"]
+    abstention = "".join(f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td></tr>"
+                         for row, counts in metrics.abstention.rows())
+    verdict = metrics.verdict
     policy = run.manifest.get("config", {}).get("policy", {}).get("name", "?")
     # every "<" escaped: no "</script>" or "<!--" inside the data can change how the page parses
     data = json.dumps({"episodes": episodes, "detectors": list(DETECTORS)}).replace("<", "\\u003c")
     return TEMPLATE.format(
         title=html.escape(f"{run.directory.name} - {policy}"), policy=html.escape(policy),
-        verdict_class="bad" if verdict["verdict"] == "shortcut collapse" else "good",
-        verdict=html.escape(f"{verdict['verdict']}: direct-submit rate {verdict['direct_submit_rate']:.1%} (threshold {verdict['threshold']:.0%})"),
+        verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
+        verdict=html.escape(f"{verdict.verdict}: direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})"),
         rows=rows, abstention=abstention, plots="".join(plots), data=data,
         corpus=html.escape(run.manifest.get("hashes", {}).get("corpus_sha256", "?")[:16]),
         commit=html.escape(str(run.manifest.get("git_commit"))),

@@ -17,6 +17,7 @@ from evaluation.answers import (
     sub_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
+from evaluation.records import RunMetrics
 from evaluation.stats import bootstrap_mean_ci
 
 
@@ -91,7 +92,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
     )
 
 
-def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> dict:
+def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> RunMetrics:
     scored = [s for s in scores if s.scored]
     table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
     by_type: dict[str, list[float]] = defaultdict(list)
@@ -107,7 +108,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         return table[row][column] / total if total else None
 
     rates = detector_rates([s.flags for s in scores])
-    return {
+    return RunMetrics.model_validate({
         "episodes": len(scores),
         "scored": len(scored),
         "answer_f1": mean([s.answer_f1 for s in scored]),
@@ -125,7 +126,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
         "detector_rates": rates,
         "verdict": verdict(rates, collapse_threshold),
-    }
+    })
 
 
 def model_metrics(trajectories: list[Trajectory]) -> dict:

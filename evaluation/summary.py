@@ -6,10 +6,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from evaluation.errors import EvaluationError
+from evaluation.records import RunMetrics
 from evaluation.scoring import EpisodeScore
 
 
@@ -17,7 +19,7 @@ from evaluation.scoring import EpisodeScore
 class Run:
     directory: Path
     manifest: dict
-    metrics: dict
+    metrics: RunMetrics
     scores: list[EpisodeScore]
 
     @property
@@ -34,12 +36,16 @@ def load_run(directory: Path) -> Run:
         raise EvaluationError(f"{directory}: no such run directory")
     try:
         manifest = json.loads((directory / "manifest.json").read_text())
-        metrics = json.loads((directory / "metrics.json").read_text())
+        metrics = RunMetrics.model_validate_json((directory / "metrics.json").read_bytes())
         scores = [EpisodeScore.model_validate_json(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
     except FileNotFoundError as error:
         raise EvaluationError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
     except json.JSONDecodeError as error:
         raise EvaluationError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise EvaluationError(f"{directory}: a run file does not hold what explorer eval writes (field "
+                              f"'{'.'.join(map(str, first['loc']))}': {first['msg']}); rerun explorer eval --resume") from None
     return Run(directory, manifest, metrics, scores)
 
 
@@ -49,49 +55,52 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def print_summary(console: Console, metrics: dict, out: Path | None = None) -> None:
+def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
     table = Table("metric", "value", title=str(out) if out else "metrics")
-    ci = metrics.get("answer_f1_ci95") or {}
-    for name in ("episodes", "answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_text_only",
-                 "false_abstention_rate", "missed_abstention_rate", "mean_steps", "mean_tool_calls"):
-        value = _shown(metrics.get(name))
-        if name == "answer_f1" and ci.get("low") is not None:
-            value += f"  (95% CI {ci['low']:.3f}-{ci['high']:.3f})"
-        table.add_row(name, value)
-    for kind, value in (metrics.get("answer_f1_by_type") or {}).items():
+    headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
+                ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
+                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("false_abstention_rate", metrics.false_abstention_rate),
+                ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
+                ("mean_tool_calls", metrics.mean_tool_calls)]
+    ci = metrics.answer_f1_ci95
+    for name, value in headline:
+        shown = _shown(value)
+        if name == "answer_f1" and ci.low is not None:
+            shown += f"  (95% CI {ci.low:.3f}-{ci.high:.3f})"
+        table.add_row(name, shown)
+    for kind, value in metrics.answer_f1_by_type.items():
         table.add_row(f"answer_f1 ({kind})", _shown(value))
-    retrieval = metrics.get("retrieval") or {}
-    for name, value in retrieval.items():
+    for name, value in metrics.retrieval.items():
         if name != "questions":
             table.add_row(f"search {name}", _shown(value))
     console.print(table)
     abstention = Table("gold \\ policy", "answered", "abstained", title="abstention")
-    for row, counts in metrics["abstention"].items():
-        abstention.add_row(row, str(counts["answered"]), str(counts["abstained"]))
+    for row, counts in metrics.abstention.rows():
+        abstention.add_row(row, str(counts.answered), str(counts.abstained))
     console.print(abstention)
-    rates = {name: rate for name, rate in (metrics.get("detector_rates") or {}).items() if rate}
+    rates = {name: rate for name, rate in metrics.detector_rates.items() if rate}
     if rates:
         detectors = Table("detector", "episodes flagged", title="behaviour")
         for name, rate in sorted(rates.items(), key=lambda item: -item[1]):
             detectors.add_row(name, f"{rate:.1%}")
         console.print(detectors)
-    verdict = metrics.get("verdict")
-    if verdict:
-        style = "bold red" if verdict["verdict"] == "shortcut collapse" else "green"
-        console.print(f"[{style}]{verdict['verdict']}[/{style}]: direct-submit rate {verdict['direct_submit_rate']:.1%} "
-                      f"(threshold {verdict['threshold']:.0%})")
-    console.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics["status"].items()))
-    for name in ("api_retries", "parity_warnings", "hit_cap_steps"):
-        if metrics.get(name):
-            console.print(f"[yellow]{name}: {metrics[name]}[/yellow]")
-    prereg = metrics.get("preregistration")
+    verdict = metrics.verdict
+    style = "bold red" if verdict.verdict == "shortcut collapse" else "green"
+    console.print(f"[{style}]{verdict.verdict}[/{style}]: direct-submit rate {verdict.direct_submit_rate:.1%} "
+                  f"(threshold {verdict.threshold:.0%})")
+    console.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics.status.items()))
+    for name, value in (("api_retries", metrics.api_retries), ("parity_warnings", metrics.parity_warnings),
+                        ("hit_cap_steps", metrics.hit_cap_steps)):
+        if value:
+            console.print(f"[yellow]{name}: {value}[/yellow]")
+    prereg = metrics.preregistration
     if prereg:
-        style = "bold green" if prereg["pass"] else "bold red"
-        console.print(f"[{style}]preregistered rule: {'PASS' if prereg['pass'] else 'FAIL'}[/{style}] ({prereg['file']})")
-        for check in prereg["checks"]:
-            console.print(f"  {'pass' if check['pass'] else 'FAIL'}: {check['check']} (got {check['value']})")
-        for test in (prereg.get("comparison") or {}).get("fisher", []):
-            console.print(f"  Fisher exact, {test['row']} abstentions vs {prereg['comparison']['run']}: p = {test['p_value']:.4f}"
-                          f"{' (significant)' if test['significant'] else ''}")
+        style = "bold green" if prereg.passed else "bold red"
+        console.print(f"[{style}]preregistered rule: {'PASS' if prereg.passed else 'FAIL'}[/{style}] ({prereg.file})")
+        for check in prereg.checks:
+            console.print(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})")
+        for test in (prereg.comparison.fisher if prereg.comparison else []):
+            console.print(f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
+                          f"{' (significant)' if test.significant else ''}")
     if out is not None:
         console.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")

@@ -198,9 +198,9 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     metrics = run_metrics(scores)
     before = [s.tool_calls_before_end for s in scores if s.status in ("submitted", "abstained")]
     return {
-        "episodes": len(scores), "answer_f1": metrics["answer_f1"], "exact_match": metrics["exact_match"],
-        "direct_submit_rate": metrics["detector_rates"]["direct_submit"], "abstention": metrics["abstention"],
-        "tool_calls_before_submit": sum(before) / len(before) if before else None, "status": metrics["status"],
+        "episodes": len(scores), "answer_f1": metrics.answer_f1, "exact_match": metrics.exact_match,
+        "direct_submit_rate": metrics.verdict.direct_submit_rate, "abstention": metrics.abstention.model_dump(),
+        "tool_calls_before_submit": sum(before) / len(before) if before else None, "status": metrics.status,
     }
 
 

@@ -1,0 +1,97 @@
+"""A run's figures as ``metrics.json`` holds them: one typed record, read and written through it."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class AbstentionRow(Record):
+    answered: int = 0
+    abstained: int = 0
+
+
+class AbstentionTable(Record):
+    """Gold (answerable or not) against what the policy did (answered or abstained)."""
+
+    answerable: AbstentionRow = Field(default_factory=AbstentionRow)
+    unanswerable: AbstentionRow = Field(default_factory=AbstentionRow)
+
+    def rows(self) -> list[tuple[str, AbstentionRow]]:
+        return [("answerable", self.answerable), ("unanswerable", self.unanswerable)]
+
+
+class MeanInterval(Record):
+    """A bootstrap interval of a mean (all None when there is nothing to average)."""
+
+    mean: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+
+
+class Verdict(Record):
+    verdict: str  # "shortcut collapse" or "no shortcut collapse"
+    direct_submit_rate: float
+    threshold: float
+
+
+class RuleCheck(Record):
+    check: str
+    value: int
+    passed: bool = Field(alias="pass")
+
+
+class FisherTest(Record):
+    row: str
+    table: list[list[int]]
+    odds_ratio: float | None = None
+    p_value: float
+    significant: bool = False
+
+
+class Comparison(Record):
+    run: str
+    alpha: float
+    fisher: list[FisherTest]
+
+
+class PreregistrationResult(Record):
+    file: str
+    passed: bool = Field(alias="pass")
+    checks: list[RuleCheck]
+    comparison: Comparison | None = None
+
+
+class RunMetrics(Record):
+    """What ``explorer eval`` measured over a run's episodes (QASPER's metrics on the scored ones)."""
+
+    episodes: int
+    scored: int
+    answer_f1: float | None
+    answer_f1_ci95: MeanInterval
+    exact_match: float | None
+    sub_exact_match: float | None
+    evidence_f1: float | None
+    evidence_f1_text_only: float | None
+    answer_f1_by_type: dict[str, float]
+    abstention: AbstentionTable
+    false_abstention_rate: float | None
+    missed_abstention_rate: float | None
+    status: dict[str, int]
+    mean_steps: float | None
+    mean_tool_calls: float | None
+    detector_rates: dict[str, float]
+    verdict: Verdict
+    api_retries: int = 0
+    parity_warnings: int = 0
+    hit_cap_steps: int = 0
+    duplicate_lines: int = 0
+    retrieval: dict[str, float | int | None] = Field(default_factory=dict)  # recall@k and MRR of search on the questions
+    preregistration: PreregistrationResult | None = None
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2, by_alias=True)
