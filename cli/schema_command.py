@@ -12,12 +12,15 @@ from agent.trajectory import Trajectory
 from cli.errors import UsageError
 from evaluation.records import RunMetrics
 from evaluation.scoring import EpisodeScore
+from sft.records import TrainingSummary, ValidationRecord
 
 SCHEMAS = {
     "trajectory": (Trajectory, "one line of trajectories.jsonl"),
     "manifest": (RunManifest, "a run directory's manifest.json"),
     "scores": (EpisodeScore, "one line of a run directory's scores.jsonl"),
     "metrics": (RunMetrics, "a run directory's metrics.json"),
+    "validation": (ValidationRecord, "one line of a training run's validation.jsonl"),
+    "training-summary": (TrainingSummary, "a training run's training_summary.json"),
     "eval-config": (EvalConfig, "explorer eval --config FILE (TOML)"),
     "run-config": (RunConfig, "explorer run --config FILE (TOML)"),
 }

@@ -244,15 +244,15 @@ def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:
         raise typer.Exit(1)
 
 
-def print_training_summary(summary: dict, out: Path) -> None:
+def print_training_summary(summary, out: Path) -> None:
     table = Table("checkpoint", "step", "val loss", "P(first action ends)", "direct-submit", "tool calls before submit", "answer F1",
                   title="checkpoints")
-    for record in summary["checkpoints"]:
-        tf, behaviour = record["teacher_forced"], record["behaviour"]
-        table.add_row(record["checkpoint"], str(record["step"]), _shown(tf.get("loss_all")), _shown(tf.get("first_action_end_probability")),
-                      _shown(behaviour.get("direct_submit_rate")), _shown(behaviour.get("tool_calls_before_submit")), _shown(behaviour.get("answer_f1")))
+    for record in summary.checkpoints:
+        tf, seen = record.teacher_forced, record.behaviour
+        table.add_row(record.checkpoint, str(record.step), _shown(tf.loss_all), _shown(tf.first_action_end_probability),
+                      _shown(seen.direct_submit_rate), _shown(seen.tool_calls_before_submit), _shown(seen.answer_f1))
     console.print(table)
-    for warning in summary["warnings"]:
+    for warning in summary.warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
-    console.print(f"selection ({summary['criterion']}): {summary['best_checkpoint'] or 'none'}")
-    console.print(f"{summary['steps']} steps, {summary['seconds']} s; written to {out} (validation.jsonl, training_summary.json)")
+    console.print(f"selection ({summary.criterion}): {summary.best_checkpoint or 'none'}")
+    console.print(f"{summary.steps} steps, {summary.seconds} s; written to {out} (validation.jsonl, training_summary.json)")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models import file_sha256, load_causal_lm, load_renderer
 from sft.dataset import IGNORE
+from sft.records import Behaviour, Selection, TeacherForced, TrainingSummary, ValidationRecord
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MANIFEST = "explorer_manifest.json"
@@ -156,7 +157,7 @@ def teacher_forced(model, examples: list[dict], renderer) -> dict:
         result[f"loss_{kind}"] = loss_sum / count if count else None
         result[f"accuracy_{kind}"] = right / count if count else None
     result["first_action_end_probability"] = sum(end_probabilities) / len(end_probabilities) if end_probabilities else None
-    return result
+    return TeacherForced.model_validate(result)
 
 
 def _first_action_end_probability(model, example: dict, renderer, submit_ids: list[int], abstain_ids: list[int]) -> float:
@@ -190,43 +191,46 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     questions = {q.id: q for q in corpus.questions}
     chosen = [questions[qid] for qid in question_ids if qid in questions][: config.validation_episodes]
     if not chosen:
-        return {"episodes": 0}
+        return Behaviour()
     policy = HFPolicy(model, renderer, name=config.model, quantization="in-memory", dtype=next(model.parameters()).dtype,
                       max_new_tokens=config.validation_max_new_tokens)
     runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, EpisodeConfig(max_steps=config.validation_max_steps))
     scores = [score_episode(runner.run(q.text, q), q) for q in chosen]
     metrics = run_metrics(scores)
     before = [s.tool_calls_before_end for s in scores if s.status in ("submitted", "abstained")]
-    return {
-        "episodes": len(scores), "answer_f1": metrics.answer_f1, "exact_match": metrics.exact_match,
-        "direct_submit_rate": metrics.verdict.direct_submit_rate, "abstention": metrics.abstention.model_dump(),
-        "tool_calls_before_submit": sum(before) / len(before) if before else None, "status": metrics.status,
-    }
+    return Behaviour(
+        episodes=len(scores), answer_f1=metrics.answer_f1, exact_match=metrics.exact_match,
+        direct_submit_rate=metrics.verdict.direct_submit_rate, abstention=metrics.abstention,
+        tool_calls_before_submit=sum(before) / len(before) if before else None, status=metrics.status,
+    )
 
 
 # -- selection --------------------------------------------------------------------------------------
 
-def select_checkpoint(records: list[dict], config: TrainConfig) -> dict:
+def select_checkpoint(records: list[ValidationRecord], config: TrainConfig) -> Selection:
     """The best checkpoint by behaviour, and the warnings a practitioner must see."""
-    checkpoints = [r for r in records if r.get("checkpoint")]
+    checkpoints = [r for r in records if r.checkpoint]
     warnings = []
     for previous, current in zip(checkpoints, checkpoints[1:]):
-        loss_then, loss_now = previous["teacher_forced"].get("loss_all"), current["teacher_forced"].get("loss_all")
-        rate_then, rate_now = previous["behaviour"].get("direct_submit_rate"), current["behaviour"].get("direct_submit_rate")
+        loss_then, loss_now = previous.teacher_forced.loss_all, current.teacher_forced.loss_all
+        rate_then, rate_now = previous.behaviour.direct_submit_rate, current.behaviour.direct_submit_rate
         if None not in (loss_then, loss_now, rate_then, rate_now) and loss_now < loss_then and rate_now > rate_then:
             warnings.append(f"validation loss improved ({loss_then:.4f} -> {loss_now:.4f}) while the direct-submit rate rose "
-                            f"({rate_then:.0%} -> {rate_now:.0%}) from {previous['checkpoint']} to {current['checkpoint']}: "
+                            f"({rate_then:.0%} -> {rate_now:.0%}) from {previous.checkpoint} to {current.checkpoint}: "
                             "the policy is learning the shortcut")
-    eligible = [r for r in checkpoints if r["behaviour"].get("episodes")
-                and r["behaviour"]["direct_submit_rate"] < config.max_direct_submit_rate
-                and r["behaviour"].get(config.selection_metric) is not None]
-    best = max(eligible, key=lambda r: r["behaviour"][config.selection_metric], default=None)
+
+    def metric(record: ValidationRecord) -> float | None:
+        return record.behaviour.answer_f1 if config.selection_metric == "answer_f1" else record.behaviour.exact_match
+
+    eligible = [r for r in checkpoints if r.behaviour.episodes and r.behaviour.direct_submit_rate is not None
+                and r.behaviour.direct_submit_rate < config.max_direct_submit_rate and metric(r) is not None]
+    best = max(eligible, key=metric, default=None)
     if best is None and checkpoints:
         warnings.append(f"no checkpoint has a direct-submit rate below {config.max_direct_submit_rate:.0%}: none is selected")
-    return {
-        "criterion": f"highest {config.selection_metric} among checkpoints with direct-submit rate < {config.max_direct_submit_rate:.0%}",
-        "best_checkpoint": best["checkpoint"] if best else None, "warnings": warnings,
-    }
+    return Selection(
+        criterion=f"highest {config.selection_metric} among checkpoints with direct-submit rate < {config.max_direct_submit_rate:.0%}",
+        best_checkpoint=best.checkpoint if best else None, warnings=warnings,
+    )
 
 
 # -- training ---------------------------------------------------------------------------------------
@@ -243,23 +247,23 @@ class Validator:
         self.path = out / "validation.jsonl"
         self.started = time.perf_counter()
 
-    def run(self, step: int, epoch: float) -> dict:
+    def run(self, step: int, epoch: float) -> ValidationRecord:
         was_training = self.model.training
         self.model.eval()
         config = self.config
-        record = {
-            "step": step, "epoch": epoch, "seconds": round(time.perf_counter() - self.started, 1),
-            "teacher_forced": teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else {},
-            "behaviour": behaviour(self.model, self.renderer, self.corpus, self.question_ids, config) if config.validation_episodes else {"episodes": 0},
-        }
+        record = ValidationRecord(
+            step=step, epoch=epoch, seconds=round(time.perf_counter() - self.started, 1),
+            teacher_forced=teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else TeacherForced(),
+            behaviour=behaviour(self.model, self.renderer, self.corpus, self.question_ids, config) if config.validation_episodes else Behaviour(),
+        )
         if was_training:
             self.model.train()
         return record
 
-    def checkpoint(self, output_dir: str, step: int, record: dict) -> None:
+    def checkpoint(self, output_dir: str, step: int, record: ValidationRecord) -> None:
         """Complete a saved checkpoint: the tokenizer, and a manifest with every file's SHA-256 and its validation."""
         checkpoint = Path(output_dir) / f"checkpoint-{step}"
-        record = record | {"checkpoint": checkpoint.name}
+        record = record.model_copy(update={"checkpoint": checkpoint.name})
         for name in ("tokenizer.json", "tokenizer_config.json"):
             source = Path(self.config.model) / name
             if source.exists():
@@ -267,20 +271,21 @@ class Validator:
         files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
         manifest = {"base_model": self.config.model, "quantized": self.quantized, "config": self.config.model_dump(),
                     "data": str(self.data), "data_build_report_sha256": file_sha256(self.data / "build_report.json"),
-                    "validation": record, "files": files}
+                    "validation": record.model_dump(mode="json"), "files": files}
         (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
         self.write(record)
 
-    def write(self, record: dict) -> None:
+    def write(self, record: ValidationRecord) -> None:
         with open(self.path, "a") as handle:
-            handle.write(json.dumps(record) + "\n")
-        behaviour_, tf = record["behaviour"], record["teacher_forced"]
-        self.log(f"validation at step {record['step']}: loss {tf.get('loss_all')}, "
-                 f"P(first action ends) {tf.get('first_action_end_probability')}, "
-                 f"direct-submit {behaviour_.get('direct_submit_rate')}, answer F1 {behaviour_.get('answer_f1')}")
+            handle.write(record.model_dump_json() + "\n")
+        tf, seen = record.teacher_forced, record.behaviour
+        self.log(f"validation at step {record.step}: loss {tf.loss_all}, P(first action ends) {tf.first_action_end_probability}, "
+                 f"direct-submit {seen.direct_submit_rate}, answer F1 {seen.answer_f1}")
 
-    def records(self) -> list[dict]:
-        return [json.loads(line) for line in self.path.read_text().splitlines()] if self.path.exists() else []
+    def records(self) -> list[ValidationRecord]:
+        if not self.path.exists():
+            return []
+        return [ValidationRecord.model_validate_json(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
 def checked_data(config: TrainConfig, data: Path) -> tuple[dict, list[dict], list[dict]]:
@@ -336,9 +341,10 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
     )
     result = trainer.train(resume_from_checkpoint=resume or None)
     records = validator.records()
-    summary = {"train_loss": result.training_loss, "steps": result.global_step,
-               "seconds": round(time.perf_counter() - validator.started, 1),
-               "losses": [entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
-               **select_checkpoint(records, config), "checkpoints": [r for r in records if r.get("checkpoint")]}
-    (out / "training_summary.json").write_text(json.dumps(summary, indent=2))
+    summary = TrainingSummary(
+        train_loss=result.training_loss, steps=result.global_step, seconds=round(time.perf_counter() - validator.started, 1),
+        losses=[entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        **select_checkpoint(records, config).model_dump(), checkpoints=[r for r in records if r.checkpoint],
+    )
+    (out / "training_summary.json").write_text(summary.model_dump_json(indent=2))
     return summary

@@ -47,7 +47,7 @@ class ValidationCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if self.eval_steps and state.global_step % self.eval_steps == 0:
-            self.validator.write(self.validator.run(state.global_step, state.epoch) | {"checkpoint": None})
+            self.validator.write(self.validator.run(state.global_step, state.epoch))
 
     def on_epoch_end(self, args, state, control, **kwargs):
         self.pending = self.validator.run(state.global_step, state.epoch)

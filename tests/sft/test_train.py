@@ -6,6 +6,7 @@ import json
 import pytest
 
 from sft.memory import QWEN3_8B, Shape, estimate
+from sft.records import TeacherForced, ValidationRecord
 from sft.train import TrainConfig, assistant_loss, load_model, select_checkpoint, train
 from tests.conftest import run_cli
 
@@ -58,7 +59,7 @@ def test_loss_decreases_on_a_repeated_batch_in_4_bit(tiny_model, data, tmp_path)
     assert quantized and any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
     del model
     summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
-    assert summary["steps"] == 6 and summary["losses"][-1] < summary["losses"][0]
+    assert summary.steps == 6 and summary.losses[-1] < summary.losses[0]
 
 
 def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, data, tmp_path):
@@ -77,7 +78,7 @@ def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, dat
         expected, _, _ = assistant_loss(model.eval(), torch.tensor([example["input_ids"]]), torch.tensor([example["labels"]]))
     del model
     summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
-    assert summary["steps"] == 1 and summary["losses"][0] == pytest.approx(expected.item(), rel=0.02)
+    assert summary.steps == 1 and summary.losses[0] == pytest.approx(expected.item(), rel=0.02)
 
 
 def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, data, tmp_path, small_demo):
@@ -89,16 +90,16 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
 
     corpus = load(data / "corpus.jsonl")
     summary = train(small_config(tiny_model, max_steps=2), data / "data", tmp_path / "out", corpus, log=lambda *_: None)
-    (record,) = summary["checkpoints"]
-    checkpoint = tmp_path / "out" / record["checkpoint"]
+    (record,) = summary.checkpoints
+    checkpoint = tmp_path / "out" / record.checkpoint
     for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "trainer_state.json", "optimizer.pt",
                  "scheduler.pt", "rng_state.pth", "training_args.bin", "explorer_manifest.json"):
         assert (checkpoint / name).exists(), name
     manifest = json.loads((checkpoint / "explorer_manifest.json").read_text())
     assert all(sha256_file(checkpoint / name) == digest for name, digest in manifest["files"].items())
     # the behavioural validation ran and is logged per checkpoint
-    assert record["behaviour"]["episodes"] == 2 and "direct_submit_rate" in record["behaviour"]
-    assert record["teacher_forced"]["loss_all"] > 0 and record["teacher_forced"]["first_action_end_probability"] is not None
+    assert record.behaviour.episodes == 2 and record.behaviour.direct_submit_rate is not None
+    assert record.teacher_forced.loss_all > 0 and record.teacher_forced.first_action_end_probability is not None
     policy = HFPolicy.load(str(tiny_model), adapter=checkpoint, max_new_tokens=8)
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=2)).run(question.text, question)
@@ -107,16 +108,17 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
 
 def test_selection_prefers_behaviour_and_warns_when_loss_hides_the_shortcut():
     def record(name, loss, rate, f1):
-        return {"checkpoint": name, "teacher_forced": {"loss_all": loss}, "behaviour": {"episodes": 10, "direct_submit_rate": rate, "answer_f1": f1}}
+        return ValidationRecord.model_validate({"step": 0, "checkpoint": name, "teacher_forced": {"loss_all": loss},
+                                                "behaviour": {"episodes": 10, "direct_submit_rate": rate, "answer_f1": f1}})
 
     records = [record("checkpoint-10", 1.0, 0.1, 0.40), record("checkpoint-20", 0.8, 0.9, 0.45)]
     result = select_checkpoint(records, TrainConfig())
-    assert result["best_checkpoint"] == "checkpoint-10"
-    assert any("loss improved" in w and "direct-submit rate rose" in w for w in result["warnings"])
-    without_validation_set = [{**r, "teacher_forced": {}} for r in records]  # sft build --validation-share 0
-    assert select_checkpoint(without_validation_set, TrainConfig())["best_checkpoint"] == "checkpoint-10"
+    assert result.best_checkpoint == "checkpoint-10"
+    assert any("loss improved" in w and "direct-submit rate rose" in w for w in result.warnings)
+    without_validation_set = [r.model_copy(update={"teacher_forced": TeacherForced()}) for r in records]  # sft build --validation-share 0
+    assert select_checkpoint(without_validation_set, TrainConfig()).best_checkpoint == "checkpoint-10"
     none = select_checkpoint([record("checkpoint-20", 0.8, 0.9, 0.45)], TrainConfig())
-    assert none["best_checkpoint"] is None and "none is selected" in none["warnings"][0]
+    assert none.best_checkpoint is None and "none is selected" in none.warnings[0]
 
 
 def test_training_on_direct_submit_teachers_is_flagged_from_the_command_line(tiny_model, tmp_path):
