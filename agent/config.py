@@ -88,7 +88,7 @@ class EvalConfig(RunConfig):
         return split
 
 
-ConfigType = TypeVar("ConfigType", bound=Config)
+ConfigType = TypeVar("ConfigType", bound=BaseModel)  # these configs, and sft.train.TrainConfig
 
 
 def read_toml(path: Path) -> dict[str, Any]:

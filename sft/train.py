@@ -65,30 +65,10 @@ class TrainConfig(BaseModel):
 
 
 def load_config(path: Path | None, overrides: dict[str, Any]) -> TrainConfig:
-    import tomllib
+    """The recipe from a TOML file (or the defaults), the flags winning; read as every config is."""
+    from agent.config import load_config as load_any_config
 
-    from pydantic import ValidationError
-
-    from sft.errors import TrainingError
-
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise TrainingError(f"{path}: no such training config") from None
-        except IsADirectoryError:
-            raise TrainingError(f"{path}: is a directory; name the training config .toml file") from None
-        except UnicodeDecodeError as error:
-            raise TrainingError(f"{path}: not UTF-8 (byte {error.start})") from None
-        except tomllib.TOMLDecodeError as error:
-            raise TrainingError(f"{path}: not valid TOML ({error})") from None
-    data.update({key: value for key, value in overrides.items() if value is not None})
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise TrainingError(f"{path or 'training config'}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
+    return load_any_config(TrainConfig, path, overrides)
 
 
 def load_model(config: TrainConfig):
