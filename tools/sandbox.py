@@ -20,8 +20,8 @@ The layers
    status read by the zygote - never from an exception name an action can raise). Every frame
    in both directions has a size cap checked before its body is read (``tools.wire``); a frame
    over the cap is a recorded ``output`` limit hit, not host memory; a malformed one is a
-   ``protocol`` limit hit. Data a worker writes outside an action is refused and the worker
-   replaced.
+   ``protocol`` limit hit, and so is a result that names another action than the one running.
+   Data a worker writes outside an action is refused and the worker replaced.
 3. **Kernel fence** (``tools.zygote``, ``tools.fence``; Linux): workers fork from a zygote - a
    fresh interpreter with none of the host's state - close every descriptor but their channel,
    drop to ``nobody`` when started as root, lose every capability, and run under no-new-privs and a seccomp filter that
@@ -220,6 +220,7 @@ class Sandbox:
         self.start_seconds = 0.0
         self.replacements = 0
         self.refused_frames = 0  # data a worker wrote outside an action
+        self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
         self._socket = None
         self._stat_fd: int | None = None  # the worker's /proc/PID/stat, kept open: its CPU clock
         self._channel: wire.HostChannel | None = None
@@ -312,7 +313,8 @@ class Sandbox:
             self._end_worker(DEATH_GRACE_SECONDS)
             self._replace(result)
         calls_before, ended_before = len(self.tools.calls), self.tools.outcome is not None
-        request = wire.encode({"op": "run", "code": code})
+        self.actions += 1
+        request = wire.encode({"op": "run", "action": self.actions, "code": code})
         if len(request) > worker.CODE_CAP:
             result.error = f"ActionTooLong: the action is {len(request):,} bytes; the sandbox takes at most {worker.CODE_CAP:,}"
         else:
@@ -398,10 +400,12 @@ class Sandbox:
 
     def _accept(self, frame: dict, result: ActionResult) -> str | None:
         """Copy a done frame's claims into ``result``, bounded; returns a limit if the output overflowed."""
-        expected = {"op": str, "stdout": str, "value": (str, type(None)), "error": (str, type(None)),
+        expected = {"op": str, "action": int, "stdout": str, "value": (str, type(None)), "error": (str, type(None)),
                     "traceback": (str, type(None)), "deferred_output_chars": int}
         if set(frame) != set(expected) or not all(isinstance(frame[key], kind) for key, kind in expected.items()):
             raise wire.FrameMalformed("a done frame with other fields")
+        if frame["action"] != self.actions:  # a late answer to an earlier action (after a forged one)
+            raise wire.FrameMalformed("a done frame for another action")
         cap = self.limits.output_chars
         result.stdout = frame["stdout"][:cap]
         result.value = None if frame["value"] is None else worker.bounded(frame["value"], cap, "repr")

@@ -421,10 +421,10 @@ def serve(channel: int, output_chars: int, allowed_modules: tuple[str, ...], res
             os._exit(EXIT_PROTOCOL)
         if request is None:
             os._exit(EXIT_HOST_GONE)
-        if request.get("op") != "run" or type(request.get("code")) is not str:
+        if request.get("op") != "run" or type(request.get("code")) is not str or type(request.get("action")) is not int:
             os._exit(EXIT_PROTOCOL)
         try:
-            frame = wire.encode({"op": "done", **runtime.run(request["code"])})
+            frame = wire.encode({"op": "done", "action": request["action"], **runtime.run(request["code"])})
         except MemoryError:
             os._exit(EXIT_MEMORY)
         except BaseException:

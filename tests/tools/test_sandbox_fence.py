@@ -213,15 +213,34 @@ def test_a_worker_that_speaks_between_actions_is_replaced(escaped):
         def frame(payload):
             body = json.dumps(payload).encode()
             return struct.pack(">I", len(body)) + body
-        done = {"op": "done", "stdout": "early\\n", "value": None, "error": None, "traceback": None, "deferred_output_chars": 0}
+        done = {"op": "done", "action": ACTION, "stdout": "early\\n", "value": None, "error": None, "traceback": None,
+                "deferred_output_chars": 0}
         os.write(3, frame(done) + frame({"op": "call", "tool": "submit", "args": ["forged"], "kwargs": {}}))
         os.read(3, 1)
     """
-    first = escaped.execute(textwrap.dedent(code))
+    first = escaped.execute(textwrap.dedent(code).replace("ACTION", str(escaped.actions + 1)))
     assert first.stdout == "early\n" and first.limit_hit is None
     result = escaped.execute("print('next')")
     assert result.variables_lost and result.stdout == "next\n" and escaped.refused_frames == 1
     assert escaped.outcome is None and not any(call.name == "submit" for call in result.tool_calls)
+
+
+def test_a_late_answer_to_an_earlier_action_is_not_taken_for_the_next_one(escaped):
+    """A forged done frame ends action 1 early; the runtime's own answer to action 1 arrives while
+    action 2 runs. It names action 1, so it is refused rather than reported as action 2's result."""
+    code = """
+        import os, json, struct, time
+        done = json.dumps({"op": "done", "action": ACTION, "stdout": "forged", "value": None, "error": None,
+                           "traceback": None, "deferred_output_chars": 0}).encode()
+        os.write(3, struct.pack(">I", len(done)) + done)
+        time.sleep(0.5)
+        'real first'
+    """
+    first = escaped.execute(textwrap.dedent(code).replace("ACTION", str(escaped.actions + 1)))
+    assert first.stdout == "forged"
+    second = escaped.execute("'second'")
+    assert second.value != "'real first'" and (second.limit_hit == "protocol" or second.variables_lost)
+    assert escaped.execute("'third'").value == "'third'"
 
 
 def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):
