@@ -23,6 +23,7 @@ from cli.parity_command import check_parity_command
 from cli.run_commands import run_command, show_command
 from cli.schema_command import schema_command
 from cli.sft_commands import sft_app, train_command
+from cli.usage_errors import OneLineUsageErrors
 from corpus.errors import CorpusError
 from evaluation.errors import EvaluationError
 from sft.errors import TrainingError
@@ -33,6 +34,7 @@ INPUT_ERRORS = (UsageError, CorpusError, AgentError, EvaluationError, TrainingEr
 
 app = typer.Typer(
     name="explorer",
+    cls=OneLineUsageErrors,  # click's usage errors become our one-line UsageError
     help="Run research agents over a corpus of papers, train their adapters, and inspect what they did.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
