@@ -52,10 +52,12 @@ class PolicyConfig(Config):
     max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
     max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit
     base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
-    tokenizer: Path | None = None  # openai: the served model's tokenizer directory
+    tokenizer: Path | None = None  # openai: the served model's tokenizer; other policies: record the prompts it would serve
     prompt_format: Literal["ids", "text"] = "ids"  # openai: token ids (vLLM) or text
     timeout: float = Field(120.0, ge=1, allow_inf_nan=False)  # openai: seconds per request
     retries: int = Field(4, ge=0)  # openai: retries with backoff on 429/5xx and network errors
+    thinking: bool = False  # hf/openai: Qwen3 thinking mode (the model writes a think block before its action)
+    thinking_budget: int = Field(1024, ge=1)  # hf/openai: tokens a think block may take
 
     @field_validator("name")
     @classmethod

@@ -11,12 +11,14 @@ from agent.actions import extract_code
 from agent.environment import versions
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
+from agent.served import served_record
 from agent.trajectory import (
     EpisodeConfig,
     Generation,
     Hashes,
     Outcome,
     PolicyInfo,
+    Served,
     Step,
     StepPolicyInfo,
     Timings,
@@ -59,6 +61,7 @@ def run_episode(
     messages = [{"role": "system", "content": system}, {"role": "user", "content": question_message(question)}]
     steps: list[Step] = []
     outcome: Outcome | None = None
+    last_prompt: list[int] | None = None
     try:
         policy.start(EpisodeStart(seed=config.seed, question=question, question_id=question_id))
     except PolicyError as error:
@@ -85,13 +88,18 @@ def run_episode(
             break
         policy_seconds = time.perf_counter() - policy_started
         step, ended = _execute(len(steps), reply.text, sandbox, config)
+        step.reasoning = reply.reasoning
+        step.served, last_prompt = _served(policy, reply, messages, config, last_prompt)
         step.generation = Generation.model_validate(reply.generation) if reply.generation else None
         step.policy_info = StepPolicyInfo.model_validate(reply.info) if reply.info else None
         step.timings.policy_seconds = policy_seconds
         steps.append(step)
         if on_step is not None:
             on_step(step)
-        messages += [{"role": "assistant", "content": reply.text}, {"role": "user", "content": step.observation}]
+        turn = {"role": "assistant", "content": reply.text}
+        if reply.reasoning is not None:
+            turn["reasoning"] = reply.reasoning
+        messages += [turn, {"role": "user", "content": step.observation}]
         outcome = ended
     if steps:
         try:
@@ -108,6 +116,22 @@ def run_episode(
         outcome=outcome, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
         seconds=time.perf_counter() - started,
     )
+
+
+def _served(policy: Policy, reply, messages: list[dict[str, str]], config: EpisodeConfig,
+            previous: list[int] | None) -> tuple[Served | None, list[int] | None]:
+    """The record of the prompt this step was served: the ids a model policy sent, or those its
+    renderer would have sent a policy without a model; None when the policy has no renderer."""
+    renderer = policy.renderer
+    if renderer is None:
+        return None, None
+    if reply.prompt_ids is not None:
+        prompt, source = reply.prompt_ids, "policy"
+    else:
+        prompt, source = renderer.prompt(messages, thinking=policy.thinking), "renderer"
+    record = served_record(prompt, renderer.fingerprint, source, previous=previous, keep_ids=config.record_prompt_ids,
+                           server_ids=reply.server_prompt_ids, server_tokens=reply.server_prompt_tokens)
+    return record, prompt
 
 
 def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> tuple[Step, Outcome | None]:

@@ -45,10 +45,26 @@ def resolve_model(model: str) -> str:
     return model
 
 
+def tokenizer_file(model: str) -> Path:
+    """The tokenizer.json of a model: in its directory, or the hub's (fetched once into the
+    Hugging Face cache, so its fingerprint is that of the file every later load reads)."""
+    path = Path(model)
+    if path.exists():
+        file = path / "tokenizer.json" if path.is_dir() else path
+        if not file.exists():
+            raise AgentError(f"{model}: no tokenizer.json; name a model or tokenizer directory")
+        return file
+    try:
+        from huggingface_hub import hf_hub_download
+
+        return Path(hf_hub_download(model, "tokenizer.json"))
+    except Exception as error:  # offline, no such repository, or no tokenizer.json in it
+        raise AgentError(f"{model}: cannot fetch its tokenizer.json ({str(error).splitlines()[0]})") from None
+
+
 def load_renderer(model: str) -> ChatRenderer:
     """The chat renderer of a model: its directory's tokenizer.json, or the hub's."""
-    path = Path(model)
-    return ChatRenderer.from_directory(path) if path.exists() else ChatRenderer.from_pretrained(model)
+    return ChatRenderer.from_file(tokenizer_file(model))
 
 
 @dataclass

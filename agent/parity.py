@@ -1,10 +1,20 @@
-"""Train/serve parity: at every step, prompt + action tokens are a prefix of the training sequence."""
+"""Train/serve parity, checked against what was recorded at serving time.
+
+For every step of a trajectory: the prompt the renderer builds from the recorded messages, plus
+the tokens the model wrote, must be a prefix of the training sequence; the tool page must be in
+the prompt once; and what the step *recorded* it was served (``Step.served``: the ids or their
+digest, the tokenizer's fingerprint, the server's own count and ids) must be that same prompt.
+A recorded parity warning fails too. The recorded side is what makes the check able to fail:
+an edited trajectory, another tokenizer, or a server that tokenised the prompt itself all
+leave a record that no longer matches the training sequence.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from agent.renderer import ChatRenderer
+from agent.served import common_prefix, ids_sha256, served_prompts
 from agent.trajectory import Trajectory
 from tools.page import tool_page
 
@@ -13,46 +23,78 @@ CONTEXT_TOKENS = 12
 
 @dataclass
 class Mismatch:
-    episode_id: str
-    step: int
+    where: str  # "episode E step N", "example E"
     what: str
     position: int | None = None
     served: str = ""
     trained: str = ""
+    step: int | None = None  # the step's index, for a trajectory's mismatch
 
     def __str__(self) -> str:
-        where = f"episode {self.episode_id} step {self.step + 1}"
         if self.position is None:
-            return f"{where}: {self.what}"
-        return f"{where}: {self.what} at token {self.position}\n  served:  {self.served!r}\n  trained: {self.trained!r}"
+            return f"{self.where}: {self.what}"
+        return f"{self.where}: {self.what} at token {self.position}\n  served:  {self.served!r}\n  trained: {self.trained!r}"
+
+
+def differing(where: str, what: str, served: list[int], trained: list[int], renderer: ChatRenderer) -> Mismatch | None:
+    """None when ``served`` is ``trained``, else the first differing position with the decoded tokens around it."""
+    position = common_prefix(served, trained)
+    if position == len(served) == len(trained):
+        return None
+    start = max(position - CONTEXT_TOKENS, 0)
+    return Mismatch(where, what, position, renderer.decode(served[start:position + CONTEXT_TOKENS]),
+                    renderer.decode(trained[start:position + CONTEXT_TOKENS]))
 
 
 def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer) -> Mismatch | None:
     """The first place where serving and training disagree for this trajectory, or None."""
-    messages = trajectory.messages()
-    training = renderer.render(messages).ids
-    page = tool_page()
-    for step in trajectory.steps:
-        before = messages[: 2 + 2 * step.index]
-        copies = sum(message["content"].count(page) for message in before)
-        if copies != 1:
-            return Mismatch(trajectory.episode_id, step.index, f"the tool page appears {copies} times in the prompt, not once")
-        prompt = renderer.prompt(before)
-        served = prompt + renderer.action(step.action_text)
-        recorded = step.generation.prompt_tokens if step.generation else None
-        if recorded is not None and recorded != len(prompt):
-            return Mismatch(trajectory.episode_id, step.index, f"the policy recorded a prompt of {recorded} tokens; the renderer builds {len(prompt)}")
-        for position, (a, b) in enumerate(zip(served, training)):
-            if a != b:
-                return _mismatch(trajectory, step.index, "served and training tokens differ", position, served, training, renderer)
-        if len(served) > len(training):
-            return _mismatch(trajectory, step.index, "the training sequence ends before the served tokens", len(training), served, training, renderer)
+    for step, mismatch in _step_mismatches(trajectory, renderer):
+        mismatch.step = step
+        return mismatch
     return None
 
 
-def _mismatch(trajectory, step, what, position, served, training, renderer) -> Mismatch:
-    start = max(position - CONTEXT_TOKENS, 0)
-    return Mismatch(
-        trajectory.episode_id, step, what, position,
-        renderer.decode(served[start:position + CONTEXT_TOKENS]), renderer.decode(training[start:position + CONTEXT_TOKENS]),
-    )
+def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
+    messages = trajectory.messages()
+    training = renderer.render(messages).ids
+    page = tool_page()
+    recorded_prompts = served_prompts(trajectory.steps)
+    for step, recorded_ids in zip(trajectory.steps, recorded_prompts):
+        where = f"episode {trajectory.episode_id} step {step.index + 1}"
+        before = messages[: 2 + 2 * step.index]
+        copies = sum(message["content"].count(page) for message in before)
+        if copies != 1:
+            yield step.index, Mismatch(where, f"the tool page appears {copies} times in the prompt, not once")
+        prompt = renderer.prompt(before, thinking=step.reasoning is not None)
+        written = (renderer.thought(step.reasoning) if step.reasoning is not None else []) + renderer.action(step.action_text)
+        mismatch = differing(where, "served and training tokens differ", prompt + written, training[: len(prompt) + len(written)], renderer)
+        mismatch = mismatch or _recorded(where, step, recorded_ids, prompt, renderer)
+        if mismatch is not None:
+            yield step.index, mismatch
+
+
+def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int], renderer: ChatRenderer) -> Mismatch | None:
+    """What the step recorded about its serving, against the prompt the renderer builds for it."""
+    generation, served = step.generation, step.served
+    if generation is not None and generation.parity_warning:
+        return Mismatch(where, f"a parity warning was recorded at serving time: {generation.parity_warning}")
+    if generation is not None and generation.prompt_tokens != len(prompt):
+        return Mismatch(where, f"the policy recorded a prompt of {generation.prompt_tokens} tokens; the renderer builds {len(prompt)}")
+    if served is None:
+        return None
+    if served.tokenizer_sha256 != renderer.fingerprint:
+        return Mismatch(where, f"served with the tokenizer {served.tokenizer_sha256[:12]}, checked with {renderer.fingerprint[:12]}: "
+                               "name the tokenizer the run used")
+    if served.server_tokens is not None and served.server_tokens != served.tokens:
+        return Mismatch(where, f"the server counted {served.server_tokens} prompt tokens; {served.tokens} were sent")
+    if served.server_sha256 is not None and served.server_sha256 != served.sha256:
+        return Mismatch(where, "the prompt ids the server returned differ from the ids sent")
+    if recorded_ids is not None:
+        if ids_sha256(recorded_ids) != served.sha256 or len(recorded_ids) != served.tokens:
+            return Mismatch(where, "the recorded prompt ids do not match their recorded digest: the record was altered")
+        return differing(where, "the served prompt differs from the training sequence", recorded_ids, prompt, renderer)
+    if served.tokens != len(prompt) or served.sha256 != ids_sha256(prompt):
+        return Mismatch(where, f"the served prompt ({served.tokens} tokens, sha256 {served.sha256[:12]}) is not the training "
+                               f"sequence's prompt ({len(prompt)} tokens, sha256 {ids_sha256(prompt)[:12]}); "
+                               "rerun with --record-prompt-ids to see the first differing token")
+    return None

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-SCHEMA_VERSION = 2  # 2: isolation, deferred_output_chars; version 1 files still load
+SCHEMA_VERSION = 3  # 3: served prompts, reasoning; 2: isolation, deferred_output_chars; older files still load
 
 
 class Record(BaseModel):
@@ -36,9 +36,33 @@ class Generation(Sparse):
     finish_reason: str | None = None  # openai: as the server said
     api_retries: int = 0  # openai: requests retried before this one succeeded
     parity_warning: str | None = None  # openai: the server saw other tokens than the renderer made
+    thinking_tokens: int | None = None  # thinking mode: tokens of the think block the model wrote
+    thinking_budget_hit: bool | None = None  # thinking mode: the think block was closed for the model at its budget
     seconds: float | None = None
     prefill_seconds: float | None = None
     decode_seconds: float | None = None
+
+
+class PromptIds(Record):
+    """A served prompt's ids, stored as a change from the previous step's prompt: its first
+    ``keep`` ids, then ``append`` (an episode's prompts grow, so the whole episode costs about
+    one sequence of ids instead of one per step)."""
+
+    keep: int = Field(ge=0)
+    append: list[int]
+
+
+class Served(Sparse):
+    """The prompt a step was served, as ids: what a model policy sent (``source`` "policy"), or
+    what the renderer would have served a policy without a model ("renderer")."""
+
+    source: Literal["policy", "renderer"]
+    tokens: int
+    sha256: str  # agent.served.ids_sha256 of the prompt's ids
+    tokenizer_sha256: str  # sha256 of the tokenizer.json that made them
+    ids: PromptIds | None = None  # the ids themselves, with --record-prompt-ids
+    server_tokens: int | None = None  # openai: how many prompt tokens the server said it saw
+    server_sha256: str | None = None  # openai: the digest of the prompt ids the server returned
 
 
 class Drift(Record):
@@ -68,7 +92,8 @@ class Timings(Record):
 
 class Step(Record):
     index: int
-    action_text: str
+    action_text: str  # thinking mode: the text after </think>
+    reasoning: str | None = None  # thinking mode: the text between <think> and </think>, as generated
     code: str | None  # None: the text held no code (a format error)
     observation: str  # exactly what the policy is shown next, cut marker included
     observation_chars_cut: int = 0
@@ -78,6 +103,7 @@ class Step(Record):
     variables_lost: bool = False
     deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
     tool_calls: list[ToolCallRecord] = Field(default_factory=list)
+    served: Served | None = None  # the prompt this step was served
     generation: Generation | None = None  # model policies: what the step's generation cost and how it ended
     policy_info: StepPolicyInfo | None = None  # what else the policy reported (replay: drift)
     timings: Timings = Field(default_factory=Timings)
@@ -97,6 +123,7 @@ class EpisodeConfig(Record):
     cpu_seconds: int = Field(10, ge=1)
     memory_mb: int = Field(2_048, ge=64, le=2**20)  # at most 1 TiB: beyond that, no limit the kernel can set
     output_chars: int = Field(20_000, ge=100)
+    record_prompt_ids: bool = False  # keep each served prompt's ids in the trajectory, not only their digest
 
 
 class Hashes(Record):
@@ -106,7 +133,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -130,7 +157,10 @@ class Trajectory(Record):
 
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": question_message(self.question)}]
         for step in self.steps[:upto]:
-            messages.append({"role": "assistant", "content": step.action_text})
+            turn = {"role": "assistant", "content": step.action_text}
+            if step.reasoning is not None:
+                turn["reasoning"] = step.reasoning
+            messages.append(turn)
             messages.append({"role": "user", "content": step.observation})
         return messages
 

@@ -46,9 +46,12 @@ from cli.options import (
     PromptFormatOption,
     QuantizationOption,
     QuestionsOption,
+    RecordPromptIdsOption,
     ReplayOption,
     RetriesOption,
     SeedOption,
+    ThinkingBudgetOption,
+    ThinkingOption,
     TimeoutOption,
     TokenizerOption,
     WallSecondsOption,
@@ -95,6 +98,9 @@ def eval_command(
     prompt_format: Optional[str] = PromptFormatOption,
     timeout: Optional[float] = TimeoutOption,
     retries: Optional[int] = RetriesOption,
+    thinking: Optional[bool] = ThinkingOption,
+    thinking_budget: Optional[int] = ThinkingBudgetOption,
+    record_prompt_ids: Optional[bool] = RecordPromptIdsOption,
     observation_chars: Optional[int] = ObservationCharsOption,
     context_chars: Optional[int] = ContextCharsOption,
     wall_seconds: Optional[float] = WallSecondsOption,
@@ -112,9 +118,11 @@ def eval_command(
     overrides = {"split": split, "limit": limit, "workers": workers, "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
+        thinking=thinking, thinking_budget=thinking_budget,
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
+        record_prompt_ids=record_prompt_ids,
     )
     manifest = _read_manifest(out) if resume else None
     config = _resolve_config(config_file, overrides, manifest)

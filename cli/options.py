@@ -50,7 +50,10 @@ QuantizationOption = typer.Option(None, "--quantization", help="hf: auto (4bit o
 MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap; default 512).")
 MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")
 BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
-TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json.")
+TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json; other policies: record the prompts it would serve.")
+ThinkingOption = typer.Option(None, "--thinking/--no-thinking", help="hf/openai: Qwen3 thinking mode; the think blocks are kept (default off).")
+ThinkingBudgetOption = typer.Option(None, "--thinking-budget", min=1, help="hf/openai: tokens a think block may take (default 1024; hitting it is recorded).")
+RecordPromptIdsOption = typer.Option(None, "--record-prompt-ids/--no-record-prompt-ids", help="Keep each served prompt's ids in the trajectory, not only their digest (default off).")
 PromptFormatOption = typer.Option(None, "--prompt-format", help="openai: ids (token ids, vLLM; the default) or text (servers that take only text).")
 TimeoutOption = typer.Option(None, "--timeout", min=1, help="openai: seconds per request (default 120).")
 RetriesOption = typer.Option(None, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors (default 4).")
@@ -63,19 +66,20 @@ OutputCharsOption = typer.Option(None, "--output-chars", min=100, help="Sandbox:
 
 
 def policy_overrides(*, name, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer,
-                     prompt_format, timeout, retries) -> dict:
+                     prompt_format, timeout, retries, thinking, thinking_budget) -> dict:
     """The policy flags a user gave, as ``policy.FIELD`` overrides of a config."""
     given = dict(name=name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
                  max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout,
-                 retries=retries)
+                 retries=retries, thinking=thinking, thinking_budget=thinking_budget)
     return {f"policy.{key}": value for key, value in given.items()}
 
 
 def episode_overrides(*, max_steps, seed, observation_chars, context_chars, wall_seconds, cpu_seconds, memory_mb,
-                      output_chars) -> dict:
+                      output_chars, record_prompt_ids) -> dict:
     """The episode and sandbox flags a user gave, as ``episode.FIELD`` overrides of a config."""
     given = dict(max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
-                 wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars)
+                 wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
+                 record_prompt_ids=record_prompt_ids)
     return {f"episode.{key}": value for key, value in given.items()}
 
 

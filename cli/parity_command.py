@@ -3,30 +3,77 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import List, Optional
 
 import typer
 
-from agent.parity import check_trajectory
-from agent.renderer import ChatRenderer
-from agent.writer import read_trajectories
+from cli.errors import UsageError
 
 
 def check_parity_command(
-    trajectories: Path = typer.Option(..., "--trajectories", "-t", help="A trajectories .jsonl file."),
+    trajectories: List[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectories .jsonl files (repeat for several)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="A model or tokenizer directory with tokenizer.json (Qwen3)."),
+    data: Optional[Path] = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Also check that this model (directory or hub id) has the same tokenizer."),
 ) -> None:
-    """Prove train/serve parity: served tokens are a prefix of the training sequence.
+    """Prove train/serve parity from what was recorded, not only from what is re-rendered.
 
-    For every step of every trajectory, the prompt plus the action's tokens must equal the start
-    of the training sequence, and the tool page must appear exactly once in the prompt. Exits 1
-    at the first mismatch, printing where it is and the decoded tokens on both sides."""
+    For every step of every trajectory: the prompt plus the model's tokens must be a prefix of
+    the training sequence, the tool page must appear once, and the prompt the step recorded it
+    was served (digest, length, ids with --record-prompt-ids, tokenizer fingerprint, the
+    server's own count and ids) must be that prompt; a recorded parity warning fails. With
+    --data, every example's input_ids and labels must be its trajectory's, token by token.
+    Exits 1 at the first mismatch, printing where it is and the decoded tokens on both sides."""
+    from agent.models import file_sha256, tokenizer_file
+    from agent.parity import check_trajectory
+    from agent.renderer import ChatRenderer
+    from agent.writer import read_trajectories
+
     renderer = ChatRenderer.from_directory(tokenizer)
-    episodes = read_trajectories(trajectories)
-    steps = 0
+    episodes = [t for path in trajectories for t in read_trajectories(path)]
+    if not episodes:
+        raise UsageError("the trajectory files hold no episodes")
+    if model is not None:
+        fingerprint = file_sha256(tokenizer_file(model))
+        if fingerprint != renderer.fingerprint:
+            _broken(f"{model}'s tokenizer ({fingerprint[:12]}) is not {tokenizer}'s ({renderer.fingerprint[:12]})")
+    served = 0
     for trajectory in episodes:
         mismatch = check_trajectory(trajectory, renderer)
         if mismatch is not None:
-            typer.echo(f"parity broken: {mismatch}", err=True)
-            raise typer.Exit(1)
-        steps += len(trajectory.steps)
-    typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({trajectories})")
+            _broken(str(mismatch))
+        served += sum(1 for step in trajectory.steps if step.served is not None)
+    steps = sum(len(t.steps) for t in episodes)
+    examples = _check_data(data, episodes, renderer) if data is not None else 0
+    checked = f", {examples} examples of {data}" if data is not None else ""
+    typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served){checked}")
+
+
+def _check_data(data: Path, episodes, renderer) -> int:
+    from pydantic import ValidationError
+
+    from sft.dataset import load_examples, load_report
+    from sft.parity import check_example, check_report
+
+    if not (data / "build_report.json").exists():
+        raise UsageError(f"{data}: no build_report.json; name a directory written by explorer sft build")
+    try:
+        report = load_report(data)
+        examples = [e for name in ("train", "validation") for e in load_examples(data / f"{name}.jsonl")]
+    except (ValidationError, FileNotFoundError) as error:
+        raise UsageError(f"{data}: not a built dataset ({str(error).splitlines()[0]}); rebuild it with explorer sft build") from None
+    mismatch = check_report(report, renderer, str(data))
+    if mismatch is not None:
+        _broken(str(mismatch))
+    by_id = {t.episode_id: t for t in episodes}
+    train_thinking = bool(report.settings.get("train_thinking"))
+    for example in examples:
+        mismatch = check_example(example, by_id.get(example.episode_id), renderer, train_thinking)
+        if mismatch is not None:
+            _broken(str(mismatch))
+    return len(examples)
+
+
+def _broken(message: str) -> None:
+    typer.echo(f"parity broken: {message}", err=True)
+    raise typer.Exit(1)

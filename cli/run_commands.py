@@ -32,9 +32,12 @@ from cli.options import (
     PolicyOption,
     PromptFormatOption,
     QuantizationOption,
+    RecordPromptIdsOption,
     ReplayOption,
     RetriesOption,
     SeedOption,
+    ThinkingBudgetOption,
+    ThinkingOption,
     TimeoutOption,
     TokenizerOption,
     WallSecondsOption,
@@ -88,6 +91,9 @@ def run_command(
     prompt_format: Optional[str] = PromptFormatOption,
     timeout: Optional[float] = TimeoutOption,
     retries: Optional[int] = RetriesOption,
+    thinking: Optional[bool] = ThinkingOption,
+    thinking_budget: Optional[int] = ThinkingBudgetOption,
+    record_prompt_ids: Optional[bool] = RecordPromptIdsOption,
     observation_chars: Optional[int] = ObservationCharsOption,
     context_chars: Optional[int] = ContextCharsOption,
     wall_seconds: Optional[float] = WallSecondsOption,
@@ -106,9 +112,11 @@ def run_command(
     overrides = policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
+        thinking=thinking, thinking_budget=thinking_budget,
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
+        record_prompt_ids=record_prompt_ids,
     )
     config = load_config(RunConfig, config_file, overrides)
     policy = make_policy(config.policy, config.episode.max_steps)

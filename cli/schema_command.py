@@ -10,9 +10,10 @@ from agent.config import EvalConfig, RunConfig
 from agent.manifest import RunManifest
 from agent.trajectory import Trajectory
 from cli.errors import UsageError
+from corpus.stats import CorpusStats
 from evaluation.records import RunMetrics
 from evaluation.scoring import EpisodeScore
-from sft.records import TrainingSummary, ValidationRecord
+from sft.records import BuildReport, CheckpointManifest, Example, TrainingSummary, ValidationRecord
 
 SCHEMAS = {
     "trajectory": (Trajectory, "one line of trajectories.jsonl"),
@@ -21,6 +22,10 @@ SCHEMAS = {
     "metrics": (RunMetrics, "a run directory's metrics.json"),
     "validation": (ValidationRecord, "one line of a training run's validation.jsonl"),
     "training-summary": (TrainingSummary, "a training run's training_summary.json"),
+    "example": (Example, "one line of a built dataset's train.jsonl or validation.jsonl"),
+    "build-report": (BuildReport, "a built dataset's build_report.json"),
+    "checkpoint-manifest": (CheckpointManifest, "a training checkpoint's explorer_manifest.json"),
+    "corpus-stats": (CorpusStats, "explorer corpus stats --json"),
     "eval-config": (EvalConfig, "explorer eval --config FILE (TOML)"),
     "run-config": (RunConfig, "explorer run --config FILE (TOML)"),
 }

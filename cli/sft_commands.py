@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import List, Optional
@@ -27,7 +26,9 @@ def teach_command(
     split: str = typer.Option("train", "--split", help="Questions of which split: train, validation, test or all."),
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     direct: bool = typer.Option(False, "--direct", help="Submit the gold answer as the first action (reproduces the shortcut)."),
+    thinking: bool = typer.Option(False, "--thinking", help="Write each action's reasoning as a Qwen3 think block (thinking-mode data)."),
     max_steps: int = typer.Option(10, "--max-steps", min=1),
+    tokenizer: Optional[Path] = typer.Option(None, "--tokenizer", help="Record the prompts this tokenizer's renderer would serve (for check-parity)."),
 ) -> None:
     """Write gold-guided teacher trajectories for a split's questions (real tool calls, gold answers)."""
     from agent.runner import EpisodeRunner
@@ -40,7 +41,12 @@ def teach_command(
         raise UsageError(f"{out}: is a directory; name the trajectories .jsonl file to write")
     corpus = open_corpus(corpus_path, questions_path)
     questions = select_questions(corpus, split, limit)
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), Teacher(corpus, direct=direct), EpisodeConfig(max_steps=max_steps))
+    teacher = Teacher(corpus, direct=direct, thinking=thinking)
+    if tokenizer is not None:
+        from agent.renderer import ChatRenderer
+
+        teacher.renderer = ChatRenderer.from_directory(tokenizer)
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), teacher, EpisodeConfig(max_steps=max_steps))
     statuses: dict[str, int] = {}
     with TrajectoryLog(out) as log:
         done = {t.question_id for t in read_trajectories(out)}
@@ -66,13 +72,19 @@ def build_command(
     overflow: str = typer.Option("drop", "--overflow", help="Longer examples: drop, or split (keep the whole turns that fit)."),
     validation_share: float = typer.Option(0.2, "--validation-share", min=0.0, max=0.9, help="Share of papers held out for validation."),
     evaluation_split: str = typer.Option("test", "--evaluation-split", help="Split kept out of training entirely (none to disable)."),
+    train_thinking: bool = typer.Option(False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."),
+    allow_parity_mismatch: bool = typer.Option(False, "--allow-parity-mismatch", help="Build even when a trajectory fails the parity check (recorded in the report)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
 ) -> None:
-    """Turn trajectories into training examples (assistant-token labels), with a report of what was kept."""
+    """Turn trajectories into training examples (assistant-token labels), with a report of what was kept.
+
+    Every trajectory is first checked for train/serve parity against TOKENIZER (as explorer
+    check-parity does); a mismatch stops the build, exit 1, nothing written."""
     from agent.renderer import ChatRenderer
     from agent.writer import read_trajectories
     from corpus.collection import questions_sha256
     from sft.dataset import BuildSettings, build, split_check, statistics, write
+    from sft.records import BuildReport
 
     if overflow not in ("drop", "split"):
         raise UsageError(f"unknown --overflow {overflow!r}; choose drop or split")
@@ -85,47 +97,73 @@ def build_command(
     found = [t for path in trajectories for t in read_trajectories(path)]
     if not found:
         raise UsageError("the trajectory files hold no episodes")
+    parity = parity_report(found, renderer, allow_parity_mismatch)
     evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == evaluation_split)
     evaluation_questions = frozenset(q.id for q in corpus.questions if q.paper_id in evaluation_papers)
-    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers)
+    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers, train_thinking)
     built = build(found, {q.id: q for q in corpus.questions}, renderer, settings)
     check = split_check(built, evaluation_papers, evaluation_questions)
-    if not check["pass"]:
-        raise UsageError(f"split check failed, ids shared between sets: {json.dumps(check['overlaps'])[:300]}")
+    if not check.passed:
+        raise UsageError(f"split check failed, ids shared between sets: {json.dumps(check.overlaps)[:300]}")
     if not built.train:
         raise UsageError(f"no training example survived the filters (dropped: {dict(built.dropped)}); relax --min-answer-f1 or add trajectories")
     tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
-    report = {
-        "trajectories_read": len(found), "sources": [str(p) for p in trajectories],
-        "kept": {"train": len(built.train), "validation": len(built.validation)},
-        "dropped": dict(built.dropped), "split_at_turn_boundary": built.shortened,
-        "settings": {"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
-                     "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split},
-        "split_check": check, "tokenizer": str(tokenizer_file.resolve()),
-        "tokenizer_sha256": hashlib.sha256(tokenizer_file.read_bytes()).hexdigest(),
-        "corpus": [str(s) for s in corpus.sources], "corpus_sha256": corpus.papers_sha256,
-        "questions_sha256": questions_sha256(corpus.questions),
-        "statistics": {"train": statistics(built.train), "validation": statistics(built.validation)},
-    }
+    report = BuildReport(
+        trajectories_read=len(found), sources=[str(p) for p in trajectories],
+        kept={"train": len(built.train), "validation": len(built.validation)},
+        dropped=dict(built.dropped), split_at_turn_boundary=built.shortened,
+        settings={"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
+                  "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split,
+                  "train_thinking": train_thinking},
+        split_check=check, tokenizer=str(tokenizer_file.resolve()), tokenizer_sha256=renderer.fingerprint,
+        corpus=[str(s) for s in corpus.sources], corpus_sha256=corpus.papers_sha256,
+        questions_sha256=questions_sha256(corpus.questions),
+        statistics={"train": statistics(built.train), "validation": statistics(built.validation)}, parity=parity,
+    )
     write(built, out, report)
     print_build_report(report)
     typer.echo(f"dataset written to {out}")
 
 
-def print_build_report(report: dict) -> None:
+def parity_report(trajectories, renderer, allow_mismatch: bool):
+    """Check every trajectory; refuse the build (exit 1, one line, nothing written) on a mismatch unless allowed."""
+    from agent.parity import check_trajectory
+    from sft.records import ParityReport
+
+    mismatches = [m for m in (check_trajectory(t, renderer) for t in trajectories) if m is not None]
+    report = ParityReport(
+        trajectories=len(trajectories), steps=sum(len(t.steps) for t in trajectories),
+        served_records=sum(1 for t in trajectories for step in t.steps if step.served is not None),
+        mismatches=len(mismatches), first_mismatch=str(mismatches[0]) if mismatches else None, allowed=allow_mismatch and bool(mismatches),
+    )
+    if mismatches and not allow_mismatch:
+        first = str(mismatches[0]).splitlines()[0]
+        typer.echo(f"error: parity check failed on {len(mismatches)} of {len(trajectories)} trajectories, first {first}; "
+                   "nothing written (see explorer check-parity; --allow-parity-mismatch builds anyway)", err=True)
+        raise typer.Exit(1)
+    if mismatches:
+        console.print(f"[bold red]warning: {len(mismatches)} trajectories fail the parity check; built anyway (--allow-parity-mismatch)[/bold red]")
+    return report
+
+
+def print_build_report(report) -> None:
     table = Table("", "train", "validation", title="SFT dataset")
-    stats = report["statistics"]
+    stats = report.statistics
     for name in ("trajectories", "turns_per_trajectory", "tokens", "tokens_per_trajectory", "max_tokens", "trained_tokens"):
-        table.add_row(name, *(_shown(stats[side].get(name)) for side in ("train", "validation")))
+        table.add_row(name, *(_shown(getattr(stats[side], name)) for side in ("train", "validation")))
     for kind in ("tool", "final"):
-        table.add_row(f"trained token share ({kind} turns)", *(_shown(stats[side].get("trained_token_share", {}).get(kind)) for side in ("train", "validation")))
-    table.add_row("first action submits", *(_shown(stats[side].get("first_action_submits_share")) for side in ("train", "validation")))
+        table.add_row(f"trained token share ({kind} turns)", *(_shown((stats[side].trained_token_share or {}).get(kind)) for side in ("train", "validation")))
+    table.add_row("first action submits", *(_shown(stats[side].first_action_submits_share) for side in ("train", "validation")))
     console.print(table)
-    dropped = ", ".join(f"{reason}: {count}" for reason, count in report["dropped"].items()) or "nothing"
-    console.print(f"read {report['trajectories_read']} trajectories; dropped {dropped}")
-    if report["split_at_turn_boundary"]:
-        console.print(f"[yellow]{report['split_at_turn_boundary']} examples were cut after their last whole turn that fits[/yellow]")
-    share = stats["train"].get("first_action_submits_share") or 0
+    dropped = ", ".join(f"{reason}: {count}" for reason, count in report.dropped.items()) or "nothing"
+    console.print(f"read {report.trajectories_read} trajectories; dropped {dropped}")
+    if report.parity is not None:
+        parity = report.parity
+        console.print(f"parity: {parity.trajectories - parity.mismatches} of {parity.trajectories} trajectories hold "
+                      f"({parity.served_records} of {parity.steps} steps recorded what they were served)")
+    if report.split_at_turn_boundary:
+        console.print(f"[yellow]{report.split_at_turn_boundary} examples were cut after their last whole turn that fits[/yellow]")
+    share = stats["train"].first_action_submits_share or 0
     if share >= 0.25:
         console.print(f"[bold red]warning: {share:.0%} of training trajectories submit in their first action - "
                       "the data teaches the direct-submit shortcut[/bold red]")
@@ -220,7 +258,7 @@ def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:
         from sft.dataset import load_examples
 
         examples = load_examples(data / "train.jsonl")
-        share = max(sum(t["end"] - t["start"] for t in e["turns"]) / len(e["input_ids"]) for e in examples)
+        share = max(sum(t.end - t.start for t in e.turns) / len(e.input_ids) for e in examples)
         note = f"at most {share:.0%} of an example's tokens are trained (from {data})"
     quantized = config.quantization != "none"
     terms = estimate(shape, config.max_length, config.lora_r, config.target_modules, quantized, config.gradient_checkpointing,
@@ -235,7 +273,9 @@ def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:
     speed = tokens_per_second(shape)
     console.print(f"throughput on an L4, estimated: {speed:,.0f} tokens/s (6N FLOPs per token at 30% of 121 TFLOPS)")
     if data is not None and (data / "build_report.json").exists():
-        tokens = json.loads((data / "build_report.json").read_text())["statistics"]["train"]["tokens"]
+        from sft.dataset import load_report
+
+        tokens = load_report(data).statistics["train"].tokens or 0
         console.print(f"one epoch of {tokens:,} tokens: about {tokens / speed / 60:.1f} minutes on an L4")
     fits = terms["total"] <= card_gib * 1e9 / 2**30
     verdict = "fits" if fits else "does NOT fit"

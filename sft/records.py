@@ -1,14 +1,90 @@
-"""What training writes about itself: each validation, and the run's summary, as typed records.
+"""What sft/ writes, as typed records.
 
-``validation.jsonl`` holds one ``ValidationRecord`` per line; ``training_summary.json`` is a
-``TrainingSummary``. Unset (None) fields stay out of the JSON."""
+Built data: ``train.jsonl`` and ``validation.jsonl`` hold one ``Example`` per line,
+``build_report.json`` is a ``BuildReport``. Training: ``validation.jsonl`` holds one
+``ValidationRecord`` per line, ``training_summary.json`` is a ``TrainingSummary``, and every
+checkpoint's ``explorer_manifest.json`` is a ``CheckpointManifest``. Unset (None) fields of
+sparse records stay out of the JSON."""
 
 from __future__ import annotations
 
+from typing import Any, Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.trajectory import Sparse
+from agent.trajectory import Record, Sparse
 from evaluation.records import AbstentionTable
+
+
+class Turn(Record):
+    """One assistant turn of an example: its trained span [start, end) and where the turn ends."""
+
+    start: int
+    end: int
+    type: Literal["tool", "final"]  # final: the action submits or abstains
+    end_of_turn: int
+
+
+class Example(Record):
+    """One training sequence: a whole trajectory through the renderer, labels -100 but on assistant tokens."""
+
+    episode_id: str
+    question_id: str | None
+    paper_id: str
+    question: str
+    first_action_submits: bool
+    input_ids: list[int]
+    labels: list[int]
+    turns: list[Turn]
+    split_at_turn: int | None = None  # cut after this many whole turns to fit max_length
+
+
+class DataStatistics(Sparse):
+    trajectories: int = 0
+    turns_per_trajectory: float | None = None
+    tokens: int | None = None
+    tokens_per_trajectory: float | None = None
+    max_tokens: int | None = None
+    trained_tokens: int | None = None
+    trained_token_share: dict[str, float] | None = None  # by turn type
+    first_action_submits_share: float | None = None
+
+
+class SplitCheck(Record):
+    """No paper or question id may be shared between train, validation and evaluation."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, serialize_by_alias=True)
+
+    passed: bool = Field(alias="pass")
+    overlaps: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class ParityReport(Record):
+    """``sft build``'s parity check of every trajectory against the tokenizer it builds with."""
+
+    trajectories: int
+    steps: int
+    served_records: int  # steps that recorded the prompt they were served
+    mismatches: int
+    first_mismatch: str | None = None
+    allowed: bool = False  # --allow-parity-mismatch: built anyway
+
+
+class BuildReport(Record):
+    trajectories_read: int
+    sources: list[str]
+    kept: dict[str, int]
+    dropped: dict[str, int]
+    split_at_turn_boundary: int
+    settings: dict[str, Any]
+    split_check: SplitCheck
+    tokenizer: str
+    tokenizer_sha256: str
+    corpus: list[str]
+    corpus_sha256: str
+    questions_sha256: str
+    statistics: dict[str, DataStatistics]
+    parity: ParityReport | None = None  # None in reports written before the check existed
 
 
 class TeacherForced(Sparse):
@@ -59,3 +135,16 @@ class TrainingSummary(Selection):
     seconds: float
     losses: list[float]
     checkpoints: list[ValidationRecord]
+
+
+class CheckpointManifest(Record):
+    """``explorer_manifest.json`` in every checkpoint: what it was trained from, its validation, its files."""
+
+    base_model: str
+    quantized: bool
+    config: dict[str, Any]
+    data: str
+    data_build_report_sha256: str
+    data_tokenizer_sha256: str | None = None
+    validation: ValidationRecord
+    files: dict[str, str]  # SHA-256 of every file, by path relative to the checkpoint

@@ -24,13 +24,13 @@ from corpus.schema import Question
 class Teacher(Policy):
     name = "teacher"
 
-    def __init__(self, corpus: Corpus, direct: bool = False) -> None:
+    def __init__(self, corpus: Corpus, direct: bool = False, thinking: bool = False) -> None:
         self.corpus = corpus
-        self.direct = direct
+        self.direct, self.thinking = direct, thinking
         self.questions = {question.id: question for question in corpus.questions}
 
     def settings(self) -> dict[str, Any]:
-        return {"direct": self.direct}
+        return {"direct": self.direct, "thinking": self.thinking}
 
     def start(self, episode: EpisodeStart) -> None:
         super().start(episode)
@@ -44,27 +44,30 @@ class Teacher(Policy):
     def act(self, messages: list[dict[str, str]]) -> Reply:
         q, step = self.question, steps_taken(messages)
         if self.direct and step == 0:
-            return Reply(self._final())
+            return self._reply(*self._final())
         plan = [
-            lambda: action(f"hits = search({json.dumps(key_terms(q.text))}, k=5)\n"
-                           "[(h['paper_id'], h['section'], h['paragraph'], h['title']) for h in hits]",
-                           "I search the corpus for the question's key terms."),
-            lambda: action(f"print(read({json.dumps(q.paper_id)}"
-                           + (f", section={self.evidence[0][0]}))" if self.evidence else "))"),
-                           "I read the part of the paper that should answer it." if self.evidence else "I read the paper's outline."),
-            lambda: action(f"found = extract({json.dumps(q.paper_id)}, {json.dumps(q.text)}, k=3)\n"
-                           "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
-                           "I extract the sentences that best match the question."),
+            lambda: (f"hits = search({json.dumps(key_terms(q.text))}, k=5)\n"
+                     "[(h['paper_id'], h['section'], h['paragraph'], h['title']) for h in hits]",
+                     "I search the corpus for the question's key terms."),
+            lambda: (f"print(read({json.dumps(q.paper_id)}" + (f", section={self.evidence[0][0]}))" if self.evidence else "))"),
+                     "I read the part of the paper that should answer it." if self.evidence else "I read the paper's outline."),
+            lambda: (f"found = extract({json.dumps(q.paper_id)}, {json.dumps(q.text)}, k=3)\n"
+                     "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
+                     "I extract the sentences that best match the question."),
         ]
-        if step < len(plan):
-            return Reply(plan[step]())
-        return Reply(self._final())
+        return self._reply(*(plan[step]() if step < len(plan) else self._final()))
 
-    def _final(self) -> str:
+    def _reply(self, code: str, thought: str) -> Reply:
+        """In thinking mode the thought is the think block, laid out as Qwen3 writes one."""
+        if self.thinking:
+            return Reply("\n\n" + action(code), reasoning=f"\n{thought}\n")
+        return Reply(action(code, thought))
+
+    def _final(self) -> tuple[str, str]:
         if self.answer is None:
-            return action(f"abstain({json.dumps('The paper does not state this.')})", "The paper does not contain the answer.")
+            return f"abstain({json.dumps('The paper does not state this.')})", "The paper does not contain the answer."
         cited = json.dumps([[self.question.paper_id, s, p] for s, p in self.evidence])
-        return action(f"submit({json.dumps(self.answer)}, evidence={cited})", "The evidence answers the question.")
+        return f"submit({json.dumps(self.answer)}, evidence={cited})", "The evidence answers the question."
 
 
 def gold_answer(question: Question) -> str | None:

@@ -19,7 +19,6 @@ command on several GPUs.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 import time
@@ -28,9 +27,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.models import file_sha256, load_causal_lm, load_renderer
+from agent.models import file_sha256, load_causal_lm, load_renderer, tokenizer_file
 from sft.dataset import IGNORE
-from sft.records import Behaviour, Selection, TeacherForced, TrainingSummary, ValidationRecord
+from sft.records import (
+    Behaviour,
+    BuildReport,
+    CheckpointManifest,
+    Example,
+    Selection,
+    TeacherForced,
+    TrainingSummary,
+    ValidationRecord,
+)
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MANIFEST = "explorer_manifest.json"
@@ -106,7 +114,7 @@ def assistant_loss(model, input_ids, labels, attention_mask=None, reduction: str
 
 # -- validation -------------------------------------------------------------------------------------
 
-def teacher_forced(model, examples: list[dict], renderer) -> dict:
+def teacher_forced(model, examples: list[Example], renderer) -> TeacherForced:
     """Loss and token accuracy on assistant tokens by turn type, and the probability that the
     first action starts with submit/abstain rather than a tool call."""
     import torch
@@ -117,14 +125,14 @@ def teacher_forced(model, examples: list[dict], renderer) -> dict:
     submit_ids, abstain_ids = renderer.text("submit"), renderer.text("abstain")
     with torch.inference_mode():
         for example in examples:
-            ids = torch.tensor([example["input_ids"]], device=device)
-            labels = torch.tensor([example["labels"]], device=device)
+            ids = torch.tensor([example.input_ids], device=device)
+            labels = torch.tensor([example.labels], device=device)
             loss, logits, targets = assistant_loss(model, ids, labels, reduction="none")
-            positions = [p for p, label in enumerate(example["labels"][1:], 1) if label != IGNORE]
+            positions = [p for p, label in enumerate(example.labels[1:], 1) if label != IGNORE]
             kinds = {}
-            for turn in example["turns"]:
-                for position in range(turn["start"], turn["end"]):
-                    kinds[position] = turn["type"]
+            for turn in example.turns:
+                for position in range(turn.start, turn.end):
+                    kinds[position] = turn.type
             correct = (logits.argmax(-1) == targets).tolist()
             for value, right, position in zip(loss.tolist(), correct, positions):
                 for kind in (kinds.get(position, "tool"), "all"):
@@ -140,16 +148,16 @@ def teacher_forced(model, examples: list[dict], renderer) -> dict:
     return TeacherForced.model_validate(result)
 
 
-def _first_action_end_probability(model, example: dict, renderer, submit_ids: list[int], abstain_ids: list[int]) -> float:
+def _first_action_end_probability(model, example: Example, renderer, submit_ids: list[int], abstain_ids: list[int]) -> float:
     """P(the code of the first action begins with "submit" or "abstain"), teacher-forced up to the code."""
     import torch
 
-    if not example["turns"]:
+    if not example.turns:
         return 0.0
-    start = example["turns"][0]["start"]
-    action = renderer.decode(example["input_ids"][start:example["turns"][0]["end"]])
+    start = example.turns[0].start
+    action = renderer.decode(example.input_ids[start:example.turns[0].end])
     fence = action.find("```python\n")
-    prefix = example["input_ids"][:start] + renderer.text(action[: fence + len("```python\n")] if fence >= 0 else "")
+    prefix = example.input_ids[:start] + renderer.text(action[: fence + len("```python\n")] if fence >= 0 else "")
     device = next(model.parameters()).device
     total = 0.0
     for continuation in (submit_ids, abstain_ids):
@@ -219,11 +227,11 @@ class Validator:
     """Judges the weights being trained: teacher-forced loss on validation examples and greedy
     episodes on validation questions, logged to validation.jsonl and into each checkpoint."""
 
-    def __init__(self, model, renderer, corpus, config: TrainConfig, data: Path, out: Path, examples: list[dict],
+    def __init__(self, model, renderer, corpus, config: TrainConfig, data: Path, out: Path, examples: list[Example],
                  quantized: bool, log=print) -> None:
         self.model, self.renderer, self.corpus, self.config = model, renderer, corpus, config
         self.data, self.examples, self.quantized, self.log = data, examples, quantized, log
-        self.question_ids = list(dict.fromkeys(e["question_id"] for e in examples))
+        self.question_ids = list(dict.fromkeys(e.question_id for e in examples if e.question_id))
         self.path = out / "validation.jsonl"
         self.started = time.perf_counter()
 
@@ -249,10 +257,12 @@ class Validator:
             if source.exists():
                 shutil.copy(source, checkpoint / name)
         files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
-        manifest = {"base_model": self.config.model, "quantized": self.quantized, "config": self.config.model_dump(),
-                    "data": str(self.data), "data_build_report_sha256": file_sha256(self.data / "build_report.json"),
-                    "validation": record.model_dump(mode="json"), "files": files}
-        (checkpoint / MANIFEST).write_text(json.dumps(manifest, indent=2))
+        manifest = CheckpointManifest(
+            base_model=self.config.model, quantized=self.quantized, config=self.config.model_dump(mode="json"), data=str(self.data),
+            data_build_report_sha256=file_sha256(self.data / "build_report.json"), data_tokenizer_sha256=self.renderer.fingerprint,
+            validation=record, files=files,
+        )
+        (checkpoint / MANIFEST).write_text(manifest.model_dump_json(indent=2))
         self.write(record)
 
     def write(self, record: ValidationRecord) -> None:
@@ -268,23 +278,29 @@ class Validator:
         return [ValidationRecord.model_validate_json(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
-def checked_data(config: TrainConfig, data: Path) -> tuple[dict, list[dict], list[dict]]:
+def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Example], list[Example]]:
     """The build report and the examples, refused whole if any is longer than max_length or if they
-    were tokenised with another tokenizer than the model's."""
-    from sft.dataset import load_examples
+    were tokenised with another tokenizer than the model's (a directory's or the hub's tokenizer.json)."""
+    from pydantic import ValidationError
+
+    from sft.dataset import load_examples, load_report
     from sft.errors import TrainingError
 
-    report = json.loads((data / "build_report.json").read_text())
+    try:
+        report = load_report(data)
+    except ValidationError as error:
+        raise TrainingError(f"{data / 'build_report.json'}: not a build report ({error.errors()[0]['msg']}); rebuild it with explorer sft build") from None
     train_examples, validation_examples = load_examples(data / "train.jsonl"), load_examples(data / "validation.jsonl")
     if not train_examples:
         raise TrainingError(f"{data}: no training examples")
-    too_long = [e["episode_id"] for e in train_examples if len(e["input_ids"]) > config.max_length]
+    too_long = [e.episode_id for e in train_examples if len(e.input_ids) > config.max_length]
     if too_long:
         raise TrainingError(f"{len(too_long)} examples are longer than max_length {config.max_length} (first: {too_long[0]}); "
                             "rebuild the data with that --max-length")
-    tokenizer_file = Path(config.model) / "tokenizer.json"
-    if tokenizer_file.exists() and file_sha256(tokenizer_file) != report["tokenizer_sha256"]:
-        raise TrainingError(f"{data} was tokenised with another tokenizer than {config.model}'s; rebuild it with --tokenizer {config.model}")
+    model_tokenizer = file_sha256(tokenizer_file(config.model))
+    if model_tokenizer != report.tokenizer_sha256:
+        raise TrainingError(f"{data} was tokenised with another tokenizer ({report.tokenizer_sha256[:12]}) than {config.model}'s "
+                            f"({model_tokenizer[:12]}); rebuild it with explorer sft build --tokenizer {config.model}")
     return report, train_examples, validation_examples
 
 

@@ -7,6 +7,7 @@ import torch
 from transformers import Trainer, TrainerCallback
 
 from sft.dataset import IGNORE
+from sft.records import Example
 from sft.train import Validator, assistant_loss
 
 
@@ -29,11 +30,11 @@ class Collator:
     def __init__(self, pad: int) -> None:
         self.pad = pad
 
-    def __call__(self, batch: list[dict]) -> dict:
-        width = max(len(e["input_ids"]) for e in batch)
-        ids = [e["input_ids"] + [self.pad] * (width - len(e["input_ids"])) for e in batch]
-        labels = [e["labels"] + [IGNORE] * (width - len(e["labels"])) for e in batch]
-        mask = [[1] * len(e["input_ids"]) + [0] * (width - len(e["input_ids"])) for e in batch]
+    def __call__(self, batch: list[Example]) -> dict:
+        width = max(len(e.input_ids) for e in batch)
+        ids = [e.input_ids + [self.pad] * (width - len(e.input_ids)) for e in batch]
+        labels = [e.labels + [IGNORE] * (width - len(e.labels)) for e in batch]
+        mask = [[1] * len(e.input_ids) + [0] * (width - len(e.input_ids)) for e in batch]
         return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
 
 

@@ -62,3 +62,19 @@ def tiny_model(tmp_path_factory):
     from agent.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
+
+
+# The real Qwen3-8B tokenizer: $EXPLORER_QWEN3_TOKENIZER (a user's own copy), else the shared
+# folder beside the checkout. Missing, it skips - and fails under CI=true, which must have it.
+SHARED_QWEN3 = Path(__file__).resolve().parents[1].parent / "shared" / "tokenizers" / "qwen3-8b"
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer() -> Path:
+    directory = Path(os.environ.get("EXPLORER_QWEN3_TOKENIZER") or SHARED_QWEN3)
+    if not (directory / "tokenizer.json").exists():
+        reason = f"the real Qwen3 tokenizer is not at {directory} (set EXPLORER_QWEN3_TOKENIZER to a Qwen3 model directory)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    return directory

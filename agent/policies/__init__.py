@@ -28,6 +28,18 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         raise AgentError(f"--replay is only for --policy replay, not {name!r}")
     if name not in MODEL_POLICIES and (config.model or config.adapter or config.base_url):
         raise AgentError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
+    if config.thinking and name not in MODEL_POLICIES:
+        raise AgentError(f"--thinking is for --policy hf or openai, not {name!r}")
+    policy = _make(config, max_steps)
+    if name not in MODEL_POLICIES and config.tokenizer is not None:
+        from agent.renderer import ChatRenderer
+
+        policy.renderer = ChatRenderer.from_directory(config.tokenizer)  # records the prompts it would have served
+    return policy
+
+
+def _make(config: PolicyConfig, max_steps: int) -> Policy:
+    name = config.name
     if name == "replay":
         if config.replay is None:
             raise AgentError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
@@ -40,7 +52,8 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         require_llm_extra()
         from agent.policies.hf import HFPolicy
 
-        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context)
+        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context,
+                             thinking=config.thinking, thinking_budget=config.thinking_budget)
     if name == "openai":
         if config.base_url is None or config.model is None or config.tokenizer is None:
             raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
@@ -49,7 +62,8 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         from agent.policies.openai_server import OpenAIPolicy
 
         return OpenAIPolicy(config.base_url, config.model, config.tokenizer, config.prompt_format,
-                            config.max_new_tokens, config.max_context, config.timeout, config.retries)
+                            config.max_new_tokens, config.max_context, config.timeout, config.retries,
+                            thinking=config.thinking, thinking_budget=config.thinking_budget)
     return {
         "scripted": Scripted, "direct-submit": DirectSubmit, "single-shot-rag": SingleShotRag,
         "read-all": lambda: ReadAll(max_steps=max_steps),

@@ -19,9 +19,15 @@ class EpisodeStart:
 
 @dataclass
 class Reply:
-    text: str
+    text: str  # the action; in thinking mode, what the model wrote after </think>
     generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
     info: dict[str, Any] | None = None  # anything else worth recording (replay: drift found)
+    reasoning: str | None = None  # thinking mode: what the model wrote between <think> and </think>
+    prompt_ids: list[int] | None = None  # model policies: the prompt sent, as ids
+    server_prompt_ids: list[int] | None = None  # openai: the prompt ids the server says it used
+    server_prompt_tokens: int | None = None  # openai: the server's count of them
+
+
 
 
 class PolicyError(Exception):
@@ -36,6 +42,8 @@ class Policy(ABC):
     """Deterministic given the seed passed to ``start``. Language-model policies implement the same two methods."""
 
     name: str = ""
+    renderer = None  # the ChatRenderer whose prompts this policy is (or would be) served
+    thinking: bool = False  # Qwen3 thinking mode: the generation prompt leaves the think block to the model
 
     def settings(self) -> dict[str, Any]:
         return {}

@@ -21,25 +21,18 @@ from typing import Any
 from agent.errors import AgentError
 from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply
-from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer
+from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer, split_thinking
+from agent.served import common_prefix
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
-
-
 def crop(cache, keep: int) -> None:
-    """Keep the first ``keep`` positions of a DynamicCache (transformers 4 and 5 differ here)."""
-    if "tokens_to_remove" in inspect.signature(cache.crop).parameters:
-        cache.crop(cache.get_seq_length() - keep)
-    else:
-        cache.crop(keep)
+    """Keep the first ``keep`` positions of a DynamicCache. A negative argument removes that many
+    positions in transformers 4 and 5 alike (5.x refuses a positive one)."""
+    remove = cache.get_seq_length() - keep
+    if remove > 0:
+        cache.crop(-remove)
 
 
 class HFPolicy(Policy):
@@ -48,11 +41,12 @@ class HFPolicy(Policy):
     def __init__(
         self, model, renderer: ChatRenderer, *, name: str, quantization: str, dtype, adapter: Path | None = None,
         adapter_sha256: dict[str, str] | None = None, max_new_tokens: int = 512, max_context: int = 32_768,
-        reuse_cache: bool = True,
+        reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024,
     ) -> None:
         """A policy around a model already in memory: one loaded by ``load``, or the weights being
         trained (sft validation episodes)."""
         self.model, self.renderer, self.model_name = model, renderer, name
+        self.thinking, self.thinking_budget = thinking, thinking_budget
         self.quantization, self.dtype = quantization, dtype
         self.adapter, self.adapter_sha256 = adapter, adapter_sha256
         self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
@@ -73,7 +67,7 @@ class HFPolicy(Policy):
 
     @classmethod
     def load(cls, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
-             max_context: int = 32_768, reuse_cache: bool = True) -> HFPolicy:
+             max_context: int = 32_768, reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024) -> HFPolicy:
         """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter."""
         import torch
 
@@ -90,6 +84,7 @@ class HFPolicy(Policy):
             network, load_renderer(model), name=resolve_model(model), quantization=loaded.quantization, dtype=loaded.dtype,
             adapter=adapter, adapter_sha256=file_hashes(adapter) if adapter is not None else None,
             max_new_tokens=max_new_tokens, max_context=max_context, reuse_cache=reuse_cache,
+            thinking=thinking, thinking_budget=thinking_budget,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -98,7 +93,8 @@ class HFPolicy(Policy):
             "adapter_sha256": self.adapter_sha256, "quantization": self.quantization, "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device), "decoding": "greedy", "do_sample": False,
             "overridden_generation_config": self.overridden, "max_new_tokens": self.max_new_tokens,
-            "max_context": self.max_context, "reuse_cache": self.reuse_cache,
+            "max_context": self.max_context, "reuse_cache": self.reuse_cache, "tokenizer_sha256": self.renderer.fingerprint,
+            "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
 
     def _reset(self) -> None:
@@ -117,9 +113,10 @@ class HFPolicy(Policy):
     def act(self, messages: list[dict[str, str]]) -> Reply:
         import torch
 
-        prompt = self.renderer.prompt(messages)
-        if len(prompt) + self.max_new_tokens > self.max_context:
-            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {self.max_new_tokens} new ones exceeds the context of {self.max_context}")
+        prompt = self.renderer.prompt(messages, thinking=self.thinking)
+        budget = self.thinking_budget if self.thinking else 0
+        if len(prompt) + budget + self.max_new_tokens > self.max_context:
+            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {budget + self.max_new_tokens} new ones exceeds the context of {self.max_context}")
         if not self.reuse_cache:
             self._reset()
         keep = min(common_prefix(self.cached_ids, prompt), len(prompt) - 1)  # feed at least one token
@@ -130,21 +127,49 @@ class HFPolicy(Policy):
         with torch.inference_mode():
             logits = self._forward(prompt[keep:])
             prefill_seconds = time.perf_counter() - started
-            generated: list[int] = []
-            while len(generated) < self.max_new_tokens:
-                next_id = int(torch.argmax(logits[0, -1]))
-                generated.append(next_id)
-                if next_id in self.stop_ids or len(generated) == self.max_new_tokens:
-                    break
-                logits = self._forward([next_id])
-        self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
+            generated, thinking = self._generate(logits)
         hit_cap = not generated or generated[-1] not in self.stop_ids
-        text_ids = generated if hit_cap else generated[:-1]
-        return Reply(self.renderer.decode(text_ids), generation={
+        self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
+        text = self.renderer.decode(generated if hit_cap else generated[:-1])
+        generation = {
             "prompt_tokens": len(prompt), "cached_tokens": keep, "prefill_tokens": len(prompt) - keep,
             "cache_cut_tokens": cut, "generated_tokens": len(generated), "hit_cap": hit_cap,
             "prefill_seconds": prefill_seconds, "decode_seconds": time.perf_counter() - started - prefill_seconds,
-        })
+        }
+        if not self.thinking:
+            return Reply(text, generation=generation, prompt_ids=prompt)
+        reasoning, action, _ = split_thinking(text)
+        generation.update(thinking)
+        return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
+
+    def _generate(self, logits) -> tuple[list[int], dict]:
+        """Greedy tokens up to a stop token. In thinking mode the think block gets its own budget:
+        a model still thinking when it is spent has ``</think>\\n\\n`` written for it (recorded) and
+        then writes its action with the usual ``max_new_tokens``."""
+        import torch
+
+        generated: list[int] = []
+        thinking = self.thinking
+        thinking_tokens, budget_hit, action_tokens = 0, False, 0
+        while True:
+            next_id = int(torch.argmax(logits[0, -1]))
+            if thinking and next_id == self.renderer.end_think:
+                thinking = False
+            elif thinking and thinking_tokens >= self.thinking_budget:
+                close = [self.renderer.end_think, *self.renderer.text("\n\n")]
+                generated += close
+                thinking, budget_hit = False, True
+                logits = self._forward(close)
+                continue
+            generated.append(next_id)
+            if thinking:
+                thinking_tokens += 1
+            else:
+                action_tokens += 1
+            if next_id in self.stop_ids or action_tokens >= self.max_new_tokens:
+                break
+            logits = self._forward([next_id])
+        return generated, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if self.thinking else {}
 
     def _forward(self, ids: list[int]):
         import torch

@@ -4,7 +4,17 @@ The prompt is the shared renderer's token ids (``--prompt-format ids``, what vLL
 the served tokens are the trained ones. For a server that takes only text (``--prompt-format
 text``, e.g. ``transformers serve``) the decoded prompt is sent instead; when the server reports
 how many prompt tokens it saw (``usage.prompt_tokens``) or which (``prompt_token_ids``), they are
-compared with ours and a difference is recorded as a parity warning on the step.
+compared with ours and a difference is recorded as a parity warning on the step. A text prompt
+that the tokenizer would read back as other ids than the renderer made (text that spells a
+control token such as ``<|im_end|>``: a paper could inject a turn boundary) is never sent; the
+episode ends as ``policy_error`` saying where.
+
+Every step records the prompt it sent (``Step.served``: digest, length, tokenizer fingerprint,
+and the server's own count and ids where it returns them).
+
+Thinking mode (``--thinking``): the model writes its think block; the request allows
+``thinking_budget`` more tokens and asks for control tokens in the text. A reply whose think
+block is still open is recorded as ``thinking_budget_hit`` and holds no action.
 
 Greedy (temperature 0), stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
 retried with exponential backoff; each retry is counted on the step, and a request that still
@@ -24,7 +34,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply
-from agent.renderer import IM_END, ChatRenderer
+from agent.renderer import IM_END, ChatRenderer, split_thinking
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
@@ -35,6 +45,7 @@ class OpenAIPolicy(Policy):
     def __init__(
         self, base_url: str, model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
         max_context: int = 32_768, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
+        thinking: bool = False, thinking_budget: int = 1024,
     ) -> None:
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
@@ -46,24 +57,28 @@ class OpenAIPolicy(Policy):
         self.tokenizer_path = tokenizer
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.thinking, self.thinking_budget = thinking, thinking_budget
         self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
 
     def settings(self) -> dict[str, Any]:
         return {
             "url": self.url, "model": self.model, "prompt_format": self.prompt_format, "tokenizer": str(self.tokenizer_path),
             "decoding": "greedy", "temperature": 0, "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
-            "timeout": self.timeout, "retries": self.retries,
+            "timeout": self.timeout, "retries": self.retries, "tokenizer_sha256": self.renderer.fingerprint,
+            "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
-        prompt = self.renderer.prompt(messages)
-        if len(prompt) + self.max_new_tokens > self.max_context:
-            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {self.max_new_tokens} new ones exceeds the context of {self.max_context}")
+        prompt = self.renderer.prompt(messages, thinking=self.thinking)
+        new_tokens = self.max_new_tokens + (self.thinking_budget if self.thinking else 0)
+        if len(prompt) + new_tokens > self.max_context:
+            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {new_tokens} new ones exceeds the context of {self.max_context}")
         body = {
-            "model": self.model,
-            "prompt": prompt if self.prompt_format == "ids" else self.renderer.decode(prompt),
-            "max_tokens": self.max_new_tokens, "temperature": 0, "stop": [IM_END], "seed": self.episode.seed,
+            "model": self.model, "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
+            "max_tokens": new_tokens, "temperature": 0, "stop": [IM_END], "seed": self.episode.seed,
         }
+        if self.thinking:
+            body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()
         response, retries = self._post(body)
         try:
@@ -71,23 +86,45 @@ class OpenAIPolicy(Policy):
             text = choice["text"]
         except (KeyError, IndexError, TypeError):
             raise PolicyError(f"{self.url}: answer without choices[0].text: {json.dumps(response)[:200]}") from None
-        usage = response.get("usage") or {}
+        if not isinstance(text, str):
+            raise PolicyError(f"{self.url}: choices[0].text is not a string: {json.dumps(response)[:200]}")
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        server_ids = choice.get("prompt_token_ids")
+        server_ids = list(server_ids) if isinstance(server_ids, list) and all(isinstance(i, int) for i in server_ids) else None
+        server_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
         generation: dict[str, Any] = {
-            "prompt_tokens": len(prompt), "server_prompt_tokens": usage.get("prompt_tokens"),
+            "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens,
             "generated_tokens": usage.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
             "finish_reason": choice.get("finish_reason"), "api_retries": retries, "seconds": time.perf_counter() - started,
         }
-        warning = self._parity_warning(prompt, usage, choice)
+        warning = self._parity_warning(prompt, server_tokens, server_ids)
         if warning:
             generation["parity_warning"] = warning
-        return Reply(text.removesuffix(IM_END), generation=generation)
+        text = text.removesuffix(IM_END)
+        reasoning = None
+        if self.thinking:
+            reasoning, text, closed = split_thinking(text)
+            generation["thinking_tokens"] = len(self.renderer.text(reasoning))
+            generation["thinking_budget_hit"] = not closed
+        return Reply(text, generation=generation, reasoning=reasoning, prompt_ids=prompt,
+                     server_prompt_ids=server_ids, server_prompt_tokens=server_tokens)
+
+    def _text_prompt(self, prompt: list[int]) -> str:
+        """The prompt as text, only if the tokenizer reads that text back as the same ids."""
+        text = self.renderer.decode(prompt)
+        read = self.renderer.as_server_reads(prompt)
+        if read != prompt:
+            position = next((i for i, (a, b) in enumerate(zip(read, prompt)) if a != b), min(len(read), len(prompt)))
+            shown = self.renderer.decode(prompt[max(position - 8, 0):position + 8])
+            raise PolicyError(f"refused to send a text prompt the server would read as other tokens (from token {position}, "
+                              f"near {shown!r}): text spelling a control token, or a split the tokenizer does not make; "
+                              "use --prompt-format ids")
+        return text
 
     @staticmethod
-    def _parity_warning(prompt: list[int], usage: dict, choice: dict) -> str | None:
-        served_ids = choice.get("prompt_token_ids")
-        if served_ids is not None and list(served_ids) != prompt:
+    def _parity_warning(prompt: list[int], served: int | None, served_ids: list[int] | None) -> str | None:
+        if served_ids is not None and served_ids != prompt:
             return "the server's prompt token ids differ from the renderer's"
-        served = usage.get("prompt_tokens")
         if served is not None and served != len(prompt):
             return f"the server counted {served} prompt tokens; the renderer made {len(prompt)}"
         return None

@@ -40,11 +40,11 @@ def test_the_teacher_researches_then_answers_with_gold_evidence(teacher_runs, sm
 def test_labels_are_exactly_the_assistant_messages(teacher_runs, renderer):
     trajectory = teacher_runs[0][0]
     example = tokenize_trajectory(trajectory, renderer)
-    trained = [label for label in example["labels"] if label != IGNORE]
+    trained = [label for label in example.labels if label != IGNORE]
     expected = "".join(step.action_text + "<|im_end|>" for step in trajectory.steps)
     assert renderer.decode(trained) == expected
-    assert example["input_ids"] == renderer.render(trajectory.messages()).ids  # the same tokens the policy was served
-    assert [turn["type"] for turn in example["turns"]] == ["tool", "tool", "tool", "final"]
+    assert example.input_ids == renderer.render(trajectory.messages()).ids  # the same tokens the policy was served
+    assert [turn.type for turn in example.turns] == ["tool", "tool", "tool", "final"]
 
 
 def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
@@ -55,12 +55,12 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
     assert built.dropped["its paper belongs to the evaluation split"] == sum(1 for t in trajectories if questions[t.question_id].paper_id in test_papers)
     assert built.train and built.validation
     check = split_check(built, test_papers, frozenset(q.id for q in small_demo.questions if q.paper_id in test_papers))
-    assert check["pass"] and not check["overlaps"]
+    assert check.passed and not check.overlaps
     stats = statistics(built.train)
-    assert stats["first_action_submits_share"] == 0.0 and stats["turns_per_trajectory"] == 4
-    assert abs(sum(stats["trained_token_share"].values()) - 1) < 1e-9
+    assert stats.first_action_submits_share == 0.0 and stats.turns_per_trajectory == 4
+    assert abs(sum(stats.trained_token_share.values()) - 1) < 1e-9
     shortcut = build(direct, questions, renderer, BuildSettings(validation_share=0.0))
-    assert statistics(shortcut.train)["first_action_submits_share"] == 1.0
+    assert statistics(shortcut.train).first_action_submits_share == 1.0
 
 
 def test_bad_outcomes_are_dropped_with_their_reason(renderer, small_demo):
@@ -75,14 +75,14 @@ def test_long_examples_are_dropped_or_split_at_turn_boundaries_never_cut(teacher
     trajectories, _ = teacher_runs
     questions = {q.id: q for q in small_demo.questions}
     full = tokenize_trajectory(trajectories[0], renderer)
-    limit = full["turns"][-1]["end_of_turn"] - 1  # the final turn no longer fits
+    limit = full.turns[-1].end_of_turn - 1  # the final turn no longer fits
     dropped = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, validation_share=0.0))
     assert dropped.dropped[f"longer than {limit} tokens"] == 1 and not dropped.train
     split = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, overflow="split", validation_share=0.0))
     (example,) = split.train
-    assert split.shortened == 1 and len(example["input_ids"]) <= limit and example["split_at_turn"] == 3
-    assert example["input_ids"] == full["input_ids"][: len(example["input_ids"])]
-    assert renderer.decode(example["input_ids"][-1:]) == "\n"  # it ends after a whole turn
+    assert split.shortened == 1 and len(example.input_ids) <= limit and example.split_at_turn == 3
+    assert example.input_ids == full.input_ids[: len(example.input_ids)]
+    assert renderer.decode(example.input_ids[-1:]) == "\n"  # it ends after a whole turn
 
 
 def test_equal_episode_ids_from_different_runs_are_both_kept(teacher_runs, renderer, small_demo):

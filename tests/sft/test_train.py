@@ -38,7 +38,7 @@ def test_the_assistant_only_loss_equals_the_usual_shifted_loss(tiny_model, data)
     model, _ = load_model(small_config(tiny_model, quantization="none", gradient_checkpointing=False))
     model.eval()
     example = load_examples(data / "data" / "train.jsonl")[0]
-    ids, labels = torch.tensor([example["input_ids"]]), torch.tensor([example["labels"]])
+    ids, labels = torch.tensor([example.input_ids]), torch.tensor([example.labels])
     with torch.no_grad():
         ours, _, _ = assistant_loss(model, ids, labels)
         usual = model(input_ids=ids, labels=labels).loss
@@ -75,18 +75,18 @@ def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, dat
     model, _ = load_model(config)
     example = load_examples(repeated / "train.jsonl")[0]
     with torch.no_grad():
-        expected, _, _ = assistant_loss(model.eval(), torch.tensor([example["input_ids"]]), torch.tensor([example["labels"]]))
+        expected, _, _ = assistant_loss(model.eval(), torch.tensor([example.input_ids]), torch.tensor([example.labels]))
     del model
     summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
     assert summary.steps == 1 and summary.losses[0] == pytest.approx(expected.item(), rel=0.02)
 
 
 def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, data, tmp_path, small_demo):
+    from agent.models import file_sha256 as sha256_file
     from agent.policies.hf import HFPolicy
     from agent.runner import EpisodeRunner
     from agent.trajectory import EpisodeConfig
     from corpus import BM25Index, load
-    from agent.models import file_sha256 as sha256_file
 
     corpus = load(data / "corpus.jsonl")
     summary = train(small_config(tiny_model, max_steps=2), data / "data", tmp_path / "out", corpus, log=lambda *_: None)
