@@ -14,6 +14,7 @@ def tiny_model_command(
     out: Path = typer.Option(..., "--out", "-o", help="Directory to write the model and tokenizer to."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random weights."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    tokenizer: Path = typer.Option(None, "--tokenizer", help="Use this directory's tokenizer (e.g. the real Qwen3 one) instead of training a small one."),
 ) -> None:
     """Build a tiny random-weight Qwen3 model and tokenizer for CPU smoke tests.
 
@@ -23,5 +24,5 @@ def tiny_model_command(
 
     if out.exists() and not out.is_dir():
         raise UsageError(f"{out}: is a file; --out names a directory")
-    build_tiny_model(out, seed=seed, force=force)
+    build_tiny_model(out, seed=seed, force=force, tokenizer_from=tokenizer)
     typer.echo(f"tiny model written to {out} (try: explorer run --policy hf --model {out} --max-new-tokens 32)")

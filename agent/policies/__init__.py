@@ -47,6 +47,8 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
 
         return Replay(read_trajectories(config.replay), source=config.replay)
     if name == "hf":
+        if config.tokenizer is not None:
+            raise AgentError("--tokenizer is not for --policy hf: it serves with its model's own tokenizer")
         if config.model is None:
             raise AgentError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
         require_llm_extra()

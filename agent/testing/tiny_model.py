@@ -35,8 +35,10 @@ def tokenizer_texts(papers: int = 40) -> list[str]:
     return [system_prompt(), *actions, *(p.text for p in corpus.paragraphs()), *(q.text for q in corpus.questions)]
 
 
-def build_tiny_model(out: Path, seed: int = 0, force: bool = False) -> Path:
-    """Write config, random weights, generation config and tokenizer to ``out`` (whole or not at all)."""
+def build_tiny_model(out: Path, seed: int = 0, force: bool = False, tokenizer_from: Path | None = None) -> Path:
+    """Write config, random weights, generation config and tokenizer to ``out`` (whole or not at all).
+    ``tokenizer_from``: a directory whose tokenizer files to use (the real Qwen3 tokenizer, for
+    parity checks on its vocabulary) instead of training a small one."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
     from transformers.utils import logging as transformers_logging
@@ -47,7 +49,14 @@ def build_tiny_model(out: Path, seed: int = 0, force: bool = False) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        build_tokenizer(staging, tokenizer_texts())
+        if tokenizer_from is None:
+            build_tokenizer(staging, tokenizer_texts())
+        else:
+            for name in ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt"):
+                if (tokenizer_from / name).exists():
+                    shutil.copyfile(tokenizer_from / name, staging / name)
+            if not (staging / "tokenizer.json").exists():
+                raise AgentError(f"{tokenizer_from}: no tokenizer.json; name a tokenizer directory")
         from tokenizers import Tokenizer
 
         tokenizer = Tokenizer.from_file(str(staging / "tokenizer.json"))

@@ -229,3 +229,49 @@ def test_a_server_that_counts_other_tokens_fails_the_check(qwen3_tokenizer, smal
         log.append(trajectory)
     done = check("-t", str(tmp_path / "t.jsonl"), "--tokenizer", str(qwen3_tokenizer))
     assert done.returncode == 1 and "parity warning" in done.stderr
+
+
+# -- honest runs of the model policies hold ------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def qwen3_vocab_model(tmp_path_factory, qwen3_tokenizer):
+    """A tiny random-weight model on the real Qwen3 vocabulary (about 50 MB, seconds)."""
+    from agent.testing.tiny_model import build_tiny_model
+
+    pytest.importorskip("torch")
+    return build_tiny_model(tmp_path_factory.mktemp("qwen3-vocab") / "model", tokenizer_from=qwen3_tokenizer)
+
+
+def test_an_honest_hf_run_holds(qwen3_vocab_model, qwen3_tokenizer, tmp_path):
+    for flags in ([], ["--thinking", "--thinking-budget", "4"]):
+        out = tmp_path / ("thinking" if flags else "plain")
+        done = run_cli("run", "--policy", "hf", "--model", str(qwen3_vocab_model), "--max-new-tokens", "6", "--max-steps", "3",
+                       "--record-prompt-ids", "--out", str(out), *flags)
+        assert done.returncode == 0, done.stderr
+        held = check("-t", str(out / "trajectories.jsonl"), "--tokenizer", str(qwen3_tokenizer), "--model", str(qwen3_vocab_model))
+        assert held.returncode == 0 and "(3 with a record" in held.stdout, held.stdout + held.stderr
+
+
+@pytest.mark.parametrize("prompt_format", ["ids", "text"])
+def test_honest_openai_runs_hold_in_both_prompt_formats_and_thinking(qwen3_tokenizer, small_demo, tmp_path, prompt_format):
+    from agent.writer import TrajectoryLog
+    from tests.agent.test_openai_policy import SUBMIT, FakeServer
+
+    server = FakeServer()
+    question = small_demo.questions[0]
+    index = BM25Index.build(small_demo)
+    try:
+        for thinking in (False, True):
+            text = "<think>\nI look it up.\n</think>\n\n" + SUBMIT if thinking else SUBMIT
+            policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=qwen3_tokenizer,
+                                              prompt_format=prompt_format, thinking=thinking))
+            server.answers = [(200, FakeServer.completion(text, None))]  # a server that does not count
+            trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=2)).run(question.text, question)
+            assert trajectory.outcome.status == "submitted", trajectory.outcome
+            assert (trajectory.steps[0].reasoning == "\nI look it up.\n") == thinking
+            with TrajectoryLog(tmp_path / "t.jsonl") as log:
+                log.append(trajectory)
+    finally:
+        server.server.shutdown()
+    held = check("-t", str(tmp_path / "t.jsonl"), "--tokenizer", str(qwen3_tokenizer))
+    assert held.returncode == 0 and "parity holds: 2 trajectories" in held.stdout, held.stderr
