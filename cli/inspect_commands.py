@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -12,6 +11,9 @@ from rich.table import Table
 
 from cli.errors import UsageError
 from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
+
+if TYPE_CHECKING:
+    from evaluation.compare import RunComparison
 
 console = Console()
 
@@ -93,33 +95,78 @@ def inspect_command(
 def compare_command(
     run_a: Path = typer.Argument(..., help="The reference run (e.g. the base model)."),
     run_b: Path = typer.Argument(..., help="The run compared with it (e.g. the trained adapter)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the comparison as JSON (the RunComparison record)."),
 ) -> None:
-    """Paired comparison of two runs on the same questions: McNemar, Fisher, a bootstrap interval of the F1 difference."""
+    """Paired comparison of two runs on the questions both scored: F1 and exact match with a bootstrap
+    interval of the F1 difference, exact McNemar on correctness and abstention, Fisher as the unpaired-design test."""
     from evaluation.compare import compare_runs
     from evaluation.summary import load_run
 
     result = compare_runs(load_run(run_a), load_run(run_b))
+    if result.paired_questions == 0:
+        raise UsageError(f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
+                         f"{result.unpaired.only_in_b} only in B); compare runs of the same split")
     if as_json:
-        typer.echo(json.dumps(result, indent=2))
+        typer.echo(result.model_dump_json(indent=2))
         return
-    if not result["same_corpus"]:
+    if result.same_corpus is False:
         console.print("[yellow]warning: the runs used different corpora[/yellow]")
-    if result["paired_questions"] == 0:
-        raise UsageError("the runs share no scored question; compare runs of the same split")
-    f1 = result["answer_f1"]
-    ci = f1["paired_difference_ci95"]
-    console.print(f"{result['paired_questions']} paired questions ({result['only_in_a']} only in A, {result['only_in_b']} only in B)")
-    console.print(f"answer F1: A {f1['a']:.3f}, B {f1['b']:.3f}; B - A = {ci['mean']:+.3f} (95% CI {ci['low']:+.3f} to {ci['high']:+.3f})")
-    mcnemar = result["mcnemar_exact_match"]
-    console.print(f"exact McNemar on exact match: only A right {mcnemar['only_a_correct']}, only B right {mcnemar['only_b_correct']}, p = {mcnemar['p_value']:.4f}")
-    for test in result["fisher_abstention"]:
-        console.print(f"Fisher exact on {test['row']} abstentions {test['table']}: p = {test['p_value']:.4f}")
-    console.print(f"direct-submit rate: A {result['direct_submit_rate']['a']:.1%}, B {result['direct_submit_rate']['b']:.1%}")
-    table = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
-    for row in result["largest_differences"]:
-        table.add_row(row["question"][:50], row["a"][:30], row["b"][:30], f"{row['f1_a']:.2f}", f"{row['f1_b']:.2f}")
-    console.print(table)
+    console.print(f"A: {result.run_a}\nB: {result.run_b}")
+    console.print(f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, "
+                  "except the unpaired table")
+    for table in _compare_tables(result):
+        console.print(table)
+
+
+def _compare_tables(result: RunComparison) -> list[Table | str]:
+    """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves."""
+    from evaluation.stats import format_p
+
+    def number(value: float | None, signed: bool = False) -> str:
+        return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
+
+    f1, em, ci = result.answer_f1, result.exact_match, result.answer_f1.paired_difference_ci95
+    n = result.paired_questions
+    figures = Table("figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A", title=f"paired questions (n = {n})")
+    figures.add_row("answer F1", number(f1.a), number(f1.b), number(ci.mean, signed=True),
+                    f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-")
+    figures.add_row("exact match", number(em.a), number(em.b), number(em.difference, signed=True), "-")
+    rate = result.direct_submit_rate
+    figures.add_row("direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-")
+
+    abstention = Table("gold \\ decision", "A answered", "A abstained", "B answered", "B abstained",
+                       title=f"abstention on the paired questions (n = {n})")
+    for (row, counts_a), (_, counts_b) in zip(result.abstention.a.rows(), result.abstention.b.rows()):
+        abstention.add_row(row, str(counts_a.answered), str(counts_a.abstained), str(counts_b.answered), str(counts_b.abstained))
+
+    mcnemar = Table("outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both",
+                    "two-sided p", title="exact McNemar on the paired questions (primary test; only A-only and B-only pairs count)")
+    for test in [result.mcnemar_exact_match, *result.mcnemar_abstention]:
+        mcnemar.add_row(test.outcome, str(test.pairs), str(test.both), str(test.only_a), str(test.only_b), str(test.neither),
+                        format_p(test.p_value))
+
+    fisher = Table("gold", "A abstained", "A answered", "B abstained", "B answered", "odds ratio", "two-sided p",
+                   title="Fisher exact on unanswerable and answerable abstentions, paired questions' tables "
+                         "(unpaired-design test, as preregistered; secondary: it ignores the pairing)")
+    for test in result.fisher_abstention:
+        (a_abstained, a_answered), (b_abstained, b_answered) = test.table
+        fisher.add_row(test.row, str(a_abstained), str(a_answered), str(b_abstained), str(b_answered),
+                       "n/a" if test.odds_ratio is None else f"{test.odds_ratio:.3g}", format_p(test.p_value))
+
+    unpaired = result.unpaired
+    rest: Table | str = "no unpaired question: both runs scored the same questions"
+    if unpaired.only_in_a or unpaired.only_in_b or unpaired.unscored_a or unpaired.unscored_b:
+        rest = Table("not paired (NOT comparable between runs)", "A", "B", title="questions only one run scored")
+        rest.add_row("questions scored in this run only", str(unpaired.only_in_a), str(unpaired.only_in_b))
+        rest.add_row("answer F1 on them (different questions)", number(unpaired.answer_f1_a), number(unpaired.answer_f1_b))
+        rest.add_row("episodes without gold answers (unscored)", str(unpaired.unscored_a), str(unpaired.unscored_b))
+
+    moves: Table | str = "no paired question's F1 differs"
+    if result.largest_differences:
+        moves = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
+        for row in result.largest_differences:
+            moves.add_row(row.question[:50], row.a[:30], row.b[:30], f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
+    return [figures, abstention, mcnemar, fisher, rest, moves]
 
 
 def report_command(

@@ -1,31 +1,194 @@
-"""Two runs on the same questions: paired tests and the per-question differences."""
+"""Two runs on the same questions, compared on the questions both scored.
+
+Every headline figure - answer F1, exact match, the abstention tables, the direct-submit rate - is
+computed on the *paired* questions (scored in both runs), never on each run's whole set: two runs
+of different question sets differ by their questions as much as by their policies. Questions only
+one run scored are counted and reported apart, marked as not comparable.
+
+The primary tests are paired: a bootstrap interval of the per-question F1 difference (B - A) and
+exact McNemar tests on per-question correctness and abstention. Fisher's exact test on the two
+abstention tables - the unpaired design a preregistration uses - is kept as a secondary figure, on
+the paired questions' tables; it ignores the pairing, so it is conservative here.
+"""
 
 from __future__ import annotations
 
-from evaluation.stats import abstention_fisher, bootstrap_mean_ci, exact_mcnemar
+from collections.abc import Callable
+from statistics import fmean
+
+from pydantic import BaseModel, ConfigDict
+
+from evaluation.errors import EvaluationError
+from evaluation.records import AbstentionTable, MeanInterval
+from evaluation.scoring import EpisodeScore
+from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
 from evaluation.summary import Run
 
 
-def compare_runs(a: Run, b: Run, top: int = 10) -> dict:
-    """McNemar on exact-match correctness, Fisher on both abstention rows, a bootstrap interval
-    of the paired F1 difference (B - A), and the questions whose F1 moved most."""
-    by_a, by_b = a.by_question(), b.by_question()
-    shared = [qid for qid in by_a if qid in by_b and by_a[qid].scored and by_b[qid].scored]
-    differences = [by_b[qid].answer_f1 - by_a[qid].answer_f1 for qid in shared]
-    moved = sorted(shared, key=lambda qid: -abs(by_b[qid].answer_f1 - by_a[qid].answer_f1))[:top]
-    return {
-        "run_a": str(a.directory), "run_b": str(b.directory),
-        "same_corpus": a.manifest.get("hashes", {}).get("corpus_sha256") == b.manifest.get("hashes", {}).get("corpus_sha256"),
-        "paired_questions": len(shared), "only_in_a": len(set(by_a) - set(by_b)), "only_in_b": len(set(by_b) - set(by_a)),
-        "answer_f1": {"a": a.metrics.answer_f1, "b": b.metrics.answer_f1,
-                      "paired_difference_ci95": bootstrap_mean_ci(differences)},
-        "mcnemar_exact_match": exact_mcnemar([by_a[q].exact_match >= 1 for q in shared], [by_b[q].exact_match >= 1 for q in shared]),
-        "fisher_abstention": [abstention_fisher(a.metrics.abstention.model_dump(), b.metrics.abstention.model_dump(), row)
-                              for row in ("unanswerable", "answerable")],
-        "direct_submit_rate": {"a": a.metrics.verdict.direct_submit_rate, "b": b.metrics.verdict.direct_submit_rate},
-        "largest_differences": [
-            {"question_id": qid, "question": by_a[qid].question, "a": by_a[qid].prediction, "b": by_b[qid].prediction,
-             "f1_a": by_a[qid].answer_f1, "f1_b": by_b[qid].answer_f1}
-            for qid in moved if by_a[qid].answer_f1 != by_b[qid].answer_f1
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PairedFigure(Record):
+    """One figure of each run, on the paired questions (None when there are none)."""
+
+    a: float | None
+    b: float | None
+
+
+class PairedF1(PairedFigure):
+    paired_difference_ci95: MeanInterval  # mean of B - A per question, seeded BCa bootstrap
+
+
+class PairedExactMatch(PairedFigure):
+    difference: float | None  # B - A
+
+
+class PairedAbstention(Record):
+    a: AbstentionTable
+    b: AbstentionTable
+
+
+class McNemarTest(Record):
+    """Exact McNemar test of one yes/no outcome per paired question: the four cells of the paired
+    table, of which only the discordant ones (yes in one run only) carry the test."""
+
+    outcome: str  # "exact match", "abstained", "abstained (answerable gold)", ...
+    pairs: int
+    both: int
+    only_a: int
+    only_b: int
+    neither: int
+    p_value: float  # two-sided, Binomial(only_a + only_b, 1/2)
+
+
+class FisherTest(Record):
+    """Fisher's exact test on run x (abstained, answered), the unpaired design: secondary here."""
+
+    row: str  # "unanswerable" or "answerable" gold
+    table: list[list[int]]
+    odds_ratio: float | None  # None: infinite or undefined (a zero cell)
+    p_value: float
+    design: str = "unpaired"
+
+
+class Unpaired(Record):
+    """Questions only one run scored. Their F1 is each run's on its own questions: not comparable."""
+
+    only_in_a: int
+    only_in_b: int
+    answer_f1_a: float | None  # A on the questions B did not score
+    answer_f1_b: float | None  # B on the questions A did not score
+    unscored_a: int  # episodes without gold answers, never compared
+    unscored_b: int
+
+
+class QuestionDifference(Record):
+    question_id: str
+    question: str
+    a: str
+    b: str
+    f1_a: float
+    f1_b: float
+
+
+class RunComparison(Record):
+    """``explorer compare RUN_A RUN_B --json``: every figure on the paired questions unless under ``unpaired``."""
+
+    run_a: str
+    run_b: str
+    same_corpus: bool | None  # None: a manifest does not record its corpus hash
+    paired_questions: int
+    answer_f1: PairedF1
+    exact_match: PairedExactMatch
+    abstention: PairedAbstention
+    direct_submit_rate: PairedFigure
+    mcnemar_exact_match: McNemarTest
+    mcnemar_abstention: list[McNemarTest]  # all paired questions, then by gold answerable / unanswerable
+    fisher_abstention: list[FisherTest]
+    unpaired: Unpaired
+    largest_differences: list[QuestionDifference]
+
+
+def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
+    """A run's scored episodes by question id; a question scored twice cannot be paired."""
+    scored: dict[str, EpisodeScore] = {}
+    for score in run.scores:
+        if not score.scored or score.question_id is None:
+            continue
+        if score.question_id in scored:
+            raise EvaluationError(f"{run.directory}: question {score.question_id} is scored twice in scores.jsonl; "
+                                  "compare needs one episode per question")
+        scored[score.question_id] = score
+    return scored
+
+
+def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
+    """Gold x decision, counted as ``run_metrics`` counts it for metrics.json."""
+    table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+    for score in scores:
+        table["answerable" if score.answerable else "unanswerable"]["abstained" if score.abstained else "answered"] += 1
+    return AbstentionTable.model_validate(table)
+
+
+def mcnemar(outcome: str, yes_a: list[bool], yes_b: list[bool]) -> McNemarTest:
+    only_a, only_b = discordant_pairs(yes_a, yes_b)
+    both = sum(1 for a, b in zip(yes_a, yes_b) if a and b)
+    return McNemarTest(outcome=outcome, pairs=len(yes_a), both=both, only_a=only_a, only_b=only_b,
+                       neither=len(yes_a) - both - only_a - only_b, p_value=mcnemar_exact_p(only_a, only_b))
+
+
+def _mean(scores: list[EpisodeScore], value: Callable[[EpisodeScore], float]) -> float | None:
+    return fmean(value(s) for s in scores) if scores else None
+
+
+def _direct_submit(score: EpisodeScore) -> float:
+    """1 when the direct_submit detector flagged the episode (as ``detector_rates`` counts it)."""
+    return float(any(flag.detector == "direct_submit" for flag in score.flags))
+
+
+def _corpus_hash(run: Run) -> str | None:
+    return (run.manifest.get("hashes") or {}).get("corpus_sha256")
+
+
+def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
+    """The paired comparison of B with A, and the questions whose F1 moved most."""
+    by_a, by_b = scored_by_question(a), scored_by_question(b)
+    shared = [qid for qid in by_a if qid in by_b]  # A's order: the order its questions were asked
+    pa, pb = [by_a[q] for q in shared], [by_b[q] for q in shared]
+    only_a = [s for q, s in by_a.items() if q not in by_b]
+    only_b = [s for q, s in by_b.items() if q not in by_a]
+
+    f1_a, f1_b = _mean(pa, lambda s: s.answer_f1), _mean(pb, lambda s: s.answer_f1)
+    em_a, em_b = _mean(pa, lambda s: s.exact_match), _mean(pb, lambda s: s.exact_match)
+    table_a, table_b = abstention_table(pa), abstention_table(pb)
+
+    abstention_tests = [mcnemar("abstained", [s.abstained for s in pa], [s.abstained for s in pb])]
+    for gold, answerable in (("answerable", True), ("unanswerable", False)):
+        rows = [i for i, s in enumerate(pa) if bool(s.answerable) is answerable]  # A's gold: the same question in B
+        abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [pa[i].abstained for i in rows], [pb[i].abstained for i in rows]))
+
+    corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
+    moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
+    return RunComparison(
+        run_a=str(a.directory), run_b=str(b.directory),
+        same_corpus=None if corpus_a is None or corpus_b is None else corpus_a == corpus_b,
+        paired_questions=len(shared),
+        answer_f1=PairedF1(a=f1_a, b=f1_b, paired_difference_ci95=MeanInterval.model_validate(
+            bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)]))),
+        exact_match=PairedExactMatch(a=em_a, b=em_b, difference=None if em_a is None else em_b - em_a),
+        abstention=PairedAbstention(a=table_a, b=table_b),
+        direct_submit_rate=PairedFigure(a=_mean(pa, _direct_submit), b=_mean(pb, _direct_submit)),
+        mcnemar_exact_match=mcnemar("exact match", [s.exact_match >= 1 for s in pa], [s.exact_match >= 1 for s in pb]),
+        mcnemar_abstention=abstention_tests,
+        fisher_abstention=[FisherTest.model_validate(abstention_fisher(table_a.model_dump(), table_b.model_dump(), row))
+                           for row in ("unanswerable", "answerable")],
+        unpaired=Unpaired(only_in_a=len(only_a), only_in_b=len(only_b),
+                          answer_f1_a=_mean(only_a, lambda s: s.answer_f1), answer_f1_b=_mean(only_b, lambda s: s.answer_f1),
+                          unscored_a=sum(1 for s in a.scores if not s.scored), unscored_b=sum(1 for s in b.scores if not s.scored)),
+        largest_differences=[
+            QuestionDifference(question_id=q, question=by_a[q].question, a=by_a[q].prediction, b=by_b[q].prediction,
+                               f1_a=by_a[q].answer_f1, f1_b=by_b[q].answer_f1)
+            for q in moved if by_a[q].answer_f1 != by_b[q].answer_f1
         ],
-    }
+    )

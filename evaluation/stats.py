@@ -1,5 +1,6 @@
-"""Significance and uncertainty, all through scipy: Fisher's exact test on two abstention tables,
-the exact McNemar test on paired per-question correctness, bootstrap intervals for a mean."""
+"""Significance and uncertainty, all through scipy: Fisher's exact test on two abstention tables
+(the unpaired design), the exact McNemar test on paired per-question outcomes, bootstrap intervals
+for a mean, and p-values written for people."""
 
 from __future__ import annotations
 
@@ -17,15 +18,29 @@ def abstention_fisher(table_a: dict, table_b: dict, row: str) -> dict:
     return {"row": row, "table": counts, "odds_ratio": _finite(result.statistic), "p_value": float(result.pvalue)}
 
 
+def discordant_pairs(outcome_a: Sequence[bool], outcome_b: Sequence[bool]) -> tuple[int, int]:
+    """Paired yes/no outcomes (correct, abstained) of the same questions: how many were yes in A
+    only, and how many in B only."""
+    if len(outcome_a) != len(outcome_b):
+        raise ValueError("paired outcomes need the same questions on both sides")
+    only_a = sum(1 for a, b in zip(outcome_a, outcome_b) if a and not b)
+    only_b = sum(1 for a, b in zip(outcome_a, outcome_b) if b and not a)
+    return only_a, only_b
+
+
+def mcnemar_exact_p(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value: under no difference each discordant pair is a fair coin,
+    so ``only_a`` is Binomial(only_a + only_b, 1/2). No discordant pair: nothing differs, p = 1."""
+    discordant = only_a + only_b
+    if discordant == 0:
+        return 1.0
+    return float(stats.binomtest(only_a, discordant, 0.5, alternative="two-sided").pvalue)
+
+
 def exact_mcnemar(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> dict:
     """Exact (binomial) McNemar test on paired outcomes: only the discordant pairs count."""
-    if len(correct_a) != len(correct_b):
-        raise ValueError("paired outcomes need the same questions on both sides")
-    only_a = sum(1 for a, b in zip(correct_a, correct_b) if a and not b)
-    only_b = sum(1 for a, b in zip(correct_a, correct_b) if b and not a)
-    discordant = only_a + only_b
-    p_value = 1.0 if discordant == 0 else float(stats.binomtest(only_a, discordant, 0.5, alternative="two-sided").pvalue)
-    return {"pairs": len(correct_a), "only_a_correct": only_a, "only_b_correct": only_b, "p_value": p_value}
+    only_a, only_b = discordant_pairs(correct_a, correct_b)
+    return {"pairs": len(correct_a), "only_a_correct": only_a, "only_b_correct": only_b, "p_value": mcnemar_exact_p(only_a, only_b)}
 
 
 def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> dict:
@@ -39,6 +54,19 @@ def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95, resampl
                              method="BCa", random_state=np.random.default_rng(seed))
     return {"mean": float(data.mean()), "low": float(result.confidence_interval.low),
             "high": float(result.confidence_interval.high), "confidence": confidence}
+
+
+def format_p(p_value: float | None, floor: float = 1e-4) -> str:
+    """A p-value for people: "p < 1e-4" below ``floor`` (an exact test's tiny p is not worth its
+    digits, and "p = 0.0000" reads as impossible), two significant figures below 0.001,
+    three decimals above."""
+    if p_value is None or not np.isfinite(p_value):
+        return "p = n/a"
+    if p_value < floor:
+        return f"p < {floor:.0e}".replace("e-0", "e-")
+    if p_value < 0.001:
+        return f"p = {p_value:.2g}"
+    return f"p = {p_value:.3f}"
 
 
 def _finite(value: float) -> float | None:

@@ -3,7 +3,14 @@
 import pytest
 from scipy import stats as scipy_stats
 
-from evaluation.stats import abstention_fisher, bootstrap_mean_ci, exact_mcnemar
+from evaluation.stats import (
+    abstention_fisher,
+    bootstrap_mean_ci,
+    discordant_pairs,
+    exact_mcnemar,
+    format_p,
+    mcnemar_exact_p,
+)
 
 
 def table(answerable, unanswerable):
@@ -44,3 +51,28 @@ def test_bootstrap_interval_holds_the_mean_and_is_reproducible():
     assert first == second and first["low"] < first["mean"] < first["high"]
     assert bootstrap_mean_ci([]) ["mean"] is None
     assert bootstrap_mean_ci([0.5, 0.5])["low"] == 0.5
+
+
+@pytest.mark.parametrize("only_a, only_b", [(0, 1), (1, 0), (3, 3), (6, 1), (1, 6), (0, 20), (17, 2), (40, 55), (0, 60)])
+def test_mcnemar_p_is_scipys_two_sided_binomial_on_the_discordant_pairs(only_a, only_b):
+    expected = scipy_stats.binomtest(only_a, only_a + only_b, 0.5, alternative="two-sided").pvalue
+    assert mcnemar_exact_p(only_a, only_b) == pytest.approx(expected, rel=1e-12)
+    assert mcnemar_exact_p(only_a, only_b) == pytest.approx(mcnemar_exact_p(only_b, only_a), rel=1e-12)  # symmetric
+    assert mcnemar_exact_p(0, 0) == 1.0
+
+
+def test_discordant_pairs_count_yes_in_one_run_only():
+    abstained_a = [True, True, False, False, True, False]
+    abstained_b = [True, False, True, False, False, False]
+    assert discordant_pairs(abstained_a, abstained_b) == (2, 1)
+    with pytest.raises(ValueError):
+        discordant_pairs([True], [])
+
+
+@pytest.mark.parametrize("p_value, shown", [
+    (0.0, "p < 1e-4"), (2 * 0.5 ** 60, "p < 1e-4"), (9.99e-5, "p < 1e-4"), (1e-4, "p = 0.0001"), (2.345e-4, "p = 0.00023"),
+    (0.031, "p = 0.031"), (0.125, "p = 0.125"), (1.0, "p = 1.000"), (None, "p = n/a"), (float("nan"), "p = n/a"),
+])
+def test_format_p_bounds_tiny_p_and_never_prints_zero(p_value, shown):
+    assert format_p(p_value) == shown
+    assert format_p(1e-6, floor=1e-3) == "p < 1e-3"
