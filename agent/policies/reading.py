@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from corpus.tokenize import tokenize
+from corpus.tokenize import STOP_WORDS, tokenize
 
 POLAR_STARTS = {"is", "are", "was", "were", "does", "do", "did", "can", "could", "has", "have", "had", "will", "should"}
 QUANTITY_WORDS = {"rate", "size", "number", "count", "percentage", "score", "reach", "reaches", "obtain", "achieve"}
@@ -27,6 +27,37 @@ TRIM = {
 }
 TOKEN = re.compile(r"\S+")
 NUMBER = re.compile(r"\d")
+MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+DATE = re.compile(rf"(?:\d{{1,2}} )?(?:(?:{MONTHS}) )?(?:\d{{1,2}}, )?\b(?:1[89]|20)\d\d\b")
+NUMBER_WORDS = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "dozens",
+                "hundreds", "thousands"}
+
+# Markup that real papers carry and a reader skips: citations, cross-references, footnotes, links, code
+# and emphasis marks. Each pattern keeps the words a reader would read aloud.
+MARKUP = (
+    (re.compile(r"\[[^\[\]]*@[^\[\]]*\]"), ""),                      # [@key; @key2], [e.g., @key]
+    (re.compile(r"(?<![\w.])-?@[\w:.\-]*\w"), ""),                      # @key in running text
+    (re.compile(r"\\(?:auto)?ref\{[^}]*\}|\[\^[^\]]*\]"), ""),             # \autoref{fig:x}, [^1]
+    (re.compile(r"\[([^\[\]]+)\]\([^)\s]*\)"), r"\1"),                  # [text](url) -> text
+    (re.compile(r"<?https?://\S+?>?(?=[\s,;)]|\.(?:\s|$)|$)"), ""),       # bare links
+    (re.compile(r"[`*]+|(?<!\w)_+|_+(?!\w)"), ""),                      # `code`, *emphasis*, _emphasis_
+    (re.compile(r"\(\s*[,;]?\s*\)"), ""),                               # brackets left empty
+    (re.compile(r"\s+([,.;:)])"), r"\1"),
+    (re.compile(r"\s{2,}"), " "),
+)
+CODE = re.compile(r"`([^`]+)`")  # emphasis marks ordinary words as often as names, so only code counts
+
+
+def clean(text: str) -> str:
+    """``text`` without the markup a reader skips (citations, links, code marks), as it reads aloud."""
+    for pattern, replacement in MARKUP:
+        text = pattern.sub(replacement, text)
+    return text.strip()
+
+
+def marked_words(text: str) -> set[str]:
+    """Words set in code (`spacy`, `geopandas`): names even when written in lower case."""
+    return {word.lower() for part in CODE.findall(text) for word in part.split()}
 
 
 def stem(word: str) -> str:
@@ -35,6 +66,8 @@ def stem(word: str) -> str:
     for suffix in ("ing", "ed", "es", "s"):
         if len(word) > len(suffix) + 3 and word.endswith(suffix):
             word = word[: -len(suffix)]
+            if suffix in ("ing", "ed") and len(word) > 3 and word[-1] == word[-2] and word[-1] not in "lsz":
+                word = word[:-1]  # "plotting" and "plots" meet; "installed" and "install" still do
             break
     return word[:-1] if len(word) > 4 and word.endswith("e") else word
 
@@ -61,6 +94,8 @@ def answer_type(question: str) -> str:
         return "polar"
     if lowered.startswith("how long"):
         return "duration"
+    if lowered.startswith(("when ", "in what year", "in which year")):
+        return "date"
     if lowered.startswith("how many"):
         return "count"
     if lowered.startswith("how much") and re.search(r"\bimprove|\bgain|\bbetter", lowered):
@@ -87,8 +122,13 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
     """The answer a careful reader gives from ``sentences`` (best first), or an abstention and why.
 
     ``known`` is text already established as relevant (the title of the paper being read): a
-    name it contains need not be repeated by every sentence.
+    name it contains need not be repeated by every sentence, and the name it opens with (before
+    a colon) is what the paper is about, so mentioning it is no evidence of an answer.
+    The returned ``sentence`` is one of ``sentences`` as given; the rules read them without markup.
     """
+    original = {clean(s): s for s in reversed(sentences)}  # the first of two that read alike wins
+    codes = {word for s in sentences for word in marked_words(s)}
+    sentences = [clean(s) for s in sentences]
     names = [name for name in names_in(question) if name.lower() not in known.lower()]
     kind = answer_type(question)
     usable = [s for s in sentences if mentions_all(s, names)]
@@ -96,7 +136,8 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
         missing = [n for n in names if not any(n.lower() in s.lower() for s in sentences)]
         return Decision(None, None, f"no sentence mentions {', '.join(missing) or ' and '.join(names)}")
     stems = question_stems(question)
-    topic = stems - {stem(n) for n in names_in(question)}
+    subject = {stem(token) for token in tokenize(known.split(":")[0])} if ":" in known else set()
+    topic = stems - {stem(n) for n in names_in(question)} - subject
 
     all_names = names_in(question)
 
@@ -108,20 +149,95 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
 
     ranked = sorted(usable, key=relevance, reverse=True)  # stable: extraction order breaks ties
     if kind == "polar":
-        return Decision(polar_answer(question, ranked[0]), ranked[0], "a polar question answered by the evidence")
+        return Decision(polar_answer(question, ranked[0]), original[ranked[0]], "a polar question answered by the evidence")
     if kind == "improvement":
         for sentence in ranked:
             answer = improvement(question, sentence)
             if answer:
-                return Decision(answer, sentence, "the gain over the strongest baseline, computed from the reported scores")
+                return Decision(answer, original[sentence], "the gain over the strongest baseline, computed from the reported scores")
+    head = _head(question)
     for sentence in ranked:
-        if not {stem(token) for token in TOKEN.findall(sentence)} & topic:
+        said = {stem(token) for token in TOKEN.findall(sentence)}
+        if not said & topic:
             continue
-        span = best_span(question, sentence, kind, stems)
+        if kind == "entity" and head and head not in said and not _covers(said, topic - {head}):
+            continue  # neither the thing asked for ("license", "platform") nor most of the question is here
+        span = None
+        if kind == "entity":
+            span = name_span(question, sentence, topic, known, codes)
+        span = span or best_span(question, sentence, kind, stems)
         if span:
-            return Decision(span, sentence, f"a {kind} found next to the question's terms")
-    wanted = {"count": "a number", "quantity": "a number", "duration": "a duration", "entity": "an answer", "improvement": "comparable scores"}[kind]
+            return Decision(span, original[sentence], f"a {kind} found next to the question's terms")
+    wanted = {"count": "a number", "quantity": "a number", "duration": "a duration", "date": "a date", "entity": "an answer",
+              "improvement": "comparable scores"}[kind]
     return Decision(None, None, f"the relevant sentences do not state {wanted} for this question")
+
+
+JOINERS = {",", "and", "or", "&"}
+INNER = {"of", "for", "de"}  # "University of Lille", "Department of Energy": one name across a small word
+
+
+def _name_like(word: str, first: bool, codes: set[str]) -> bool:
+    """A word that names something: a capital or a digit inside it, a capital not at the sentence's
+    start, or set in code. Capitalised stop words ("The", "In") never are."""
+    bare = word.strip(",.;:()[]\"'")
+    if not bare or bare.lower() in STOP_WORDS:
+        return False
+    if bare.lower() in codes or NUMBER.search(bare) or any(c.isupper() for c in bare[1:]):
+        return True
+    return bare[0].isupper() and not first
+
+
+def name_span(question: str, sentence: str, topic: set[str], known: str, codes: set[str]) -> str | None:
+    """The name (or list of names) nearest the question's terms in ``sentence``, none of them the
+    question's own names or the paper's: "SQLite" in "Melodie uses an SQLite database" for "Which
+    database does Melodie use?". Nearest wins; a name right next to the word the question asks
+    for ("database", "license", "framework") wins over one further away."""
+    tokens = TOKEN.findall(sentence)
+    said = f"{question} {known.split(':')[0]}"
+    asked = {stem(token) for token in tokenize(said)} | {stem(word) for word in said.split()}
+    focus = _focus(question)
+    anchors = [i for i, token in enumerate(tokens) if stem(token) in topic]
+    if not anchors:
+        return None
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(tokens):
+        if _name_like(tokens[i], i == 0, codes) and stem(tokens[i]) not in asked:
+            j = i
+            while j + 1 < len(tokens) and not tokens[j].endswith((".", ";", ":", ")")):
+                step = j + 1
+                if tokens[j].endswith(",") or tokens[step].lower() in JOINERS:  # a list goes on after a comma or "and"
+                    if tokens[step].lower() in JOINERS:
+                        step += 1
+                    if step < len(tokens) and _name_like(tokens[step], False, codes) and stem(tokens[step]) not in asked:
+                        j = step
+                        continue
+                    break
+                if _name_like(tokens[step], False, codes) and stem(tokens[step]) not in asked:
+                    j = step
+                    continue
+                if tokens[step] in INNER and step + 1 < len(tokens) and tokens[step + 1][:1].isupper() \
+                        and _name_like(tokens[step + 1], False, codes) and stem(tokens[step + 1]) not in asked:
+                    j = step + 1
+                    continue
+                break
+            spans.append((i, j))
+            i = j + 1
+        else:
+            i += 1
+    if not spans:
+        return None
+
+    def score(span: tuple[int, int]) -> float:
+        start, end = span
+        distance = min(min(abs(a - start), abs(a - end)) for a in anchors)
+        beside_focus = focus is not None and any(
+            stem(tokens[k]) == focus for k in (start - 1, end + 1, end + 2) if 0 <= k < len(tokens))
+        return -distance + 2.0 * beside_focus
+
+    start, end = max(spans, key=score)  # max keeps the first of equals: the earlier name
+    return " ".join(tokens[start:end + 1]).strip(",.;:()[]\"' ")
 
 
 SCORE_PAIR = re.compile(r"([A-Z][\w\-.+/]*(?: [A-Z0-9][\w\-.+/]*)*) (?:obtains |reaches |achieves |gets )?(-?\d+(?:\.\d+)?)(?: ([\w\-@]+))?")
@@ -189,9 +305,16 @@ def best_span(question: str, sentence: str, kind: str, stems: set[str]) -> str |
     if kind == "count":
         head = _count_head(question)
         for i, token in enumerate(tokens):
-            if head and stem(token) == head and i > 0 and NUMBER.search(tokens[i - 1]):
-                return tokens[i - 1].strip(".,;:()")
+            if head and stem(token) == head:
+                # "12 layers", and in prose "three different variants": a number up to two words before
+                for before in range(i - 1, max(i - 3, -1), -1):
+                    bare = tokens[before].strip(".,;:()").lower()
+                    if NUMBER.search(bare) or bare in NUMBER_WORDS:
+                        return tokens[before].strip(".,;:()")
         return None
+    if kind == "date":
+        match = DATE.search(sentence)
+        return match.group(0) if match else None
     if kind == "quantity" and _focus(question):
         focus = _focus(question)
         for i, token in enumerate(tokens):
@@ -250,6 +373,30 @@ def _focus(question: str) -> str | None:
 
 
 AUXILIARIES = {"is", "are", "was", "were", "does", "do", "did", "has", "have"}
+VERBS = AUXILIARIES | {"can", "could", "will", "would", "should", "may", "might"}
+GENERIC = {stem(word) for word in ("use", "used", "using", "provide", "provided", "support", "supported", "implement", "implemented")}
+
+
+def _head(question: str) -> str | None:
+    """The noun a "what/which X ... is" question asks for: the last word before its verb ("license" in
+    "What license is Acme released under?", "software" in "Which tide prediction software does ...")."""
+    words = [word.strip("?,'\"") for word in question.lower().split()]
+    while words and words[0] in ("in", "on", "under", "for", "with", "to", "from", "by", "of", "at"):
+        words = words[1:]
+    if len(words) < 3 or words[0] not in ("what", "which"):
+        return None
+    phrase = []
+    for word in words[1:]:
+        if word in VERBS or word.endswith("ed"):  # "Which platform produced ...": a past-tense verb ends it too
+            break
+        phrase.append(word)
+    return stem(phrase[-1]) if phrase and phrase[-1] not in TRIM else None
+
+
+def _covers(said: set[str], terms: set[str]) -> bool:
+    """At least half of the question's specific terms (generic verbs like "use" aside) are in ``said``."""
+    specific = terms - GENERIC
+    return bool(specific) and 2 * len(said & specific) >= len(specific)
 
 
 def _count_head(question: str) -> str | None:

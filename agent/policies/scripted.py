@@ -19,7 +19,8 @@ def key_terms(question: str) -> str:
     return " ".join(dict.fromkeys(tokenize(question, stopwords=True)))
 
 
-TYPE_HINTS = {"duration": "hours days weeks takes training", "count": "", "quantity": "of", "polar": "", "entity": "", "improvement": "compared"}
+TYPE_HINTS = {"duration": "hours days weeks takes training", "count": "", "quantity": "of", "polar": "", "entity": "", "improvement": "compared",
+              "date": ""}
 
 
 def extract_query(question: str) -> str:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.policies.reading import answer_type, decide, stem
+from agent.policies.reading import answer_type, clean, decide, marked_words, stem
 
 
 @pytest.mark.parametrize("question, kind", [
@@ -57,3 +57,39 @@ def test_a_name_in_the_title_need_not_be_in_every_sentence():
     sentences = ["The experiments cover English, German and Hindi."]
     assert decide("Which languages does Acme cover?", sentences).answer is None
     assert decide("Which languages does Acme cover?", sentences, known="Acme: a model").answer == "English, German and Hindi"
+
+
+# Real papers' prose: markup to read past, names in code, numbers in words, and evidence that is
+# about the paper but not about what the question asks. Hand-written sentences, none from a corpus.
+
+def test_markup_is_read_past():
+    text = "Foo uses `Bar` [@bar2020; @baz2021] and [Qux](https://qux.org) \\autoref{fig:1}, see @smith2019."
+    assert clean(text) == "Foo uses Bar and Qux, see."
+    assert marked_words(text) == {"bar"}
+
+
+REAL_CASES = [
+    ("Which database does Foo use to store results?", ["Foo stores all results in an `SQLite` database [@smith2020]."], "SQLite"),
+    ("Which library does Foo use for plotting?", ["Plots in Foo are drawn with `matplotlib` [@hunter2007]."], "matplotlib"),
+    ("Which framework is Foo built on?", ["`Foo` is built on the `Bar` framework [@bar2021]."], "Bar"),
+    ("How many solvers does Foo provide?", ["Foo provides three different solvers for stiff systems."], "three"),
+    ("When was Foo first released?", ["Foo was first released on 3 March 2019 under an open licence."], "3 March 2019"),
+    ("Who develops Foo?", ["Foo is developed at the University of Bergen."], "University of Bergen"),
+    ("What license is Foo released under?", ["Foo is released under the MIT license."], "MIT"),
+]
+
+
+@pytest.mark.parametrize("question, sentences, answer", REAL_CASES)
+def test_short_spans_from_real_prose(question, sentences, answer):
+    assert decide(question, sentences, known="Foo: a tool").answer == answer
+
+
+def test_abstains_when_neither_the_thing_asked_for_nor_most_of_the_question_is_there():
+    decision = decide("Which sequencing platform produced the Foo samples?", ["The Foo samples were collected from human skin."])
+    assert decision.answer is None and decision.reason
+
+
+def test_the_paper_name_alone_is_no_evidence():
+    # Every sentence of a paper names it; a sentence with nothing else of the question answers nothing.
+    decision = decide("What license is foo-lib released under?", ["foo-lib reads tables from `Arrow` files."], known="foo-lib: tables")
+    assert decision.answer is None
