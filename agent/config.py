@@ -77,15 +77,17 @@ class RunConfig(Config):
 class EvalConfig(RunConfig):
     """``explorer eval``: every question of a split."""
 
-    split: str = "test"
+    split: str | None = None  # None: test, or all when no paper of the corpus says its split (the manifest records which)
+    split_of: dict[str, str] = Field(default_factory=dict)  # corpus file -> split, for files whose names do not say
     limit: int | None = Field(None, ge=1)  # only the first N questions of the split
     workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
+    max_consecutive_errors: int = Field(5, ge=1)  # stop the run after this many policy_error episodes in a row
     preregistration: Path | None = None  # TOML with frozen hashes and a pass rule
 
     @field_validator("split")
     @classmethod
-    def _known(cls, split: str) -> str:
-        if split not in SPLITS:
+    def _known(cls, split: str | None) -> str | None:
+        if split is not None and split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         return split
 

@@ -11,7 +11,7 @@ from agent.actions import extract_code
 from agent.environment import versions
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
-from agent.served import served_record
+from agent.served import reply_sha256, served_record
 from agent.trajectory import (
     EpisodeConfig,
     Generation,
@@ -129,7 +129,8 @@ def _served(policy: Policy, reply, messages: list[dict[str, str]], config: Episo
         prompt, source = reply.prompt_ids, "policy"
     else:
         prompt, source = renderer.prompt(messages, thinking=policy.thinking), "renderer"
-    record = served_record(prompt, renderer.fingerprint, source, previous=previous, keep_ids=config.record_prompt_ids,
+    record = served_record(prompt, renderer.fingerprint, source, reply=reply_sha256(reply.text, reply.reasoning),
+                           previous=previous, keep_ids=config.record_prompt_ids,
                            server_ids=reply.server_prompt_ids, server_tokens=reply.server_prompt_tokens)
     return record, prompt
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.renderer import ChatRenderer
-from agent.served import common_prefix, ids_sha256, served_prompts
+from agent.served import AlteredRecord, common_prefix, ids_sha256, reply_sha256, served_prompts
 from agent.trajectory import Trajectory
 from tools.page import tool_page
 
@@ -46,8 +46,19 @@ def differing(where: str, what: str, served: list[int], trained: list[int], rend
                     renderer.decode(trained[start:position + CONTEXT_TOKENS]))
 
 
-def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer) -> Mismatch | None:
-    """The first place where serving and training disagree for this trajectory, or None."""
+MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt
+
+
+def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_served: bool = False) -> Mismatch | None:
+    """The first place where serving and training disagree for this trajectory, or None.
+    ``require_served``: a step without a record of what it was served fails too (otherwise
+    only where the record must exist: a model policy's steps, or beside steps that have one)."""
+    recorded = [step.served is not None for step in trajectory.steps]
+    must = require_served or any(recorded) or (trajectory.schema_version >= 3 and trajectory.policy.name in MODEL_POLICIES)
+    if must and not all(recorded):
+        step = trajectory.steps[recorded.index(False)]
+        return Mismatch(f"episode {trajectory.episode_id} step {step.index + 1}", "no record of what this step was served "
+                        "(removed, or recorded without --tokenizer)", step=step.index)
     for step, mismatch in _step_mismatches(trajectory, renderer):
         mismatch.step = step
         return mismatch
@@ -58,7 +69,11 @@ def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
     messages = trajectory.messages()
     training = renderer.render(messages).ids
     page = tool_page()
-    recorded_prompts = served_prompts(trajectory.steps)
+    try:
+        recorded_prompts = served_prompts(trajectory.steps)
+    except AlteredRecord as error:
+        yield 0, Mismatch(f"episode {trajectory.episode_id}", f"the recorded prompt ids were altered: {error}")
+        return
     for step, recorded_ids in zip(trajectory.steps, recorded_prompts):
         where = f"episode {trajectory.episode_id} step {step.index + 1}"
         before = messages[: 2 + 2 * step.index]
@@ -76,12 +91,16 @@ def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
 def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int], renderer: ChatRenderer) -> Mismatch | None:
     """What the step recorded about its serving, against the prompt the renderer builds for it."""
     generation, served = step.generation, step.served
-    if generation is not None and generation.parity_warning:
-        return Mismatch(where, f"a parity warning was recorded at serving time: {generation.parity_warning}")
+    if generation is not None and generation.parity_warning is not None:
+        return Mismatch(where, f"a parity warning was recorded at serving time: {generation.parity_warning!r}")
     if generation is not None and generation.prompt_tokens != len(prompt):
         return Mismatch(where, f"the policy recorded a prompt of {generation.prompt_tokens} tokens; the renderer builds {len(prompt)}")
+    if generation is not None and generation.server_prompt_tokens is not None and generation.server_prompt_tokens != len(prompt):
+        return Mismatch(where, f"the server counted {generation.server_prompt_tokens} prompt tokens; the renderer builds {len(prompt)}")
     if served is None:
         return None
+    if served.reply_sha256 != reply_sha256(step.action_text, step.reasoning):
+        return Mismatch(where, "the action (or think block) differs from what the policy wrote back: the record was altered")
     if served.tokenizer_sha256 != renderer.fingerprint:
         return Mismatch(where, f"served with the tokenizer {served.tokenizer_sha256[:12]}, checked with {renderer.fingerprint[:12]}: "
                                "name the tokenizer the run used")

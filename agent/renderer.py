@@ -95,15 +95,23 @@ class ChatRenderer:
         """Plain text to ids, as one piece. A special token's spelling inside text (a paper or an
         action that quotes ``<|im_end|>``) is encoded as ordinary characters, never as the control token."""
         if not any(token in text for token in self._specials):
-            return self.tokenizer.encode(text, add_special_tokens=False).ids
+            return self._encode(text)
         ids: list[int] = []
         for piece in self._special_spelling.split(text):
             if piece in self._specials:
-                ids += self.tokenizer.encode(piece[0], add_special_tokens=False).ids
+                ids += self._encode(piece[0])
                 ids += self.text(piece[1:])
             elif piece:
-                ids += self.tokenizer.encode(piece, add_special_tokens=False).ids
+                ids += self._encode(piece)
         return ids
+
+    def _encode(self, text: str) -> list[int]:
+        try:
+            return self.tokenizer.encode(text, add_special_tokens=False).ids
+        except TypeError:  # the tokenizers library refuses a str it cannot encode as UTF-8
+            position = next((i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF), None)
+            raise AgentError(f"text holding a lone surrogate (at character {position}) cannot be tokenised: "
+                             f"{text[max((position or 0) - 20, 0):(position or 0)]!r}...; the record is not valid Unicode") from None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

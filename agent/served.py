@@ -8,6 +8,7 @@ each step's as a change from the previous step's (``PromptIds``).
 from __future__ import annotations
 
 import hashlib
+import json
 
 from agent.trajectory import PromptIds, Served, Step
 
@@ -25,29 +26,44 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def served_record(prompt: list[int], tokenizer_sha256: str, source: str, *, previous: list[int] | None = None,
+def reply_sha256(action_text: str, reasoning: str | None) -> str:
+    """The digest of what a policy wrote at a step: its think block (if any) and its action."""
+    written = json.dumps([reasoning, action_text], ensure_ascii=True)  # ascii: a lone surrogate digests too
+    return hashlib.sha256(written.encode()).hexdigest()
+
+
+def served_record(prompt: list[int], tokenizer_sha256: str, source: str, *, reply: str, previous: list[int] | None = None,
                   keep_ids: bool = False, server_ids: list[int] | None = None, server_tokens: int | None = None) -> Served:
-    """The record of one served prompt; ``previous`` is the prompt of the step before (for the ids' delta)."""
+    """The record of one served prompt and the digest of the reply to it (``reply_sha256``);
+    ``previous`` is the prompt of the step before (for the ids' delta)."""
     ids = None
     if keep_ids:
         keep = common_prefix(previous or [], prompt)
         ids = PromptIds(keep=keep, append=prompt[keep:])
     return Served(
         source=source, tokens=len(prompt), sha256=ids_sha256(prompt), tokenizer_sha256=tokenizer_sha256, ids=ids,
-        server_tokens=server_tokens, server_sha256=ids_sha256(server_ids) if server_ids is not None else None,
+        server_tokens=server_tokens, server_sha256=ids_sha256(server_ids) if server_ids is not None else None, reply_sha256=reply,
     )
 
 
+class AlteredRecord(Exception):
+    """Recorded ids that no honest recording can produce (a delta keeping more than there was)."""
+
+
 def served_prompts(steps: list[Step]) -> list[list[int] | None]:
-    """Each step's served ids, rebuilt from the recorded deltas (None where they were not kept)."""
+    """Each step's served ids, rebuilt from the recorded deltas (None where they were not kept).
+    Raises AlteredRecord, naming the step, for a delta that cannot be rebuilt."""
     prompts: list[list[int] | None] = []
     previous: list[int] | None = []
     for step in steps:
         ids = step.served.ids if step.served else None
-        if ids is None or (ids.keep and (previous is None or ids.keep > len(previous))):
+        if ids is None:
             prompts.append(None)
             previous = None
             continue
+        if ids.keep and (previous is None or ids.keep > len(previous)):
+            known = "no recorded ids" if previous is None else f"{len(previous)} ids"
+            raise AlteredRecord(f"step {step.index + 1} keeps {ids.keep} ids of a previous prompt that has {known}")
         previous = (previous or [])[: ids.keep] + ids.append
         prompts.append(previous)
     return prompts

@@ -48,8 +48,8 @@ class PromptIds(Record):
     ``keep`` ids, then ``append`` (an episode's prompts grow, so the whole episode costs about
     one sequence of ids instead of one per step)."""
 
-    keep: int = Field(ge=0)
-    append: list[int]
+    keep: int = Field(ge=0, strict=True)
+    append: list[int] = Field(strict=True)
 
 
 class Served(Sparse):
@@ -57,9 +57,10 @@ class Served(Sparse):
     what the renderer would have served a policy without a model ("renderer")."""
 
     source: Literal["policy", "renderer"]
-    tokens: int
+    tokens: int = Field(ge=0, strict=True)
     sha256: str  # agent.served.ids_sha256 of the prompt's ids
     tokenizer_sha256: str  # sha256 of the tokenizer.json that made them
+    reply_sha256: str  # agent.served.reply_sha256 of what the policy wrote back (reasoning and action)
     ids: PromptIds | None = None  # the ids themselves, with --record-prompt-ids
     server_tokens: int | None = None  # openai: how many prompt tokens the server said it saw
     server_sha256: str | None = None  # openai: the digest of the prompt ids the server returned

@@ -11,7 +11,7 @@ import multiprocessing
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from pydantic import ValidationError
@@ -50,6 +50,7 @@ from cli.options import (
     ReplayOption,
     RetriesOption,
     SeedOption,
+    SplitOfOption,
     ThinkingBudgetOption,
     ThinkingOption,
     TimeoutOption,
@@ -59,7 +60,9 @@ from cli.options import (
     freeze_loaded_state,
     open_corpus,
     policy_overrides,
+    resolve_split,
     select_questions,
+    split_of,
 )
 from corpus import BM25Index
 from corpus.atomic import atomic_file
@@ -80,10 +83,12 @@ def eval_command(
     corpus_path: Optional[Path] = CorpusOption,
     questions_path: Optional[Path] = QuestionsOption,
     config_file: Optional[Path] = ConfigOption,
-    split: Optional[str] = typer.Option(None, "--split", help=f"Questions of which split: {', '.join(SPLITS)} (default test)."),
+    split: Optional[str] = typer.Option(None, "--split", help=f"Questions of which split: {', '.join(SPLITS)} (default test; all when the corpus has no splits)."),
     policy_name: Optional[str] = PolicyOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the split."),
     resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT, with the config its manifest holds."),
+    max_consecutive_errors: Optional[int] = typer.Option(None, "--max-consecutive-errors", min=1, help="Stop the run after this many episodes in a row end in policy_error (default 5)."),
+    retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run again the episodes that ended in policy_error (they are replaced)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes (default 1)."),
     max_steps: Optional[int] = MaxStepsOption,
     seed: Optional[int] = SeedOption,
@@ -109,13 +114,18 @@ def eval_command(
     output_chars: Optional[int] = OutputCharsOption,
     preregistration: Optional[Path] = typer.Option(
         None, "--preregistration", help="TOML with frozen hashes and a pass rule (explorer preregister writes one)."),
+    split_of_values: Optional[List[str]] = SplitOfOption,
 ) -> None:
     """Run a policy on every question of a split; write trajectories, a manifest and metrics.
 
     Settings come from --config (TOML), then the flags; `--out RUN --resume` reads them from the
     run's manifest, so nothing needs repeating (a flag that differs from it is refused)."""
     _check_out(out)
-    overrides = {"split": split, "limit": limit, "workers": workers, "preregistration": preregistration} | policy_overrides(
+    if retry_errors and not resume:
+        raise UsageError("--retry-errors re-runs a run's failed episodes; use it with --out RUN --resume")
+    overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "workers": workers,
+                 "max_consecutive_errors": max_consecutive_errors,
+                 "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
         thinking=thinking, thinking_budget=thinking_budget,
@@ -126,15 +136,17 @@ def eval_command(
     )
     manifest = _read_manifest(out) if resume else None
     config = _resolve_config(config_file, overrides, manifest)
-    run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path), resume)
+    run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path, config.split_of or None), resume,
+             retry_errors)
 
 
-def run_eval(out: Path, config: EvalConfig, corpus, resume: bool) -> None:
+def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False) -> None:
     """The run, in named steps: check, write the manifest, run what is missing, score."""
     prereg = _load_preregistration(config)
     if config.policy.name == "hf" and config.workers > 1:
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
     policy = make_policy(config.policy, config.episode.max_steps)
+    config = config.model_copy(update={"split": resolve_split(corpus, config.split, "test")})  # the manifest records which
     questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None)
     selected_sha256 = questions_sha256(questions)
     if prereg is not None:
@@ -148,19 +160,36 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool) -> None:
     if not manifest_path.exists():
         _write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
 
+    note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode
+    if note:
+        console.print(f"[yellow]note: {note}[/yellow]")
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
     with TrajectoryLog(log_path) as log:
-        done = {t.question_id for t in read_trajectories(log_path)}
+        latest = {t.question_id: t for t in read_trajectories(log_path)}
+        done = {qid for qid, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
         remaining = [q for q in questions if q.id not in done]
         if log.torn_bytes:
             console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
         if resume:
-            console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written")
-        _run_all(remaining, config.workers, log, len(questions) - len(remaining), len(questions))
+            retried = len(set(latest) - done)
+            console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written"
+                          + (f"; {retried} that ended in policy_error run again" if retry_errors else ""))
+        stopped = _run_all(remaining, config.workers, log, len(questions) - len(remaining), len(questions), config.max_consecutive_errors)
+    superseded = drop_superseded_errors(log_path)
+    if superseded:
+        console.print(f"replaced {superseded} episodes that had ended in policy_error")
+    if stopped is not None:
+        typer.echo(f"error: stopped after {config.max_consecutive_errors} consecutive episodes ended in policy_error (last: "
+                   f"{stopped}); fix the policy's server, then run explorer eval --out {out} --resume --retry-errors", err=True)
+        raise typer.Exit(1)
 
-    _write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+    metrics = _write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+    if metrics.preregistration is not None and not metrics.preregistration.passed:
+        failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
+        typer.echo(f"error: the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}", err=True)
+        raise typer.Exit(1)
 
 
 # Fields of a manifest's config that the run derived rather than was given.
@@ -280,33 +309,62 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
             )
 
 
-def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, total: int) -> None:
+def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, total: int, max_errors: int) -> str | None:
+    """Run and log every question; stop early, returning the last error, after ``max_errors``
+    consecutive policy errors (a server that is down fails every episode the same way)."""
     columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    errors = 0
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
         if workers == 1 or len(questions) <= 1:
-            for question in questions:
-                log.append(_run_one(question))
-                progress.advance(task)
-            return
-        # fork: workers inherit the corpus, index and policy without pickling them
-        with multiprocessing.get_context("fork").Pool(min(workers, len(questions))) as pool:
-            for trajectory in pool.imap_unordered(_run_one, questions):
+            trajectories = (_run_one(question) for question in questions)
+            pool = None
+        else:  # fork: workers inherit the corpus, index and policy without pickling them
+            pool = multiprocessing.get_context("fork").Pool(min(workers, len(questions)))
+            trajectories = pool.imap_unordered(_run_one, questions)
+        try:
+            for trajectory in trajectories:
                 log.append(trajectory)
                 progress.advance(task)
+                errors = errors + 1 if trajectory.outcome.status == "policy_error" else 0
+                if errors >= max_errors:
+                    return trajectory.outcome.reason or "policy_error"
+        finally:
+            if pool is not None:
+                pool.terminate()
+                pool.join()
+    return None
 
 
-def _write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> None:
+def drop_superseded_errors(log_path: Path) -> int:
+    """Rewrite the log (whole, atomically) without policy_error episodes that a later line of the
+    same question replaced; returns how many were dropped. A crash before this leaves both lines,
+    and the scoring below keeps the later one all the same."""
+    lines = [line for line in log_path.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
+    trajectories = read_trajectories(log_path)
+    last = {t.question_id: position for position, t in enumerate(trajectories)}
+    keep = [line for position, (line, t) in enumerate(zip(lines, trajectories))
+            if not (t.outcome.status == "policy_error" and last[t.question_id] > position)]
+    if len(keep) == len(lines):
+        return 0
+    with atomic_file(log_path) as handle:
+        handle.writelines(keep)
+    return len(lines) - len(keep)
+
+
+def _write_metrics(out: Path, questions: list, index: BM25Index, prereg):
     """scores.jsonl (one line per episode: metrics and flags) and metrics.json, both written whole."""
     from evaluation.retrieval import retrieval_metrics
     from evaluation.scoring import model_metrics, run_metrics, score_episode
 
     trajectories = read_trajectories(out / "trajectories.jsonl")
     by_id = {q.id: q for q in questions}
+    last = {t.question_id: position for position, t in enumerate(trajectories)}
     seen: set[str] = set()
     unique = []
-    for trajectory in trajectories:  # a question is scored once, whatever the log holds
-        if trajectory.question_id in by_id and trajectory.question_id not in seen:
+    for position, trajectory in enumerate(trajectories):  # a question is scored once, whatever the log holds
+        superseded = trajectory.outcome.status == "policy_error" and last[trajectory.question_id] > position
+        if trajectory.question_id in by_id and trajectory.question_id not in seen and not superseded:
             seen.add(trajectory.question_id)
             unique.append(trajectory)
     scores = [score_episode(t, by_id[t.question_id]) for t in unique]
@@ -324,3 +382,4 @@ def _write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> None
     from evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)
+    return metrics

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from cli.errors import UsageError
-from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
+from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 
 if TYPE_CHECKING:
     from evaluation.compare import RunComparison
@@ -22,11 +22,12 @@ def preregister_command(
     out: Path = typer.Option(..., "--out", "-o", help="The preregistration TOML to write."),
     corpus_path: Optional[Path] = CorpusOption,
     questions_path: Optional[Path] = QuestionsOption,
-    split: str = typer.Option("test", "--split", help="Split the run will ask (as explorer eval --split)."),
+    split: Optional[str] = typer.Option(None, "--split", help="Split the run will ask (as explorer eval --split; default test, all when the corpus has no splits)."),
+    split_of_values: Optional[List[str]] = SplitOfOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
     min_correct_abstentions: int = typer.Option(..., "--min-correct-abstentions", min=0, help="Pass only with at least this many abstentions on unanswerable questions."),
     max_false_abstentions: int = typer.Option(..., "--max-false-abstentions", min=0, help="Pass only with at most this many abstentions on answerable questions."),
-    comparison: Optional[str] = typer.Option(None, "--comparison", help="A run directory to Fisher-test against (relative to OUT's folder)."),
+    comparison: Optional[Path] = typer.Option(None, "--comparison", help="A finished run directory to Fisher-test against (as you would name it here)."),
     alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5, help="Significance level of the comparison."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
@@ -37,10 +38,14 @@ def preregister_command(
 
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it")
-    corpus = open_corpus(corpus_path, questions_path)
+    if comparison is not None:
+        comparison = comparison.resolve()  # stored absolute: the file may be read from anywhere
+        if not (comparison / "metrics.json").is_file():
+            raise UsageError(f"--comparison {comparison}: no metrics.json; name a finished run directory (explorer eval --out)")
+    corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
     questions = select_questions(corpus, split, limit)
     text = template(corpus.papers_sha256, questions_sha256(questions), len(questions), min_correct_abstentions,
-                    max_false_abstentions, comparison, alpha)
+                    max_false_abstentions, str(comparison) if comparison else None, alpha)
     with atomic_file(out) as handle:
         handle.write(text)
     typer.echo(f"preregistration written to {out} ({len(questions)} questions); run: explorer eval --preregistration {out} ...")
@@ -172,6 +177,7 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
 def report_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (self-contained, opens offline)."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
 ) -> None:
     """Write one self-contained HTML report of a run: metrics, plots, every episode with its steps and flags."""
     from evaluation.report import write_report
@@ -179,5 +185,7 @@ def report_command(
 
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; name the .html file to write")
+    if out.exists() and not force:
+        raise UsageError(f"{out}: already exists; pass --force to overwrite it, or name another file")
     write_report(load_run(run_dir), out)
     typer.echo(f"report written to {out}")

@@ -23,11 +23,22 @@ CORPUS_HELP = "Corpus file or directory (QASPER v0.3 JSON, Hugging Face qasper r
 CorpusOption = typer.Option(None, "--corpus", "-c", envvar="EXPLORER_CORPUS", help=CORPUS_HELP)
 QuestionsOption = typer.Option(None, "--questions", help="JSONL of questions that replaces the corpus's own.")
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
+SplitOfOption = typer.Option(None, "--split-of", help="FILE=SPLIT: the split of a corpus file's papers when its name does not say "
+                             "(QASPER's qasper-{train,dev,test}-v0.3.json and Hugging Face's train/validation/test files do). Repeatable.")
 
 
-def open_corpus(path: Optional[Path], questions: Optional[Path] = None) -> Corpus:
+def split_of(values: Optional[list[str]]) -> Optional[dict[str, str]]:
+    """--split-of FILE=SPLIT values as {resolved file: split}; None when none were given."""
+    from corpus.splits import parse_split_of
+
+    return parse_split_of(values) if values else None
+
+
+def open_corpus(path: Optional[Path], questions: Optional[Path] = None, splits: Optional[dict[str, str]] = None) -> Corpus:
     """The named corpus, or the demo corpus when none is named; load warnings go to stderr."""
-    corpus = generate(DemoConfig()) if path is None else load(path, questions)
+    if path is None and splits:
+        raise UsageError("--split-of names files of a --corpus; the demo corpus has its own splits")
+    corpus = generate(DemoConfig()) if path is None else load(path, questions, splits)
     if path is None and questions is not None:
         corpus = with_questions(corpus, questions)
     counts = corpus.warning_counts()
@@ -89,10 +100,28 @@ def freeze_loaded_state() -> None:
     gc.freeze()
 
 
-def select_questions(corpus, split: str, limit: int | None, recorded: list[str] | None = None) -> list:
-    """The questions a run asks, in corpus order: a split, those a replay recording holds, the first N."""
+def resolve_split(corpus, split: str | None, default: str) -> str:
+    """The split a command runs: the one given, else ``default`` - or all questions, said on
+    stderr, when no paper of the corpus says which split it belongs to."""
+    has_splits = any(paper.split is not None for paper in corpus.papers)
+    if split is None:
+        if has_splits:
+            return default
+        typer.echo(f"note: no paper of the corpus says which split it belongs to, so all {len(corpus.questions)} questions "
+                   "are used; state splits with --split-of FILE=SPLIT (QASPER's official file names need none)", err=True)
+        return "all"
     if split not in SPLITS:
         raise UsageError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+    if split != "all" and not has_splits:
+        raise UsageError(f"--split {split}: no paper of the corpus says which split it belongs to; use --split all, or state "
+                         "splits with --split-of FILE=SPLIT (QASPER's official qasper-{train,dev,test}-v0.3.json names need none)")
+    return split
+
+
+def select_questions(corpus, split: str | None, limit: int | None, recorded: list[str] | None = None, default: str = "test") -> list:
+    """The questions a run asks, in corpus order: a split (``resolve_split``), those a replay
+    recording holds, the first N."""
+    split = resolve_split(corpus, split, default)
     questions = list((corpus if split == "all" else corpus.split(split)).questions)
     if recorded is not None:
         wanted = set(recorded)

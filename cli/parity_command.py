@@ -15,6 +15,7 @@ def check_parity_command(
     tokenizer: Path = typer.Option(..., "--tokenizer", help="A model or tokenizer directory with tokenizer.json (Qwen3)."),
     data: Optional[Path] = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Also check that this model (directory or hub id) has the same tokenizer."),
+    require_served: bool = typer.Option(False, "--require-served", help="Fail on any step without a record of what it was served."),
 ) -> None:
     """Prove train/serve parity from what was recorded, not only from what is re-rendered.
 
@@ -30,23 +31,29 @@ def check_parity_command(
     from agent.writer import read_trajectories
 
     renderer = ChatRenderer.from_directory(tokenizer)
-    episodes = [t for path in trajectories for t in read_trajectories(path)]
+    files = {path: read_trajectories(path) for path in trajectories}
+    episodes = [t for found in files.values() for t in found]
     if not episodes:
         raise UsageError("the trajectory files hold no episodes")
     if model is not None:
         fingerprint = file_sha256(tokenizer_file(model))
         if fingerprint != renderer.fingerprint:
             _broken(f"{model}'s tokenizer ({fingerprint[:12]}) is not {tokenizer}'s ({renderer.fingerprint[:12]})")
-    served = 0
-    for trajectory in episodes:
-        mismatch = check_trajectory(trajectory, renderer)
-        if mismatch is not None:
-            _broken(str(mismatch))
-        served += sum(1 for step in trajectory.steps if step.served is not None)
+    for found in files.values():
+        # one run records every step or none: in a file where some did, a step without a record was stripped
+        recorded_run = require_served or any(step.served is not None for t in found for step in t.steps)
+        for trajectory in found:
+            mismatch = check_trajectory(trajectory, renderer, recorded_run)
+            if mismatch is not None:
+                _broken(str(mismatch))
     steps = sum(len(t.steps) for t in episodes)
+    served = sum(1 for t in episodes for step in t.steps if step.served is not None)
     examples = _check_data(data, episodes, renderer) if data is not None else 0
     checked = f", {examples} examples of {data}" if data is not None else ""
     typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served){checked}")
+    if served == 0:
+        typer.echo("warning: no step recorded what it was served, so only the re-rendering was checked; "
+                   "record it with --tokenizer (scripted, replay, sft teach) or a model policy", err=True)
 
 
 def _check_data(data: Path, episodes, renderer) -> int:
@@ -59,16 +66,27 @@ def _check_data(data: Path, episodes, renderer) -> int:
         raise UsageError(f"{data}: no build_report.json; name a directory written by explorer sft build")
     try:
         report = load_report(data)
-        examples = [e for name in ("train", "validation") for e in load_examples(data / f"{name}.jsonl")]
+        split = {name: load_examples(data / f"{name}.jsonl") for name in ("train", "validation")}
     except (ValidationError, FileNotFoundError) as error:
         raise UsageError(f"{data}: not a built dataset ({str(error).splitlines()[0]}); rebuild it with explorer sft build") from None
     mismatch = check_report(report, renderer, str(data))
     if mismatch is not None:
         _broken(str(mismatch))
-    by_id = {t.episode_id: t for t in episodes}
+    found = {name: len(examples) for name, examples in split.items()}
+    if found != {name: report.kept.get(name, 0) for name in found}:
+        _broken(f"{data}: holds {found} examples; its build report says {report.kept}")
+    by_id: dict[str, list] = {}
+    for trajectory in episodes:
+        by_id.setdefault(trajectory.episode_id, []).append(trajectory)
     train_thinking = bool(report.settings.get("train_thinking"))
+    seen = set()
+    examples = [example for examples in split.values() for example in examples]
     for example in examples:
-        mismatch = check_example(example, by_id.get(example.episode_id), renderer, train_thinking)
+        key = (example.episode_id, tuple(example.input_ids))
+        if key in seen:
+            _broken(f"example {example.episode_id}: appears twice in the data")
+        seen.add(key)
+        mismatch = check_example(example, by_id.get(example.episode_id, []), renderer, train_thinking)
         if mismatch is not None:
             _broken(str(mismatch))
     return len(examples)

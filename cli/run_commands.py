@@ -120,6 +120,9 @@ def run_command(
     )
     config = load_config(RunConfig, config_file, overrides)
     policy = make_policy(config.policy, config.episode.max_steps)
+    note = policy.preflight()
+    if note:
+        typer.echo(f"note: {note}", err=True)
     corpus = open_corpus(corpus_path)
     question = None
     if question_id is not None:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.errors import UsageError
-from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
+from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 
 sft_app = typer.Typer(help="Build supervised fine-tuning data from trajectories.", no_args_is_help=True)
 console = Console()
@@ -23,7 +23,8 @@ def teach_command(
     out: Path = typer.Option(..., "--out", "-o", help="Trajectories .jsonl to write (appended; a rerun finishes it)."),
     corpus_path: Optional[Path] = CorpusOption,
     questions_path: Optional[Path] = QuestionsOption,
-    split: str = typer.Option("train", "--split", help="Questions of which split: train, validation, test or all."),
+    split: Optional[str] = typer.Option(None, "--split", help="Questions of which split: train, validation, test or all (default train; all when the corpus has no splits)."),
+    split_of_values: Optional[List[str]] = SplitOfOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     direct: bool = typer.Option(False, "--direct", help="Submit the gold answer as the first action (reproduces the shortcut)."),
     thinking: bool = typer.Option(False, "--thinking", help="Write each action's reasoning as a Qwen3 think block (thinking-mode data)."),
@@ -39,8 +40,8 @@ def teach_command(
 
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; name the trajectories .jsonl file to write")
-    corpus = open_corpus(corpus_path, questions_path)
-    questions = select_questions(corpus, split, limit)
+    corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
+    questions = select_questions(corpus, split, limit, default="train")
     teacher = Teacher(corpus, direct=direct, thinking=thinking)
     if tokenizer is not None:
         from agent.renderer import ChatRenderer
@@ -72,6 +73,7 @@ def build_command(
     overflow: str = typer.Option("drop", "--overflow", help="Longer examples: drop, or split (keep the whole turns that fit)."),
     validation_share: float = typer.Option(0.2, "--validation-share", min=0.0, max=0.9, help="Share of papers held out for validation."),
     evaluation_split: str = typer.Option("test", "--evaluation-split", help="Split kept out of training entirely (none to disable)."),
+    split_of_values: Optional[List[str]] = SplitOfOption,
     train_thinking: bool = typer.Option(False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."),
     allow_parity_mismatch: bool = typer.Option(False, "--allow-parity-mismatch", help="Build even when a trajectory fails the parity check (recorded in the report)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
@@ -93,7 +95,7 @@ def build_command(
     if (out / "build_report.json").exists() and not force:
         raise UsageError(f"{out}: already holds a built dataset; pass --force to rebuild it")
     renderer = ChatRenderer.from_directory(tokenizer)
-    corpus = open_corpus(corpus_path, questions_path)
+    corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
     found = [t for path in trajectories for t in read_trajectories(path)]
     if not found:
         raise UsageError("the trajectory files hold no episodes")
@@ -199,6 +201,7 @@ def train_command(
     out: Optional[Path] = typer.Option(None, "--out", "-o", help="Directory for checkpoints, validation.jsonl and training_summary.json."),
     config_file: Optional[Path] = typer.Option(None, "--config", help="TOML with any TrainConfig field (the command line wins)."),
     corpus_path: Optional[Path] = CorpusOption,
+    split_of_values: Optional[List[str]] = SplitOfOption,
     epochs: Optional[float] = typer.Option(None, "--epochs", min=0.01),
     max_steps: Optional[int] = typer.Option(None, "--max-steps", min=1),
     learning_rate: Optional[float] = typer.Option(None, "--learning-rate"),
@@ -243,7 +246,7 @@ def train_command(
     require_llm_extra()
     from sft.train import train
 
-    corpus = open_corpus(corpus_path)
+    corpus = open_corpus(corpus_path, splits=split_of(split_of_values))
     summary = train(config, data, out, corpus, log=console.print, resume=resume)
     print_training_summary(summary, out)
 

@@ -26,6 +26,7 @@ from corpus.collection import Corpus
 from corpus.errors import CorpusError, LoadWarning, from_validation_error, where
 from corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
 from corpus.schema import Items, Paper, Question, Record
+from corpus.splits import ALIASES, SPLITS, split_from_name
 
 SCHEMA_VERSION = 1
 FIGURE_EVIDENCE_PREFIX = "FLOAT SELECTED"
@@ -174,11 +175,13 @@ def corpus_files(path: Path) -> list[Path]:
     return files
 
 
-def load(path: str | os.PathLike, questions: str | os.PathLike | None = None) -> Corpus:
+def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, split_of: dict[str, str] | None = None) -> Corpus:
     """Load a corpus file or directory; ``questions`` optionally replaces its questions.
 
     ``questions`` is a JSONL file of questions (one ``corpus.Question`` per line, as written by
-    ``write_questions``); each must name a paper of the corpus.
+    ``write_questions``); each must name a paper of the corpus. ``split_of`` states the split of
+    the papers of some files ({resolved path: split}); otherwise a paper without its own split
+    takes the one its file's name states (``corpus.splits``).
     """
     path = Path(path)
     if not path.exists():
@@ -188,9 +191,18 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None) ->
     papers: list[Paper] = []
     all_questions: list[tuple[str, Question]] = []
     first_seen: dict[str, str] = {}
-    for file in corpus_files(path):
+    stated = dict(split_of or {})
+    files = corpus_files(path)
+    unknown = set(stated) - {str(file.resolve()) for file in files}
+    if unknown:
+        raise CorpusError(f"--split-of names {sorted(unknown)[0]}, which is not a file of the corpus {path}")
+    for file in files:
+        named = split_from_name(file)
         for line, key, raw in _records(file):
             paper, paper_questions = _paper_from_record(file, line, key, raw)
+            split = stated.get(str(file.resolve())) or paper.split or _row_split(raw) or named
+            if split != paper.split:
+                paper = paper.model_copy(update={"split": split})
             place = where(str(file), line, paper.id)
             if paper.id in first_seen:
                 raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); each paper may appear once")
@@ -203,6 +215,15 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None) ->
     if questions is not None:
         all_questions = list(_question_lines(Path(questions)))
     return _assemble(papers, all_questions, sources=tuple(str(p) for p in corpus_files(path)))
+
+
+def _row_split(raw: object) -> str | None:
+    """A Hugging Face row's ``split`` column, when an export kept one."""
+    value = raw.get("split") if isinstance(raw, dict) else None
+    if isinstance(value, str):
+        value = ALIASES.get(value.lower(), value.lower())
+        return value if value in SPLITS else None
+    return None
 
 
 def with_questions(corpus: Corpus, questions: str | os.PathLike) -> Corpus:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evaluation.errors import EvaluationError
 from evaluation.records import AbstentionTable, MeanInterval
-from evaluation.scoring import EpisodeScore
+from evaluation.scoring import EpisodeScore, abstention_table
 from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
 from evaluation.summary import Run
 
@@ -121,14 +121,6 @@ def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
                                   "compare needs one episode per question")
         scored[score.question_id] = score
     return scored
-
-
-def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
-    """Gold x decision, counted as ``run_metrics`` counts it for metrics.json."""
-    table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
-    for score in scores:
-        table["answerable" if score.answerable else "unanswerable"]["abstained" if score.abstained else "answered"] += 1
-    return AbstentionTable.model_validate(table)
 
 
 def mcnemar(outcome: str, yes_a: list[bool], yes_b: list[bool]) -> McNemarTest:

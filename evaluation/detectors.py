@@ -17,6 +17,7 @@ from tools.page import tool_page
 
 RESEARCH_TOOLS = {"search", "read", "extract"}
 ENDING_TOOLS = {"submit", "abstain"}
+ENDING_STATUSES = ("submitted", "abstained")
 POLAR = {"yes", "no"}
 SHORTCUT_COLLAPSE_RATE = 0.5  # the run-level verdict when this share of episodes submits at once
 
@@ -156,6 +157,14 @@ def unobserved_evidence(trajectory: Trajectory, gold: Question | None) -> list[F
     return flags
 
 
+def no_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """The episode ended without a submit or an abstain (step limit, context limit, policy error)."""
+    if trajectory.outcome.status in ENDING_STATUSES:
+        return []
+    return [Flag("no_answer", len(trajectory.steps) - 1 if trajectory.steps else None,
+                 f"{trajectory.outcome.status}: {trajectory.outcome.reason or ''}")]
+
+
 def false_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     if gold is not None and gold.answerable and trajectory.outcome.status == "abstained":
         return [Flag("false_abstention", len(trajectory.steps) - 1, trajectory.outcome.reason or "")]
@@ -171,7 +180,8 @@ def missed_abstention(trajectory: Trajectory, gold: Question | None) -> list[Fla
 DETECTORS: dict[str, Detector] = {
     detector.__name__: detector for detector in (
         direct_submit, no_tool_use, placeholder_answer, repeated_prompt, repeated_actions, step_limit, format_errors,
-        consecutive_tool_errors, hit_generation_cap, ungrounded_answer, unobserved_evidence, false_abstention, missed_abstention,
+        consecutive_tool_errors, hit_generation_cap, ungrounded_answer, unobserved_evidence, no_answer, false_abstention,
+        missed_abstention,
     )
 }
 

@@ -89,7 +89,7 @@ def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, Abstent
     """The comparison run's directory and abstention table; one clear line when it has none
     (checked before a run starts, so a missing comparison fails before the episodes, not after)."""
     assert prereg.comparison is not None
-    other_dir = (path.parent / prereg.comparison.run).resolve()
+    other_dir = (path.parent / prereg.comparison.run).resolve()  # absolute as preregister writes it; older files: beside the TOML
     try:
         return other_dir, AbstentionTable.model_validate(json.loads((other_dir / "metrics.json").read_text())["abstention"])
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValidationError):

@@ -10,12 +10,20 @@ class Record(BaseModel):
 
 
 class AbstentionRow(Record):
-    answered: int = 0
+    answered: int = 0  # submitted an answer
     abstained: int = 0
+    # ended without either: not decisions, so never counted as answered (nor in Fisher or McNemar tables)
+    step_limit: int = 0
+    context_limit: int = 0
+    policy_error: int = 0
+
+    def no_answer(self) -> int:
+        return self.step_limit + self.context_limit + self.policy_error
 
 
 class AbstentionTable(Record):
-    """Gold (answerable or not) against what the policy did (answered or abstained)."""
+    """Gold (answerable or not) against how the episode ended: answered, abstained, or neither
+    (step limit, context limit, policy error - their own columns)."""
 
     answerable: AbstentionRow = Field(default_factory=AbstentionRow)
     unanswerable: AbstentionRow = Field(default_factory=AbstentionRow)
@@ -75,8 +83,9 @@ class RunMetrics(Record):
     answer_f1_ci95: MeanInterval
     exact_match: float | None
     sub_exact_match: float | None
-    evidence_f1: float | None
+    evidence_f1: float | None  # QASPER's official rule: empty predicted and gold evidence count 1.0
     evidence_f1_text_only: float | None
+    evidence_f1_strict: float | None = None  # ours: an episode that never submitted nor abstained earns 0, not that 1.0
     answer_f1_by_type: dict[str, float]
     abstention: AbstentionTable
     false_abstention_rate: float | None

@@ -66,12 +66,13 @@ def report_html(run: Run) -> str:
     ]
     headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
                 ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
-                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("false_abstention_rate", metrics.false_abstention_rate),
+                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict), ("false_abstention_rate", metrics.false_abstention_rate),
                 ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
                 ("mean_tool_calls", metrics.mean_tool_calls)]
     rows = "".join(f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
                    for name, value in headline)
-    abstention = "".join(f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td></tr>"
+    abstention = "".join(f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td>"
+                         f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
                          for row, counts in metrics.abstention.rows())
     verdict = metrics.verdict
     policy = run.manifest.get("config", {}).get("policy", {}).get("name", "?")
@@ -119,7 +120,7 @@ pre {{ white-space: pre-wrap; word-break: break-word; background: #f7f8fa; paddi
 <main>
 <section>
 <h2>Metrics</h2><table id="metrics">{rows}</table>
-<h2>Abstention</h2><table id="abstention"><tr><th>gold \\ policy</th><th>answered</th><th>abstained</th></tr>{abstention}</table>
+<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th></tr>{abstention}</table>
 <h2>Plots</h2>{plots}
 <h2>Episodes</h2>
 <label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>

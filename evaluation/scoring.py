@@ -17,7 +17,7 @@ from evaluation.answers import (
     sub_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
-from evaluation.records import RunMetrics
+from evaluation.records import AbstentionTable, RunMetrics
 from evaluation.stats import bootstrap_mean_ci
 
 
@@ -58,6 +58,7 @@ class EpisodeScore(BaseModel):
     sub_exact_match: float | None = None
     evidence_f1: float | None = None
     evidence_f1_text_only: float | None = None
+    evidence_f1_strict: float | None = None  # 0 for an episode that ended without submitting or abstaining
     abstained: bool | None = None
 
     @property
@@ -81,6 +82,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,
             "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
+            "evidence_f1_strict": evidence_f1 if trajectory.outcome.status in ENDED_BY_POLICY else 0.0,
             "abstained": trajectory.outcome.status == "abstained",
         }
     return EpisodeScore(
@@ -92,20 +94,35 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
     )
 
 
+ENDED_BY_POLICY = ("submitted", "abstained")
+
+
+def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
+    """Gold answerable or not, against how each scored episode ended."""
+    table = AbstentionTable()
+    for score in scores:
+        if not score.scored:
+            continue
+        row = table.answerable if score.answerable else table.unanswerable
+        column = {"submitted": "answered", "abstained": "abstained"}.get(score.status, score.status)
+        setattr(row, column, getattr(row, column) + 1)
+    return table
+
+
 def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> RunMetrics:
     scored = [s for s in scores if s.scored]
-    table = {"answerable": {"answered": 0, "abstained": 0}, "unanswerable": {"answered": 0, "abstained": 0}}
+    table = abstention_table(scores)
     by_type: dict[str, list[float]] = defaultdict(list)
     for s in scored:
-        table["answerable" if s.answerable else "unanswerable"]["abstained" if s.abstained else "answered"] += 1
         by_type[s.type].append(s.answer_f1)
 
     def mean(values: list[float]) -> float | None:
         return fmean(values) if values else None
 
     def rate(row: str, column: str) -> float | None:
-        total = sum(table[row].values())
-        return table[row][column] / total if total else None
+        counts = getattr(table, row)
+        total = counts.answered + counts.abstained + counts.no_answer()
+        return getattr(counts, column) / total if total else None
 
     rates = detector_rates([s.flags for s in scores])
     return RunMetrics.model_validate({
@@ -117,6 +134,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         "sub_exact_match": mean([s.sub_exact_match for s in scored]),
         "evidence_f1": mean([s.evidence_f1 for s in scored]),
         "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
+        "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
         "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
         "abstention": table,
         "false_abstention_rate": rate("answerable", "abstained"),

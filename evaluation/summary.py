@@ -55,11 +55,14 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+NO_ANSWER = ("step_limit", "context_limit", "policy_error")
+
+
 def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
     table = Table("metric", "value", title=str(out) if out else "metrics")
     headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
                 ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
-                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("false_abstention_rate", metrics.false_abstention_rate),
+                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict), ("false_abstention_rate", metrics.false_abstention_rate),
                 ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
                 ("mean_tool_calls", metrics.mean_tool_calls)]
     ci = metrics.answer_f1_ci95
@@ -74,10 +77,18 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         if name != "questions":
             table.add_row(f"search {name}", _shown(value))
     console.print(table)
-    abstention = Table("gold \\ policy", "answered", "abstained", title="abstention")
+    abstention = Table("gold \\ ended", "answered", "abstained", *NO_ANSWER, title="how episodes ended")
     for row, counts in metrics.abstention.rows():
-        abstention.add_row(row, str(counts.answered), str(counts.abstained))
+        abstention.add_row(row, str(counts.answered), str(counts.abstained), *(str(getattr(counts, n)) for n in NO_ANSWER))
     console.print(abstention)
+    unanswered = sum(counts.no_answer() for _, counts in metrics.abstention.rows())
+    if unanswered:
+        console.print(f"[yellow]{unanswered} episodes ended without answering or abstaining (flagged no_answer): "
+                      "counted in neither column of the abstention tests[/yellow]")
+    if metrics.evidence_f1_strict is not None and metrics.evidence_f1 is not None and metrics.evidence_f1_strict != metrics.evidence_f1:
+        console.print(f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
+                      f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
+                      "answered score 0 (evidence_f1_strict)")
     rates = {name: rate for name, rate in metrics.detector_rates.items() if rate}
     if rates:
         detectors = Table("detector", "episodes flagged", title="behaviour")

@@ -31,7 +31,7 @@ def test_preregistered_eval_reports_the_rule_and_fisher(runs):
     directory, corpus = runs
     prereg = directory / "prereg.toml"
     done = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
-                   "--min-correct-abstentions", "7", "--max-false-abstentions", "4", "--comparison", "base")
+                   "--min-correct-abstentions", "7", "--max-false-abstentions", "4", "--comparison", "base", cwd=directory)
     assert done.returncode == 0, done.stderr
     run = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted"),
                   "--preregistration", str(prereg), env={"COLUMNS": "200"})
@@ -102,3 +102,29 @@ def test_odd_files_where_a_run_or_config_should_be_are_one_line(runs, tmp_path):
     (tmp_path / "empty-train" / "x").write_text("")
     resume = run_cli("train", "--data", str(directory), "--out", str(tmp_path / "empty-train"), "--resume")
     assert resume.returncode == 2 and "Traceback" not in resume.stderr
+
+
+def test_a_failed_preregistered_rule_exits_1_and_paths_are_checked_when_written(runs, tmp_path):
+    directory, corpus = runs
+    prereg = tmp_path / "strict.toml"
+    missing = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
+                      "--min-correct-abstentions", "1", "--max-false-abstentions", "0", "--comparison", "base")
+    assert missing.returncode == 2 and "no metrics.json" in missing.stderr and not prereg.exists()  # "base" is not in the cwd
+    written = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
+                      "--min-correct-abstentions", "40", "--max-false-abstentions", "0", "--comparison", str(directory / "base"))
+    assert written.returncode == 0, written.stderr
+    run = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--policy", "direct-submit",
+                  "--out", str(tmp_path / "run"), "--preregistration", str(prereg))
+    errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]  # the rest is the progress bar
+    assert run.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: the preregistered rule") and "FAILED" in errors[0]
+    assert not json.loads((tmp_path / "run" / "metrics.json").read_text())["preregistration"]["pass"]  # the run is kept whole
+
+
+def test_report_never_overwrites_without_force(runs, tmp_path):
+    directory, _ = runs
+    target = tmp_path / "metrics.json"
+    target.write_text("{}")
+    refused = run_cli("report", str(directory / "base"), "-o", str(target))
+    assert refused.returncode == 2 and "--force" in refused.stderr and target.read_text() == "{}"
+    forced = run_cli("report", str(directory / "base"), "-o", str(target), "--force")
+    assert forced.returncode == 0 and target.read_text().lstrip().startswith("<!")

@@ -51,6 +51,12 @@ class Policy(ABC):
     def start(self, episode: EpisodeStart) -> None:
         self.episode = episode
 
+    def preflight(self) -> str | None:
+        """Before the first episode of a run: raise AgentError if the policy cannot work at all
+        (a server that is down or serves another model), so a run fails once, not per episode;
+        return a note when something could not be checked."""
+        return None
+
     @abstractmethod
     def act(self, messages: list[dict[str, str]]) -> Reply: ...
 

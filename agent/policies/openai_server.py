@@ -68,6 +68,28 @@ class OpenAIPolicy(Policy):
             "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
 
+    def preflight(self) -> str | None:
+        """GET /v1/models once: a server that does not answer, or serves no model of our name, stops
+        the run here. A server without that endpoint (404, 405, 501) is let through, and said."""
+        url = self.url.removesuffix("/completions") + "/models"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.api_key}"})
+        try:
+            with urllib.request.urlopen(request, timeout=min(self.timeout, 30)) as answer:
+                listing = json.loads(answer.read())
+        except urllib.error.HTTPError as error:
+            if error.code in (404, 405, 501):
+                return f"{url} answered HTTP {error.code}, so the served model's name was not checked"
+            raise AgentError(f"--base-url: {url} answered HTTP {error.code}; check the URL and the API key") from None
+        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
+            raise AgentError(f"--base-url: no server answers at {url} ({getattr(error, 'reason', error)}); start it or fix the URL") from None
+        except ValueError:
+            raise AgentError(f"--base-url: {url} did not answer JSON; is it an OpenAI-compatible server?") from None
+        models = [item.get("id") for item in listing.get("data", []) if isinstance(item, dict)] if isinstance(listing, dict) else []
+        if self.model not in models:
+            raise AgentError(f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
+                             "pass one of those (vLLM: the --served-model-name)")
+        return None
+
     def act(self, messages: list[dict[str, str]]) -> Reply:
         prompt = self.renderer.prompt(messages, thinking=self.thinking)
         new_tokens = self.max_new_tokens + (self.thinking_budget if self.thinking else 0)

@@ -26,13 +26,24 @@ SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
 
 class FakeServer:
-    """Answers /v1/completions from a list of (status, body) and records each request body."""
+    """Answers /v1/completions from a list of (status, body) and records each request body;
+    /v1/models lists ``models`` (None: the server has no such endpoint)."""
 
-    def __init__(self):
-        self.answers, self.requests = [], []
+    def __init__(self, models: list[str] | None = None):
+        self.answers, self.requests, self.models = [], [], models
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if fake.models is None:
+                    self.send_error(501)
+                    return
+                data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append({"path": self.path, **body})

@@ -144,12 +144,22 @@ def test_recorded_ids_show_the_first_differing_token(qwen3_tokenizer, small_demo
     trajectory = runner.run(question.text, question)
     assert trajectory.steps[1].served.ids.keep > 0  # stored as a change from the step before
     data = json.loads(trajectory.model_dump_json())
-    data["steps"][0]["action_text"] += " "
+    data["steps"][0]["observation"] = data["steps"][0]["observation"].replace("a", "b", 1)
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(data) + "\n")
     done = check("-t", str(path), "--tokenizer", str(qwen3_tokenizer))
     assert done.returncode == 1 and "the served prompt differs from the training sequence at token" in done.stderr
     assert "served:" in done.stderr and "trained:" in done.stderr
+    data = json.loads(trajectory.model_dump_json())
+    data["steps"][-1]["action_text"] = data["steps"][-1]["action_text"].replace("submit", "abstain")  # the last action is never served again
+    path.write_text(json.dumps(data) + "\n")
+    altered = check("-t", str(path), "--tokenizer", str(qwen3_tokenizer))
+    assert altered.returncode == 1 and "differs from what the policy wrote back" in altered.stderr
+    data = json.loads(trajectory.model_dump_json())
+    data["steps"][1]["served"] = None  # a record stripped from a run that kept them
+    path.write_text(json.dumps(data) + "\n")
+    stripped = check("-t", str(path), "--tokenizer", str(qwen3_tokenizer))
+    assert stripped.returncode == 1 and "no record of what this step was served" in stripped.stderr
 
 
 def test_data_built_with_another_tokenizer_or_edited_is_caught(taught, qwen3_tokenizer, tiny_tokenizer, tmp_path):

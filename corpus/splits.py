@@ -1,0 +1,46 @@
+"""Which split a corpus file's papers belong to, when the papers do not say.
+
+QASPER's official files are ``qasper-{train,dev,test}-v0.3.json`` (dev is our ``validation``);
+files exported from the Hugging Face ``allenai/qasper`` dataset are named after their split
+(``train.jsonl``, ``validation-00000-of-00001.json``, ``test.json``); nothing looser, so that
+``test_results.json`` is not taken for a test split. A user states what a name
+does not say with ``--split-of FILE=SPLIT``. A paper's own ``split`` field (our JSONL, or a
+``split`` column in Hugging Face rows) wins over the file name; a stated split wins over both.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import get_args
+
+from corpus.errors import CorpusError
+from corpus.schema import Split
+
+SPLITS: tuple[str, ...] = get_args(Split)
+ALIASES = {"dev": "validation", "val": "validation", "valid": "validation"}
+OFFICIAL = re.compile(r"qasper-(train|dev|test)-v\d", re.IGNORECASE)
+BY_NAME = re.compile(r"^(train|validation|valid|val|dev|test)(?:-\d{5}-of-\d{5})?\.jsonl?$", re.IGNORECASE)
+
+
+def split_from_name(file: Path) -> str | None:
+    """The split a file's name states (QASPER's official names, Hugging Face's), or None."""
+    found = OFFICIAL.search(file.name) or BY_NAME.match(file.name)
+    if found is None:
+        return None
+    word = found.group(1).lower()
+    return ALIASES.get(word, word)
+
+
+def parse_split_of(values: list[str]) -> dict[str, str]:
+    """``FILE=SPLIT`` pairs (``--split-of``) as {file path: split}; one clear line when malformed."""
+    stated = {}
+    for value in values:
+        file, sep, split = value.rpartition("=")
+        split = ALIASES.get(split.strip().lower(), split.strip().lower())
+        if not sep or not file:
+            raise CorpusError(f"--split-of {value!r}: write FILE=SPLIT, e.g. --split-of my-papers.json=test")
+        if split not in SPLITS:
+            raise CorpusError(f"--split-of {value!r}: unknown split {split!r}; choose one of {', '.join(SPLITS)} (dev means validation)")
+        stated[str(Path(file).resolve())] = split
+    return stated
