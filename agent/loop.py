@@ -62,6 +62,7 @@ def run_episode(
     steps: list[Step] = []
     outcome: Outcome | None = None
     last_prompt: list[int] | None = None
+    failed_retries = 0
     try:
         policy.start(EpisodeStart(seed=config.seed, question=question, question_id=question_id))
     except PolicyError as error:
@@ -82,6 +83,7 @@ def run_episode(
             break
         except PolicyError as error:
             outcome = Outcome(status="policy_error", reason=str(error))
+            failed_retries = error.retries
             break
         except Exception as error:  # a policy's own bug ends this episode, not the run
             outcome = Outcome(status="policy_error", reason=f"{type(error).__name__}: {error}")
@@ -113,7 +115,7 @@ def run_episode(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
         policy=PolicyInfo(name=policy.name, settings=policy.settings()), config=config, steps=steps,
-        outcome=outcome, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
+        outcome=outcome, failed_request_retries=failed_retries, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
         seconds=time.perf_counter() - started,
     )
 

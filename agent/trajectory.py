@@ -144,6 +144,7 @@ class Trajectory(Record):
     config: EpisodeConfig
     steps: list[Step]
     outcome: Outcome
+    failed_request_retries: int = 0  # policy_error: the failed request's retries (a step's own are in its generation)
     hashes: Hashes
     # Which sandbox layers held, as the host verified them: "seccomp[+netns][+uid-drop]" or
     # "language-only" (tools.sandbox); None only in schema-version-1 files, which did not record it.

@@ -151,7 +151,7 @@ def model_metrics(trajectories: list[Trajectory]) -> dict:
     """What the server or the generation cap did to the run (model policies)."""
     generations = [step.generation for t in trajectories for step in t.steps if step.generation is not None]
     return {
-        "api_retries": sum(g.api_retries for g in generations),
+        "api_retries": sum(g.api_retries for g in generations) + sum(t.failed_request_retries for t in trajectories),
         "parity_warnings": sum(1 for g in generations if g.parity_warning),
         "hit_cap_steps": sum(1 for g in generations if g.hit_cap),
     }

@@ -31,7 +31,12 @@ class Reply:
 
 
 class PolicyError(Exception):
-    """The policy could not produce an action; the episode ends with status policy_error."""
+    """The policy could not produce an action; the episode ends with status policy_error.
+    ``retries``: requests retried before giving up (counted in the run's api_retries)."""
+
+    def __init__(self, message: str, retries: int = 0) -> None:
+        super().__init__(message)
+        self.retries = retries
 
 
 class ContextExceeded(Exception):

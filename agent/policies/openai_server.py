@@ -172,4 +172,4 @@ class OpenAIPolicy(Policy):
                 last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"  # incl. a truncated answer
             except ValueError:  # not JSON, or not UTF-8
                 last_error = "the answer was not JSON"
-        raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}")
+        raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}", retries=attempt)

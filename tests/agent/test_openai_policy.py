@@ -123,6 +123,7 @@ def test_a_request_that_keeps_failing_ends_the_episode_as_policy_error(server, s
     server.answers = [(500, {"error": "down"})] * 3
     trajectory = episode(small_demo, index, server, tiny_tokenizer)
     assert trajectory.outcome.status == "policy_error" and "after 3 attempt(s)" in trajectory.outcome.reason
+    assert trajectory.failed_request_retries == 2  # counted in the run's api_retries, not lost with the step
     server.answers, server.requests = [(400, {"error": "bad request"})], []
     refused = episode(small_demo, index, server, tiny_tokenizer)
     assert refused.outcome.status == "policy_error" and len(server.requests) == 1  # a 400 is not retried
