@@ -53,9 +53,13 @@ class PolicyConfig(Config):
     max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit
     base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
     tokenizer: Path | None = None  # openai: the served model's tokenizer; other policies: record the prompts it would serve
-    prompt_format: Literal["ids", "text"] = "ids"  # openai: token ids (vLLM) or text
+    api: Literal["completions", "chat"] = "completions"  # openai: /v1/completions (ours renders), or /v1/chat/completions (a teacher)
+    prompt_format: Literal["ids", "text"] = "ids"  # openai completions: token ids (vLLM) or text
     timeout: float = Field(120.0, ge=1, allow_inf_nan=False)  # openai: seconds per request
     retries: int = Field(4, ge=0)  # openai: retries with backoff on 429/5xx and network errors
+    temperature: float = Field(0.0, ge=0, le=10, allow_inf_nan=False)  # hf/openai: 0 is greedy (the default)
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)  # hf/openai: nucleus sampling (1: off)
+    top_k: int = Field(0, ge=0)  # hf/openai: sample among the k likeliest tokens (0: off)
     thinking: bool = False  # hf/openai: Qwen3 thinking mode (the model writes a think block before its action)
     thinking_budget: int = Field(1024, ge=1)  # hf/openai: tokens a think block may take
 

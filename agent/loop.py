@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import uuid
 from datetime import datetime, timezone
@@ -52,6 +53,7 @@ def run_episode(
     question_id: str | None = None,
     paper_id: str | None = None,
     episode_id: str | None = None,
+    sample: int = 0,
     on_step: Callable[[Step], None] | None = None,
 ) -> Trajectory:
     """One episode in ``sandbox`` (a fresh one per episode: no state may carry over)."""
@@ -62,9 +64,10 @@ def run_episode(
     steps: list[Step] = []
     outcome: Outcome | None = None
     last_prompt: list[int] | None = None
+    seed = episode_seed(config.seed, question_id or question, sample)
     failed_retries = 0
     try:
-        policy.start(EpisodeStart(seed=config.seed, question=question, question_id=question_id))
+        policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample))
     except PolicyError as error:
         outcome = Outcome(status="policy_error", reason=str(error))
     while outcome is None:
@@ -115,9 +118,16 @@ def run_episode(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
         policy=PolicyInfo(name=policy.name, settings=policy.settings()), config=config, steps=steps,
-        outcome=outcome, failed_request_retries=failed_retries, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
+        outcome=outcome, sample=sample, episode_seed=seed, failed_request_retries=failed_retries, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
         seconds=time.perf_counter() - started,
     )
+
+
+def episode_seed(run_seed: int, question: str, sample: int) -> int:
+    """The seed an episode's policy gets: fixed by the run's seed, the question and the sample
+    number, so that a config gives the same trajectories in any order, on any worker."""
+    digest = hashlib.sha256(f"{run_seed}:{question}:{sample}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
 
 
 def _served(policy: Policy, reply, messages: list[dict[str, str]], config: EpisodeConfig,

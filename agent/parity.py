@@ -46,7 +46,7 @@ def differing(where: str, what: str, served: list[int], trained: list[int], rend
                     renderer.decode(trained[start:position + CONTEXT_TOKENS]))
 
 
-MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt
+MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt (a chat teacher: with --tokenizer)
 
 
 def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_served: bool = False) -> Mismatch | None:
@@ -54,7 +54,8 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
     ``require_served``: a step without a record of what it was served fails too (otherwise
     only where the record must exist: a model policy's steps, or beside steps that have one)."""
     recorded = [step.served is not None for step in trajectory.steps]
-    must = require_served or any(recorded) or (trajectory.schema_version >= 3 and trajectory.policy.name in MODEL_POLICIES)
+    served_by_us = trajectory.policy.name in MODEL_POLICIES and trajectory.policy.settings.get("api") != "chat"
+    must = require_served or any(recorded) or (trajectory.schema_version >= 3 and served_by_us)
     if must and not all(recorded):
         step = trajectory.steps[recorded.index(False)]
         return Mismatch(f"episode {trajectory.episode_id} step {step.index + 1}", "no record of what this step was served "
@@ -93,7 +94,7 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
     generation, served = step.generation, step.served
     if generation is not None and generation.parity_warning is not None:
         return Mismatch(where, f"a parity warning was recorded at serving time: {generation.parity_warning!r}")
-    if generation is not None and generation.prompt_tokens != len(prompt):
+    if generation is not None and generation.prompt_tokens is not None and generation.prompt_tokens != len(prompt):
         return Mismatch(where, f"the policy recorded a prompt of {generation.prompt_tokens} tokens; the renderer builds {len(prompt)}")
     if generation is not None and generation.server_prompt_tokens is not None and generation.server_prompt_tokens != len(prompt):
         return Mismatch(where, f"the server counted {generation.server_prompt_tokens} prompt tokens; the renderer builds {len(prompt)}")

@@ -20,10 +20,10 @@ def sandbox_isolation(corpus: Corpus, index: BM25Index, config: EpisodeConfig) -
         return sandbox.isolation or "language-only"
 
 
-def episode_id(policy: str, question_id: str | None, question: str) -> str:
-    """Deterministic: the same question and policy give the same id in every run."""
+def episode_id(policy: str, question_id: str | None, question: str, sample: int = 0) -> str:
+    """Deterministic: the same question, policy and sample number give the same id in every run."""
     key = question_id or "q-" + hashlib.sha256(question.encode()).hexdigest()[:12]
-    return f"{key}:{policy}"
+    return f"{key}:{policy}" + (f"#{sample}" if sample else "")
 
 
 @dataclass
@@ -37,11 +37,13 @@ class EpisodeRunner:
         self.hashes = corpus_hashes(self.corpus)
         self.limits = sandbox_limits(self.config)
 
-    def run(self, text: str, question: Question | None = None, on_step: Callable[[Step], None] | None = None) -> Trajectory:
+    def run(self, text: str, question: Question | None = None, on_step: Callable[[Step], None] | None = None,
+            sample: int = 0) -> Trajectory:
+        """One episode; ``sample`` numbers a question's attempts (each gets its own seed and id)."""
         question_id = question.id if question else None
         with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
             return run_episode(
                 text, self.policy, sandbox, self.config, self.hashes,
                 question_id=question_id, paper_id=question.paper_id if question else None,
-                episode_id=episode_id(self.policy.name, question_id, text), on_step=on_step,
+                episode_id=episode_id(self.policy.name, question_id, text, sample), sample=sample, on_step=on_step,
             )

@@ -26,7 +26,10 @@ class Sparse(Record):
 class Generation(Sparse):
     """One model step: its token counts, how it ended, what the server did (hf and openai policies)."""
 
-    prompt_tokens: int  # the renderer's prompt, as sent
+    prompt_tokens: int | None = None  # the renderer's prompt, as sent (None: a chat API, sent messages)
+    api: str | None = None  # openai: "chat" for /v1/chat/completions (else the token or text completions API)
+    usage_prompt_tokens: int | None = None  # chat: the API's count of the prompt, in the teacher's own tokens
+    cut_chars: int | None = None  # chat: characters after the first python block, cut (one action per turn)
     cached_tokens: int | None = None  # hf: prompt tokens the KV cache already held
     prefill_tokens: int | None = None  # hf: prompt tokens encoded for this step
     cache_cut_tokens: int | None = None  # hf: cached tokens dropped because the prompt diverged from them
@@ -144,6 +147,8 @@ class Trajectory(Record):
     config: EpisodeConfig
     steps: list[Step]
     outcome: Outcome
+    sample: int = 0  # which of the question's attempts (explorer eval --samples K)
+    episode_seed: int | None = None  # the seed the policy got (None in files written before it was recorded)
     failed_request_retries: int = 0  # policy_error: the failed request's retries (a step's own are in its generation)
     hashes: Hashes
     # Which sandbox layers held, as the host verified them: "seccomp[+netns][+uid-drop]" or

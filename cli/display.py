@@ -53,7 +53,7 @@ def print_step(console: Console, step: Step) -> None:
         parts.append(Text(f"tools: {calls}", style="cyan"))
     if step.generation:
         g = step.generation
-        tokens = f"tokens: prompt {g.prompt_tokens}"
+        tokens = f"tokens: prompt {g.prompt_tokens}" if g.prompt_tokens is not None else f"chat API: prompt {g.usage_prompt_tokens} (its tokens)"
         if g.prefill_tokens is not None:
             tokens += f", prefilled {g.prefill_tokens} (cached {g.cached_tokens})"
         tokens += f", generated {g.generated_tokens}" + (" - hit the cap" if g.hit_cap else "")

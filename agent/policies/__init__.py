@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from agent.config import POLICY_NAMES, PolicyConfig
 from agent.errors import AgentError
-from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError, Reply
+from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError, Reply, Sampling
 from agent.policies.baselines import DirectSubmit, ReadAll, SingleShotRag
 from agent.policies.replay import Replay
 from agent.policies.scripted import Scripted
@@ -30,6 +30,8 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         raise AgentError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
     if config.thinking and name not in MODEL_POLICIES:
         raise AgentError(f"--thinking is for --policy hf or openai, not {name!r}")
+    if (config.temperature, config.top_p, config.top_k) != (0.0, 1.0, 0) and name not in MODEL_POLICIES:
+        raise AgentError(f"--temperature, --top-p and --top-k are for --policy hf or openai; {name!r} is deterministic")
     policy = _make(config, max_steps)
     if name not in MODEL_POLICIES and config.tokenizer is not None:
         from agent.renderer import ChatRenderer
@@ -55,7 +57,17 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
         from agent.policies.hf import HFPolicy
 
         return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context,
-                             thinking=config.thinking, thinking_budget=config.thinking_budget)
+                             thinking=config.thinking, thinking_budget=config.thinking_budget,
+                             sampling=Sampling(config.temperature, config.top_p, config.top_k))
+    if name == "openai" and config.api == "chat":
+        if config.base_url is None or config.model is None:
+            raise AgentError("--policy openai --api chat needs --base-url and --model (the teacher's name); --tokenizer (the student's) records its prompts")
+        if config.adapter is not None or config.thinking:
+            raise AgentError("--adapter and --thinking are not for --api chat: the teacher is served as it is")
+        from agent.policies.openai_chat import OpenAIChatPolicy
+
+        return OpenAIChatPolicy(config.base_url, config.model, config.tokenizer, config.max_new_tokens, config.timeout, config.retries,
+                                sampling=Sampling(config.temperature, config.top_p, config.top_k))
     if name == "openai":
         if config.base_url is None or config.model is None or config.tokenizer is None:
             raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
@@ -65,7 +77,8 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
 
         return OpenAIPolicy(config.base_url, config.model, config.tokenizer, config.prompt_format,
                             config.max_new_tokens, config.max_context, config.timeout, config.retries,
-                            thinking=config.thinking, thinking_budget=config.thinking_budget)
+                            thinking=config.thinking, thinking_budget=config.thinking_budget,
+                            sampling=Sampling(config.temperature, config.top_p, config.top_k))
     return {
         "scripted": Scripted, "direct-submit": DirectSubmit, "single-shot-rag": SingleShotRag,
         "read-all": lambda: ReadAll(max_steps=max_steps),

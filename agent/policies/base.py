@@ -12,9 +12,28 @@ from typing import Any
 class EpisodeStart:
     """What a policy may know when an episode starts, besides the messages it will be shown."""
 
-    seed: int
+    seed: int  # derived from the run's seed, the question and the sample number (agent.loop.episode_seed)
     question: str
     question_id: str | None = None
+    sample: int = 0  # which of a question's K attempts (explorer eval --samples K)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding settings of the model policies: temperature 0 is greedy (then top_p and top_k do nothing)."""
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def settings(self) -> dict[str, Any]:
+        if self.greedy:
+            return {"decoding": "greedy", "do_sample": False, "temperature": 0}
+        return {"decoding": "sampling", "do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
 
 
 @dataclass

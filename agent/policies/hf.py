@@ -2,8 +2,10 @@
 
 * Prompts are the shared renderer's token ids (``agent.renderer``), so what is served is what
   is trained.
-* Greedy decoding, always: the model's generation_config may ask for sampling (Qwen3's does);
-  we override it and record what we overrode in the policy settings.
+* Greedy decoding by default: the model's generation_config may ask for sampling (Qwen3's
+  does); we override it and record what we overrode in the policy settings. Sampling is ours
+  to ask for (``Sampling``: temperature, top-p, top-k), drawn from a generator seeded with the
+  episode's seed, so the same config gives the same trajectories.
 * Multi-turn KV cache reuse: the cache holds every token fed so far. Each step keeps the
   longest prefix the new prompt shares with it and prefills only the rest, so an episode
   prefills about its final length once instead of the O(steps^2) sum of re-encoding every
@@ -20,7 +22,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model
-from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply
+from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply, Sampling
 from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer, split_thinking
 from agent.served import common_prefix
 
@@ -41,12 +43,12 @@ class HFPolicy(Policy):
     def __init__(
         self, model, renderer: ChatRenderer, *, name: str, quantization: str, dtype, adapter: Path | None = None,
         adapter_sha256: dict[str, str] | None = None, max_new_tokens: int = 512, max_context: int = 32_768,
-        reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024,
+        reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
     ) -> None:
         """A policy around a model already in memory: one loaded by ``load``, or the weights being
         trained (sft validation episodes)."""
         self.model, self.renderer, self.model_name = model, renderer, name
-        self.thinking, self.thinking_budget = thinking, thinking_budget
+        self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
         self.quantization, self.dtype = quantization, dtype
         self.adapter, self.adapter_sha256 = adapter, adapter_sha256
         self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
@@ -67,7 +69,8 @@ class HFPolicy(Policy):
 
     @classmethod
     def load(cls, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
-             max_context: int = 32_768, reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024) -> HFPolicy:
+             max_context: int = 32_768, reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024,
+             sampling: Sampling = Sampling()) -> HFPolicy:
         """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter."""
         import torch
 
@@ -84,14 +87,14 @@ class HFPolicy(Policy):
             network, load_renderer(model), name=resolve_model(model), quantization=loaded.quantization, dtype=loaded.dtype,
             adapter=adapter, adapter_sha256=file_hashes(adapter) if adapter is not None else None,
             max_new_tokens=max_new_tokens, max_context=max_context, reuse_cache=reuse_cache,
-            thinking=thinking, thinking_budget=thinking_budget,
+            thinking=thinking, thinking_budget=thinking_budget, sampling=sampling,
         )
 
     def settings(self) -> dict[str, Any]:
         return {
             "model": self.model_name, "adapter": str(self.adapter) if self.adapter else None,
             "adapter_sha256": self.adapter_sha256, "quantization": self.quantization, "dtype": str(self.dtype).removeprefix("torch."),
-            "device": str(self.device), "decoding": "greedy", "do_sample": False,
+            "device": str(self.device), **self.sampling.settings(),
             "overridden_generation_config": self.overridden, "max_new_tokens": self.max_new_tokens,
             "max_context": self.max_context, "reuse_cache": self.reuse_cache, "tokenizer_sha256": self.renderer.fingerprint,
             "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
@@ -108,6 +111,7 @@ class HFPolicy(Policy):
 
         super().start(episode)
         torch.manual_seed(episode.seed)
+        self.generator = torch.Generator(device="cpu").manual_seed(episode.seed)
         self._reset()
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
@@ -143,16 +147,14 @@ class HFPolicy(Policy):
         return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
 
     def _generate(self, logits) -> tuple[list[int], dict]:
-        """Greedy tokens up to a stop token. In thinking mode the think block gets its own budget:
-        a model still thinking when it is spent has ``</think>\\n\\n`` written for it (recorded) and
-        then writes its action with the usual ``max_new_tokens``."""
-        import torch
-
+        """Tokens up to a stop token (``_choose``). In thinking mode the think block gets its own
+        budget: a model still thinking when it is spent has ``</think>\\n\\n`` written for it
+        (recorded) and then writes its action with the usual ``max_new_tokens``."""
         generated: list[int] = []
         thinking = self.thinking
         thinking_tokens, budget_hit, action_tokens = 0, False, 0
         while True:
-            next_id = int(torch.argmax(logits[0, -1]))
+            next_id = self._choose(logits[0, -1])
             if thinking and next_id == self.renderer.end_think:
                 thinking = False
             elif thinking and thinking_tokens >= self.thinking_budget:
@@ -170,6 +172,24 @@ class HFPolicy(Policy):
                 break
             logits = self._forward([next_id])
         return generated, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if self.thinking else {}
+
+    def _choose(self, logits) -> int:
+        """The next token: the likeliest, or a draw from the tempered, top-k and top-p cut
+        distribution with the episode's generator (on the CPU, so that devices agree)."""
+        import torch
+
+        if self.sampling.greedy:
+            return int(torch.argmax(logits))
+        scores = logits.float().cpu() / self.sampling.temperature
+        if self.sampling.top_k:
+            kth = torch.topk(scores, min(self.sampling.top_k, scores.numel())).values[-1]
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        probabilities = torch.softmax(scores, dim=-1)
+        if self.sampling.top_p < 1:
+            ordered, order = torch.sort(probabilities, descending=True)
+            outside = torch.cumsum(ordered, dim=-1) - ordered >= self.sampling.top_p  # keep the smallest set reaching top_p
+            probabilities = probabilities.scatter(0, order, ordered.masked_fill(outside, 0.0))
+        return int(torch.multinomial(probabilities, 1, generator=self.generator))
 
     def _forward(self, ids: list[int]):
         import torch

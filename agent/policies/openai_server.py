@@ -16,7 +16,8 @@ Thinking mode (``--thinking``): the model writes its think block; the request al
 ``thinking_budget`` more tokens and asks for control tokens in the text. A reply whose think
 block is still open is recorded as ``thinking_budget_hit`` and holds no action.
 
-Greedy (temperature 0), stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
+Greedy (temperature 0) unless ``Sampling`` says otherwise, with the episode's seed in every
+request; stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
 retried with exponential backoff; each retry is counted on the step, and a request that still
 fails ends the episode as ``policy_error`` (counted in the run's metrics).
 """
@@ -33,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
-from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply
+from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply, Sampling
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
@@ -45,25 +46,26 @@ class OpenAIPolicy(Policy):
     def __init__(
         self, base_url: str, model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
         max_context: int = 32_768, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
-        thinking: bool = False, thinking_budget: int = 1024,
+        thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
     ) -> None:
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
         if not base_url.startswith(("http://", "https://")):
             raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
-        self.url = base_url.rstrip("/") + ("/completions" if base_url.rstrip("/").endswith("/v1") else "/v1/completions")
+        self.base = base_url.rstrip("/") if base_url.rstrip("/").endswith("/v1") else base_url.rstrip("/") + "/v1"
+        self.url = self.base + "/completions"
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)
         self.tokenizer_path = tokenizer
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
-        self.thinking, self.thinking_budget = thinking, thinking_budget
+        self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
         self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
 
     def settings(self) -> dict[str, Any]:
         return {
             "url": self.url, "model": self.model, "prompt_format": self.prompt_format, "tokenizer": str(self.tokenizer_path),
-            "decoding": "greedy", "temperature": 0, "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
+            **self.sampling.settings(), "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
             "timeout": self.timeout, "retries": self.retries, "tokenizer_sha256": self.renderer.fingerprint,
             "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
@@ -71,7 +73,7 @@ class OpenAIPolicy(Policy):
     def preflight(self) -> str | None:
         """GET /v1/models once: a server that does not answer, or serves no model of our name, stops
         the run here. A server without that endpoint (404, 405, 501) is let through, and said."""
-        url = self.url.removesuffix("/completions") + "/models"
+        url = self.base + "/models"
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.api_key}"})
         try:
             with urllib.request.urlopen(request, timeout=min(self.timeout, 30)) as answer:
@@ -97,8 +99,12 @@ class OpenAIPolicy(Policy):
             raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {new_tokens} new ones exceeds the context of {self.max_context}")
         body = {
             "model": self.model, "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
-            "max_tokens": new_tokens, "temperature": 0, "stop": [IM_END], "seed": self.episode.seed,
+            "max_tokens": new_tokens, "temperature": self.sampling.temperature, "stop": [IM_END], "seed": self.episode.seed,
         }
+        if not self.sampling.greedy:
+            body["top_p"] = self.sampling.top_p
+            if self.sampling.top_k:
+                body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; OpenAI's API has none
         if self.thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()

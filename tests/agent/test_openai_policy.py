@@ -193,3 +193,14 @@ def test_eval_against_transformers_serve_with_episodes_in_flight(transformers_se
             assert ("parity_warning" in generation) == (generation["server_prompt_tokens"] != generation["prompt_tokens"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["status"] == {"step_limit": 4} and metrics["api_retries"] == 0
+
+
+def test_sampling_settings_and_the_episode_seed_reach_the_server(server, small_demo, index, tiny_tokenizer):
+    trajectory = episode(small_demo, index, server, tiny_tokenizer, temperature=0.7, top_p=0.9, top_k=20)
+    (request,) = server.requests
+    assert (request["temperature"], request["top_p"], request["top_k"]) == (0.7, 0.9, 20)
+    assert request["seed"] == trajectory.episode_seed and trajectory.policy.settings["decoding"] == "sampling"
+    server.requests = []
+    greedy = episode(small_demo, index, server, tiny_tokenizer)
+    assert server.requests[0]["temperature"] == 0 and "top_p" not in server.requests[0]
+    assert greedy.policy.settings["decoding"] == "greedy"

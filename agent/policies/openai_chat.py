@@ -1,0 +1,85 @@
+"""The ``openai`` policy with ``--api chat``: a teacher behind any OpenAI-compatible
+``/v1/chat/completions`` endpoint (a large model on vLLM or SGLang, or a hosted API).
+
+It sends the conversation as messages - the same messages our renderer trains on (system
+prompt, question, each action as an assistant turn, each observation as a user turn) - and
+keeps the first python block of the answer as the action (anything after it is cut, counted
+in ``generation.cut_chars``), so one turn is one action. The teacher's own tokenization is not
+ours and is irrelevant to training: ``sft build`` renders the messages with the student's
+tokenizer. Given ``--tokenizer`` (the student's), each step records the prompt the student
+would be served, so ``check-parity`` and ``sft build`` check teacher data as any other.
+
+The key comes from ``OPENAI_API_KEY`` and is never written anywhere. Usage (prompt and
+completion tokens as the API counts them) is recorded on each step.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from agent.errors import AgentError
+from agent.policies.base import PolicyError, Reply, Sampling
+from agent.policies.openai_server import OpenAIPolicy
+from agent.renderer import ChatRenderer
+
+FIRST_ACTION = re.compile(r"```python[^\n]*\n.*?\n```", re.DOTALL)
+
+
+class OpenAIChatPolicy(OpenAIPolicy):
+    name = "openai"
+
+    def __init__(
+        self, base_url: str, model: str, tokenizer: Path | None = None, max_new_tokens: int = 512, timeout: float = 120.0,
+        retries: int = 4, backoff: float = 1.0, sampling: Sampling = Sampling(),
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
+        import os
+
+        self.base = base_url.rstrip("/") if base_url.rstrip("/").endswith("/v1") else base_url.rstrip("/") + "/v1"
+        self.url = self.base + "/chat/completions"
+        self.model, self.tokenizer_path = model, tokenizer
+        self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None
+        self.max_new_tokens, self.timeout, self.retries, self.backoff = max_new_tokens, timeout, retries, backoff
+        self.sampling, self.thinking = sampling, False
+        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "api": "chat", "url": self.url, "model": self.model, **self.sampling.settings(), "max_new_tokens": self.max_new_tokens,
+            "timeout": self.timeout, "retries": self.retries,
+            "student_tokenizer": str(self.tokenizer_path) if self.tokenizer_path else None,
+            "tokenizer_sha256": self.renderer.fingerprint if self.renderer else None,
+            "teacher_tokenization": "the API's own; not what is trained (sft build renders the messages with the student's tokenizer)",
+        }
+
+    def act(self, messages: list[dict[str, str]]) -> Reply:
+        body: dict[str, Any] = {
+            "model": self.model, "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "max_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "seed": self.episode.seed,
+        }
+        if not self.sampling.greedy:
+            body["top_p"] = self.sampling.top_p
+        started = time.perf_counter()
+        response, retries = self._post(body)
+        try:
+            choice = response["choices"][0]
+            text = choice["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise PolicyError(f"{self.url}: answer without choices[0].message.content: {json.dumps(response)[:200]}") from None
+        if not isinstance(text, str):
+            raise PolicyError(f"{self.url}: choices[0].message.content is not a string: {json.dumps(response)[:200]}")
+        action = FIRST_ACTION.search(text)
+        kept = text[: action.end()] if action else text
+        usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
+        counted = {name: usage.get(name) for name in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(name), int)}
+        generation: dict[str, Any] = {
+            "api": "chat", "generated_tokens": counted.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
+            "finish_reason": choice.get("finish_reason"), "api_retries": retries, "seconds": time.perf_counter() - started,
+            "usage_prompt_tokens": counted.get("prompt_tokens"), "cut_chars": len(text) - len(kept),
+        }
+        return Reply(kept, generation=generation)

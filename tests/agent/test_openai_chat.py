@@ -1,0 +1,93 @@
+"""A teacher behind /v1/chat/completions, over real HTTP: it sees our messages, one action per
+turn is kept, usage is recorded, the key never is, and its trajectories build and pass parity."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from agent.policies import PolicyConfig, make_policy
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig
+from corpus import BM25Index
+from tests.conftest import run_cli
+
+
+class ChatServer:
+    """A scripted chat model: searches, then submits; each answer has a thought before the block and chatter after it."""
+
+    SCRIPT = [
+        'I will search first.\n\n```python\nhits = search("learning rate", k=3)\n[h["paper_id"] for h in hits]\n```\nThen I will read.',
+        'Now I answer.\n\n```python\nsubmit("3e-5", evidence=[])\n```\n```python\nprint("a second block")\n```',
+    ]
+
+    def __init__(self):
+        self.requests, self.headers = [], []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append({"path": self.path, **body})
+                fake.headers.append(dict(self.headers))
+                turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+                text = fake.SCRIPT[min(turn, len(fake.SCRIPT) - 1)]
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                                   "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def chat():
+    server = ChatServer()
+    yield server
+    server.server.shutdown()
+
+
+def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, small_demo, tiny_tokenizer, monkeypatch, tmp_path):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key")
+    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher-70b", tokenizer=tiny_tokenizer))
+    question = next(q for q in small_demo.questions if q.answerable)
+    trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=4)).run(question.text, question)
+    assert trajectory.outcome.status == "submitted" and len(trajectory.steps) == 2
+    assert chat.requests[0]["path"] == "/v1/chat/completions" and chat.requests[0]["model"] == "teacher-70b"
+    assert chat.requests[1]["messages"] == trajectory.messages(upto=1)  # exactly the messages the renderer trains on
+    assert trajectory.steps[0].action_text.endswith("```") and "Then I will read" not in trajectory.steps[0].action_text
+    assert "a second block" not in trajectory.steps[1].action_text and trajectory.steps[1].generation.cut_chars > 0
+    generation = trajectory.steps[0].generation
+    assert (generation.api, generation.usage_prompt_tokens, generation.generated_tokens) == ("chat", 1234, 56)
+    assert chat.headers[0]["Authorization"] == "Bearer sk-secret-key"
+    assert "sk-secret-key" not in trajectory.model_dump_json() and trajectory.policy.settings["model"] == "teacher-70b"
+    assert trajectory.steps[0].served.source == "renderer"  # what the student would be served
+
+    path = tmp_path / "teacher.jsonl"
+    path.write_text(trajectory.model_dump_json() + "\n")
+    held = run_cli("check-parity", "-t", str(path), "--tokenizer", str(tiny_tokenizer))
+    assert held.returncode == 0, held.stderr
+    from corpus.writing import write_jsonl
+
+    write_jsonl(small_demo, tmp_path / "corpus.jsonl")
+    built = run_cli("sft", "build", "-t", str(path), "--tokenizer", str(tiny_tokenizer), "--out", str(tmp_path / "data"),
+                    "--corpus", str(tmp_path / "corpus.jsonl"),
+                    "--evaluation-split", "none", "--validation-share", "0", "--min-answer-f1", "0")
+    assert built.returncode == 0, built.stderr
+    example = json.loads((tmp_path / "data" / "train.jsonl").read_text())
+    assert [turn["type"] for turn in example["turns"]] == ["tool", "final"]
+
+
+def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo):
+    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher"))
+    question = small_demo.questions[0]
+    trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=4)).run(question.text, question)
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].served is None

@@ -1,0 +1,59 @@
+"""Sampling for the model policies: reproducible from the run's seed, the question and the sample
+number; recorded in the trajectory; greedy stays the default."""
+
+import pytest
+
+from agent.loop import episode_seed
+from agent.policies import PolicyConfig, make_policy
+from agent.policies.base import Sampling
+from agent.policies.hf import HFPolicy
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig, without_timings
+from corpus import BM25Index
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def index(small_demo):
+    return BM25Index.build(small_demo)
+
+
+def sampled(tiny_model, small_demo, index, sample=0, seed=0, **sampling):
+    policy = HFPolicy.load(str(tiny_model), max_new_tokens=12, sampling=Sampling(**sampling))
+    question = small_demo.questions[1]
+    runner = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=2, seed=seed))
+    return runner.run(question.text, question, sample=sample)
+
+
+def actions(trajectory):
+    return [step.action_text for step in trajectory.steps]
+
+
+def test_the_same_config_gives_the_same_samples_and_other_samples_differ(tiny_model, small_demo, index):
+    first = sampled(tiny_model, small_demo, index, temperature=1.5)
+    again = sampled(tiny_model, small_demo, index, temperature=1.5)
+    assert without_timings(first) == without_timings(again)
+    others = [actions(sampled(tiny_model, small_demo, index, sample=k, temperature=1.5)) for k in (1, 2)]
+    assert any(other != actions(first) for other in others)
+    assert first.episode_seed == episode_seed(0, small_demo.questions[1].id, 0) and first.sample == 0
+    assert first.policy.settings["decoding"] == "sampling" and first.policy.settings["temperature"] == 1.5
+
+
+def test_greedy_is_the_default_and_ignores_the_sample_number(tiny_model, small_demo, index):
+    greedy = [actions(sampled(tiny_model, small_demo, index, sample=k)) for k in (0, 1)]
+    assert greedy[0] == greedy[1]
+    assert sampled(tiny_model, small_demo, index).policy.settings["decoding"] == "greedy"
+
+
+def test_top_k_one_is_greedy_and_top_p_keeps_the_likeliest(tiny_model, small_demo, index):
+    greedy = actions(sampled(tiny_model, small_demo, index))
+    assert actions(sampled(tiny_model, small_demo, index, temperature=2.0, top_k=1)) == greedy
+    assert actions(sampled(tiny_model, small_demo, index, temperature=2.0, top_p=1e-6)) == greedy
+
+
+def test_sampling_is_refused_for_deterministic_policies():
+    from agent.errors import AgentError
+
+    with pytest.raises(AgentError, match="deterministic"):
+        make_policy(PolicyConfig(name="scripted", temperature=0.7))
