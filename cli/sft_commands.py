@@ -74,6 +74,7 @@ def build_command(
     validation_share: float = typer.Option(0.2, "--validation-share", min=0.0, max=0.9, help="Share of papers held out for validation."),
     evaluation_split: str = typer.Option("test", "--evaluation-split", help="Split kept out of training entirely (none to disable)."),
     split_of_values: Optional[List[str]] = SplitOfOption,
+    best_of: Optional[int] = typer.Option(None, "--best-of", min=1, help="Keep per question at most N successful attempts, the best (answer F1, then fewer steps, more tool use); never one whose first action ends the episode."),
     train_thinking: bool = typer.Option(False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."),
     allow_parity_mismatch: bool = typer.Option(False, "--allow-parity-mismatch", help="Build even when a trajectory fails the parity check (recorded in the report)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
@@ -102,7 +103,8 @@ def build_command(
     parity = parity_report(found, renderer, allow_parity_mismatch)
     evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == evaluation_split)
     evaluation_questions = frozenset(q.id for q in corpus.questions if q.paper_id in evaluation_papers)
-    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers, train_thinking)
+    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers, train_thinking,
+                             best_of)
     built = build(found, {q.id: q for q in corpus.questions}, renderer, settings)
     check = split_check(built, evaluation_papers, evaluation_questions)
     if not check.passed:
@@ -116,7 +118,7 @@ def build_command(
         dropped=dict(built.dropped), split_at_turn_boundary=built.shortened,
         settings={"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
                   "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split,
-                  "train_thinking": train_thinking},
+                  "train_thinking": train_thinking, "best_of": best_of},
         split_check=check, tokenizer=str(tokenizer_file.resolve()), tokenizer_sha256=renderer.fingerprint,
         corpus=[str(s) for s in corpus.sources], corpus_sha256=corpus.papers_sha256,
         questions_sha256=questions_sha256(corpus.questions),

@@ -38,6 +38,7 @@ class BuildSettings:
     validation_share: float = 0.2
     evaluation_papers: frozenset[str] = frozenset()
     train_thinking: bool = False  # thinking mode: train the think blocks too, not only the actions
+    best_of: int | None = None  # keep at most this many attempts per question, the best ones (--best-of)
 
 
 @dataclass
@@ -116,6 +117,7 @@ def is_validation(paper_id: str, share: float) -> bool:
 def build(trajectories: list[Trajectory], questions: dict[str, Question], renderer: ChatRenderer, settings: BuildSettings) -> Built:
     built = Built()
     seen: set[str] = set()
+    candidates = []
     for trajectory in trajectories:
         question = questions.get(trajectory.question_id or "")
         reason = keep_reason(trajectory, question, settings)
@@ -129,6 +131,10 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
             built.dropped[reason] += 1
             continue
         seen.add(content)
+        candidates.append((trajectory, question, paper_id))
+    if settings.best_of is not None:
+        candidates = best_attempts(candidates, settings.best_of, built.dropped)
+    for trajectory, question, paper_id in candidates:
         ids, labels, turns = tokenize_trajectory(trajectory, renderer, settings.train_thinking)
         example = Example(
             episode_id=trajectory.episode_id, question_id=trajectory.question_id, paper_id=paper_id, question=trajectory.question,
@@ -141,6 +147,38 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
         built.shortened += fitted is not example
         (built.validation if is_validation(paper_id, settings.validation_share) else built.train).append(fitted)
     return built
+
+
+def research_calls(trajectory: Trajectory) -> int:
+    return sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ENDING_TOOLS)
+
+
+def best_attempts(candidates: list, keep: int, dropped: Counter) -> list:
+    """Per question, the ``keep`` best of its successful attempts: the highest answer F1, then the
+    fewest steps, then the most tool use. An attempt whose first action already ends the episode
+    is never kept: not even a correct abstention is worth teaching unless the policy looked first."""
+    by_question: dict[str, list] = {}
+    for candidate in candidates:
+        trajectory, question, _ = candidate
+        first = trajectory.steps[0] if trajectory.steps else None
+        if first is None or turn_type(first) == "final":
+            dropped["best-of: its first action already submits or abstains"] += 1
+            continue
+        by_question.setdefault(question.id, []).append(candidate)
+
+    def rank(candidate) -> tuple:
+        trajectory, question, _ = candidate
+        f1 = best_over_references(token_f1, prediction(trajectory), question) if question.answerable else 1.0
+        return (-f1, len(trajectory.steps), -research_calls(trajectory))
+
+    chosen = []
+    for attempts in by_question.values():
+        ordered = sorted(attempts, key=rank)
+        chosen += ordered[:keep]
+        if len(ordered) > keep:
+            dropped[f"best-of: not among the best {keep} attempts of its question"] += len(ordered) - keep
+    kept = {id(candidate) for candidate in chosen}
+    return [c for c in candidates if id(c) in kept]  # in the order they were read
 
 
 def statistics(examples: list[Example]) -> DataStatistics:

@@ -93,3 +93,31 @@ def test_equal_episode_ids_from_different_runs_are_both_kept(teacher_runs, rende
     other_run.steps[0] = other_run.steps[0].model_copy(update={"observation": other_run.steps[0].observation + " "})
     built = build([answered, other_run, answered], questions, renderer, BuildSettings(validation_share=0.0))
     assert len(built.train) == 2 and built.dropped["duplicate episode (the same trajectory twice)"] == 1
+
+
+def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher_runs, renderer, small_demo):
+    trajectories, direct = teacher_runs
+    questions = {q.id: q for q in small_demo.questions}
+    scripted = EpisodeRunner(small_demo, BM25Index.build(small_demo), make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
+    attempts = trajectories[:10] + direct + [scripted.run(q.text, q) for q in small_demo.questions[:10]]
+    settings = BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1)
+    built = build(attempts, questions, renderer, settings)
+    assert built.dropped["best-of: its first action already submits or abstains"] == 10  # every direct attempt
+    assert not any(example.first_action_submits for example in built.train)
+    kept = {}
+    for example in built.train:
+        assert example.question_id not in kept  # one per question
+        kept[example.question_id] = example.episode_id
+    from evaluation.answers import best_over_references, token_f1
+    from evaluation.scoring import prediction
+
+    def f1(trajectory):
+        return best_over_references(token_f1, prediction(trajectory), questions[trajectory.question_id])
+
+    for question_id, episode_id in kept.items():  # no researched attempt of the question answered better
+        chosen = next(t for t in attempts if t.episode_id == episode_id)
+        rivals = [t for t in attempts if t.question_id == question_id and t.steps and len(t.steps[0].tool_calls) and
+                  t.steps[0].tool_calls[0].name not in ("submit", "abstain") and t.outcome.status == "submitted"]
+        if questions[question_id].answerable:
+            assert all(f1(chosen) >= f1(rival) for rival in rivals)
+    assert built.dropped["best-of: not among the best 1 attempts of its question"] >= 1
