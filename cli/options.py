@@ -62,6 +62,10 @@ MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/open
 MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")
 BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
 TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json; other policies: record the prompts it would serve.")
+ApiOption = typer.Option(None, "--api", help="openai: completions (our renderer's prompt; the default) or chat (messages to /v1/chat/completions: a teacher).")
+TemperatureOption = typer.Option(None, "--temperature", min=0.0, max=10.0, help="hf/openai: sampling temperature (default 0: greedy).")
+TopPOption = typer.Option(None, "--top-p", min=0.0, max=1.0, help="hf/openai: nucleus sampling (default 1: off).")
+TopKOption = typer.Option(None, "--top-k", min=0, help="hf/openai: sample among the k likeliest tokens (default 0: off).")
 ThinkingOption = typer.Option(None, "--thinking/--no-thinking", help="hf/openai: Qwen3 thinking mode; the think blocks are kept (default off).")
 ThinkingBudgetOption = typer.Option(None, "--thinking-budget", min=1, help="hf/openai: tokens a think block may take (default 1024; hitting it is recorded).")
 RecordPromptIdsOption = typer.Option(None, "--record-prompt-ids/--no-record-prompt-ids", help="Keep each served prompt's ids in the trajectory, not only their digest (default off).")
@@ -77,11 +81,13 @@ OutputCharsOption = typer.Option(None, "--output-chars", min=100, help="Sandbox:
 
 
 def policy_overrides(*, name, replay, model, adapter, quantization, max_new_tokens, max_context, base_url, tokenizer,
-                     prompt_format, timeout, retries, thinking, thinking_budget) -> dict:
+                     prompt_format, timeout, retries, thinking, thinking_budget, api=None, temperature=None, top_p=None,
+                     top_k=None) -> dict:
     """The policy flags a user gave, as ``policy.FIELD`` overrides of a config."""
     given = dict(name=name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
                  max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout,
-                 retries=retries, thinking=thinking, thinking_budget=thinking_budget)
+                 retries=retries, thinking=thinking, thinking_budget=thinking_budget, api=api, temperature=temperature,
+                 top_p=top_p, top_k=top_k)
     return {f"policy.{key}": value for key, value in given.items()}
 
 
@@ -115,6 +121,10 @@ def resolve_split(corpus, split: str | None, default: str) -> str:
     if split != "all" and not has_splits:
         raise UsageError(f"--split {split}: no paper of the corpus says which split it belongs to; use --split all, or state "
                          "splits with --split-of FILE=SPLIT (QASPER's official qasper-{train,dev,test}-v0.3.json names need none)")
+    unsplit = sum(1 for paper in corpus.papers if paper.split is None)
+    if split != "all" and unsplit:
+        typer.echo(f"note: {unsplit} papers of the corpus say no split, so their questions are in no split's; "
+                   "state theirs with --split-of FILE=SPLIT", err=True)
     return split
 
 

@@ -169,7 +169,7 @@ def _from_explorer_record(raw: dict) -> tuple[Paper, list[Question]]:
 def corpus_files(path: Path) -> list[Path]:
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.suffix in (".json", ".jsonl") and p.is_file())
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in (".json", ".jsonl") and p.is_file())
     if not files:
         raise CorpusError(f"{path}: directory holds no .json or .jsonl files; point --corpus at a corpus file")
     return files

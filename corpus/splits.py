@@ -19,13 +19,13 @@ from corpus.schema import Split
 
 SPLITS: tuple[str, ...] = get_args(Split)
 ALIASES = {"dev": "validation", "val": "validation", "valid": "validation"}
-OFFICIAL = re.compile(r"qasper-(train|dev|test)-v\d", re.IGNORECASE)
+OFFICIAL = re.compile(r"^qasper-(train|dev|test)-v[\d.]+\.jsonl?$", re.IGNORECASE)
 BY_NAME = re.compile(r"^(train|validation|valid|val|dev|test)(?:-\d{5}-of-\d{5})?\.jsonl?$", re.IGNORECASE)
 
 
 def split_from_name(file: Path) -> str | None:
     """The split a file's name states (QASPER's official names, Hugging Face's), or None."""
-    found = OFFICIAL.search(file.name) or BY_NAME.match(file.name)
+    found = OFFICIAL.match(file.name) or BY_NAME.match(file.name)
     if found is None:
         return None
     word = found.group(1).lower()
@@ -42,5 +42,8 @@ def parse_split_of(values: list[str]) -> dict[str, str]:
             raise CorpusError(f"--split-of {value!r}: write FILE=SPLIT, e.g. --split-of my-papers.json=test")
         if split not in SPLITS:
             raise CorpusError(f"--split-of {value!r}: unknown split {split!r}; choose one of {', '.join(SPLITS)} (dev means validation)")
-        stated[str(Path(file).resolve())] = split
+        key = str(Path(file).resolve())
+        if stated.get(key, split) != split:
+            raise CorpusError(f"--split-of names {file} twice, as {stated[key]} and as {split}; keep one")
+        stated[key] = split
     return stated

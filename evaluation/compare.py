@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evaluation.errors import EvaluationError
 from evaluation.records import AbstentionTable, MeanInterval
-from evaluation.scoring import EpisodeScore, abstention_table
+from evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, abstention_table
 from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
 from evaluation.summary import Run
 
@@ -155,9 +155,12 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
     em_a, em_b = _mean(pa, lambda s: s.exact_match), _mean(pb, lambda s: s.exact_match)
     table_a, table_b = abstention_table(pa), abstention_table(pb)
 
-    abstention_tests = [mcnemar("abstained", [s.abstained for s in pa], [s.abstained for s in pb])]
+    # an abstention is a decision only where both episodes made one: a pair in which either ended at
+    # a limit or in a policy error is left out, as the abstention tables and Fisher leave it out
+    decided = [i for i, (x, y) in enumerate(zip(pa, pb)) if x.status in ENDED_BY_POLICY and y.status in ENDED_BY_POLICY]
+    abstention_tests = [mcnemar("abstained", [pa[i].abstained for i in decided], [pb[i].abstained for i in decided])]
     for gold, answerable in (("answerable", True), ("unanswerable", False)):
-        rows = [i for i, s in enumerate(pa) if bool(s.answerable) is answerable]  # A's gold: the same question in B
+        rows = [i for i in decided if bool(pa[i].answerable) is answerable]  # A's gold: the same question in B
         abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [pa[i].abstained for i in rows], [pb[i].abstained for i in rows]))
 
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)

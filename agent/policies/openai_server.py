@@ -38,6 +38,24 @@ from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply, Sam
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
+ANSWER_BYTES = 64 << 20  # nor is a completion this large (prompt ids echoed back included)
+
+
+def read_capped(answer, limit: int, deadline: float) -> bytes:
+    """The body, refused past ``limit`` bytes or ``deadline`` (the socket timeout bounds each
+    read, not a server that drips a byte at a time)."""
+    chunks, size = [], 0
+    while True:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the answer took longer than the timeout")
+        chunk = answer.read1(1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        size += len(chunk)
+        if size > limit:
+            raise ValueError(f"an answer over {limit} bytes")
+        chunks.append(chunk)
 
 
 class OpenAIPolicy(Policy):
@@ -75,18 +93,20 @@ class OpenAIPolicy(Policy):
         the run here. A server without that endpoint (404, 405, 501) is let through, and said."""
         url = self.base + "/models"
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.api_key}"})
+        deadline = time.monotonic() + min(self.timeout, 30)
         try:
             with urllib.request.urlopen(request, timeout=min(self.timeout, 30)) as answer:
-                listing = json.loads(answer.read())
+                listing = json.loads(read_capped(answer, MODELS_LISTING_BYTES, deadline))
         except urllib.error.HTTPError as error:
             if error.code in (404, 405, 501):
                 return f"{url} answered HTTP {error.code}, so the served model's name was not checked"
             raise AgentError(f"--base-url: {url} answered HTTP {error.code}; check the URL and the API key") from None
         except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
             raise AgentError(f"--base-url: no server answers at {url} ({getattr(error, 'reason', error)}); start it or fix the URL") from None
-        except ValueError:
-            raise AgentError(f"--base-url: {url} did not answer JSON; is it an OpenAI-compatible server?") from None
-        models = [item.get("id") for item in listing.get("data", []) if isinstance(item, dict)] if isinstance(listing, dict) else []
+        except ValueError as error:
+            raise AgentError(f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?") from None
+        data = listing.get("data") if isinstance(listing, dict) else None
+        models = [item.get("id") for item in data if isinstance(item, dict)] if isinstance(data, list) else []
         if self.model not in models:
             raise AgentError(f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
                              "pass one of those (vLLM: the --served-model-name)")
@@ -168,7 +188,7 @@ class OpenAIPolicy(Policy):
             })
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                    return json.loads(answer.read()), attempt
+                    return json.loads(read_capped(answer, ANSWER_BYTES, time.monotonic() + self.timeout)), attempt
             except urllib.error.HTTPError as error:
                 detail = error.read()[:200].decode(errors="replace")
                 last_error = f"HTTP {error.code}: {detail}"
@@ -176,6 +196,6 @@ class OpenAIPolicy(Policy):
                     break
             except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
                 last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"  # incl. a truncated answer
-            except ValueError:  # not JSON, or not UTF-8
-                last_error = "the answer was not JSON"
+            except ValueError as error:  # not JSON, not UTF-8, or too large
+                last_error = f"the answer was not JSON ({str(error)[:80]})"
         raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}", retries=attempt)
