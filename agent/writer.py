@@ -1,7 +1,8 @@
 """Append-only trajectory logs: one episode per line, written whole, flushed and fsynced.
 
 A kill (even ``kill -9``) can leave at most one torn last line: the bytes after the final
-newline. ``open_log`` cuts that tail off - logged, never silent - before appending again.
+newline. ``TrajectoryLog`` cuts that tail off - logged, never silent - before appending again;
+``read_whole_lines`` reads around it (for showing a log while a run may still be writing it).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -77,29 +79,51 @@ def repair(path: Path) -> int:
 
 def read_trajectories(path: Path) -> list[Trajectory]:
     """Every episode in a trajectory file; a bad line is one clear error naming file and line."""
+    numbered, torn = read_whole_lines(path)
+    if torn is not None:
+        raise AgentError(f"{path}:{torn.number}: torn last line (an interrupted run); resume the run or delete the line")
+    return [trajectory for _, trajectory in numbered]
+
+
+@dataclass(frozen=True)
+class TornLine:
+    """The unterminated last line of a log (what a kill leaves), skipped by ``read_whole_lines``."""
+
+    number: int  # 1-based, as an editor counts lines
+    size: int  # bytes
+
+
+def read_whole_lines(path: Path) -> tuple[list[tuple[int, Trajectory]], TornLine | None]:
+    """Every episode of the file's whole lines with its line number, and the torn last line it
+    skipped (None when there is none).
+
+    Only the last line may be torn; any other bad line is one clear error naming file and line,
+    as in ``read_trajectories``. Lines are split as bytes, so a kill in the middle of a UTF-8
+    character tears one line instead of making the whole file unreadable."""
     try:
-        handle = open(path, encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise AgentError(f"{path}: no such trajectory file") from None
     except IsADirectoryError:
         raise AgentError(f"{path}: is a directory; name a trajectories .jsonl file") from None
-    trajectories = []
-    with handle:
+    lines = data.split(b"\n")
+    tail = lines.pop()  # the bytes after the last newline: empty unless the last line is torn
+    numbered = []
+    offset = 0
+    for number, raw in enumerate(lines, 1):
+        start, offset = offset, offset + len(raw) + 1
         try:
-            lines = list(handle)
+            line = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise AgentError(f"{path}: not UTF-8 (byte {error.start}); is this a trajectories file?") from None
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            if not line.endswith("\n"):
-                raise AgentError(f"{path}:{number}: torn last line (an interrupted run); resume the run or delete the line")
-            try:
-                trajectories.append(Trajectory.model_validate(json.loads(line)))
-            except json.JSONDecodeError as error:
-                raise AgentError(f"{path}:{number}: not JSON ({error.msg} at column {error.colno})") from None
-            except ValidationError as error:
-                first = error.errors()[0]
-                where = ".".join(str(part) for part in first["loc"])
-                raise AgentError(f"{path}:{number}: not a trajectory: field '{where}': {first['msg']}") from None
-    return trajectories
+            raise AgentError(f"{path}: not UTF-8 (byte {start + error.start}); is this a trajectories file?") from None
+        if not line.strip():
+            continue
+        try:
+            numbered.append((number, Trajectory.model_validate(json.loads(line))))
+        except json.JSONDecodeError as error:
+            raise AgentError(f"{path}:{number}: not JSON ({error.msg} at column {error.colno})") from None
+        except ValidationError as error:
+            first = error.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise AgentError(f"{path}:{number}: not a trajectory: field '{where}': {first['msg']}") from None
+    return numbered, (TornLine(len(lines) + 1, len(tail)) if tail.strip() else None)

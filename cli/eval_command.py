@@ -64,6 +64,7 @@ from cli.options import (
     select_questions,
     split_of,
 )
+from cli.run_commands import ReplayOtherCorpusOption, refuse_other_corpus
 from corpus import BM25Index
 from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
@@ -115,6 +116,7 @@ def eval_command(
     preregistration: Optional[Path] = typer.Option(
         None, "--preregistration", help="TOML with frozen hashes and a pass rule (explorer preregister writes one)."),
     split_of_values: Optional[List[str]] = SplitOfOption,
+    replay_other_corpus: bool = ReplayOtherCorpusOption,
 ) -> None:
     """Run a policy on every question of a split; write trajectories, a manifest and metrics.
 
@@ -137,15 +139,16 @@ def eval_command(
     manifest = _read_manifest(out) if resume else None
     config = _resolve_config(config_file, overrides, manifest)
     run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path, config.split_of or None), resume,
-             retry_errors)
+             retry_errors, replay_other_corpus)
 
 
-def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False) -> None:
+def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False, replay_other_corpus: bool = False) -> None:
     """The run, in named steps: check, write the manifest, run what is missing, score."""
     prereg = _load_preregistration(config)
     if config.policy.name == "hf" and config.workers > 1:
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
     policy = make_policy(config.policy, config.episode.max_steps)
+    refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     config = config.model_copy(update={"split": resolve_split(corpus, config.split, "test")})  # the manifest records which
     questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None)
     selected_sha256 = questions_sha256(questions)

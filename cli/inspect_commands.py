@@ -13,6 +13,7 @@ from cli.errors import UsageError
 from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 
 if TYPE_CHECKING:
+    from agent.trajectory import Trajectory
     from evaluation.compare import RunComparison
 
 console = Console()
@@ -79,6 +80,7 @@ def inspect_command(
             for item in score.flags:
                 step = "" if item.step is None else f" (step {item.step + 1})"
                 console.print(f"[red]flag {item.detector}{step}[/red]: {item.text}")
+        _print_changed_observations(matches[-1])
         return
     if flag is not None:
         flagged = [s for s in run.scores if any(f.detector == flag for f in s.flags)]
@@ -95,6 +97,19 @@ def inspect_command(
         flags = ", ".join(sorted({f.detector for f in score.flags}))
         table.add_row(score.episode_id, score.question[:50], score.status, f"{score.answer_f1 or 0:.2f}", flags)
     console.print(table)
+
+
+def _print_changed_observations(trajectory: Trajectory) -> None:
+    """A replayed episode's observations that differ from its recording (nothing for other policies)."""
+    from rich.markup import escape
+
+    from evaluation.scoring import compared_observations
+
+    for index, reproduced, drift in compared_observations(trajectory):
+        if reproduced:
+            continue
+        where = "" if drift is None else f" at character {drift.position}: recorded {drift.recorded!r}, now {drift.current!r}"
+        console.print(f"[yellow]replay drift (step {index + 1})[/yellow]: " + escape(f"the observation differs from the recording{where}"))
 
 
 def compare_command(

@@ -7,12 +7,14 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
 
 from agent.config import RunConfig, load_config
-from agent.policies import make_policy
+from agent.policies import Policy, make_policy
+from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner
-from agent.writer import TrajectoryLog, read_trajectories
+from agent.trajectory import Trajectory
+from agent.writer import TornLine, TrajectoryLog, read_whole_lines
 from cli.display import print_episode, print_outcome, print_question, print_step
 from cli.errors import UsageError
 from cli.options import (
@@ -50,6 +52,24 @@ from corpus import BM25Index, Corpus
 from corpus.schema import Question
 
 console = Console()
+
+ReplayOtherCorpusOption = typer.Option(
+    False, "--replay-other-corpus", help="With --policy replay: replay a recording made on another corpus (its drift is reported).")
+
+
+def refuse_other_corpus(policy: Policy, papers_sha256: str, allowed: bool) -> None:
+    """A replay on another corpus than its recording's would report each difference as drift of
+    the runtime: refused, unless --replay-other-corpus asks for exactly that."""
+    if not isinstance(policy, Replay):
+        if allowed:
+            raise UsageError(f"--replay-other-corpus is only for --policy replay, not {policy.name!r}")
+        return
+    other = sorted(policy.corpus_hashes() - {papers_sha256})
+    if other and not allowed:
+        raise UsageError(
+            f"{policy.source or 'the recording'}: recorded on another corpus (corpus_sha256 {other[0][:12]}, this corpus "
+            f"{papers_sha256[:12]}); pass the corpus it was recorded on with --corpus, or --replay-other-corpus to measure what changed")
+
 
 def demo_question(corpus: Corpus) -> Question:
     """The first answerable question of the test split (else of the corpus): what a bare ``run`` shows."""
@@ -101,6 +121,7 @@ def run_command(
     memory_mb: Optional[int] = MemoryMbOption,
     output_chars: Optional[int] = OutputCharsOption,
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
+    replay_other_corpus: bool = ReplayOtherCorpusOption,
 ) -> None:
     """Run one episode and show each step live: the code, the tools it called, what it observed."""
     if question_text is not None and question_id is not None:
@@ -124,6 +145,7 @@ def run_command(
     if note:
         typer.echo(f"note: {note}", err=True)
     corpus = open_corpus(corpus_path)
+    refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     question = None
     if question_id is not None:
         question = find_question(corpus, question_id)
@@ -137,6 +159,11 @@ def run_command(
     with TrajectoryLog(out / "trajectories.jsonl") as log:
         log.append(trajectory)
     print_outcome(console, trajectory, written_to=out / "trajectories.jsonl")
+    if isinstance(policy, Replay):
+        from evaluation.scoring import replay_drift
+        from evaluation.summary import print_replay_drift
+
+        print_replay_drift(console, replay_drift([trajectory]))
     if question is not None:
         gold = "; ".join(a.reference_text for a in question.answers if a.reference_text) or "(none)"
         console.print(f"[dim]gold answer: {gold}[/dim]")
@@ -145,25 +172,54 @@ def run_command(
 def show_command(
     trajectories: Path = typer.Argument(..., help="A trajectories .jsonl file (from run or eval)."),
     episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
+    line: Optional[int] = typer.Option(None, "--line", "-l", min=1, help="Show the episode on this line of the file (when --episode matches several)."),
 ) -> None:
-    """Print an episode the way `run` showed it; without --episode, list the file's episodes."""
-    found = read_trajectories(trajectories)
+    """Print an episode the way `run` showed it; without --episode or --line, list the file's episodes.
+
+    A torn last line (a run killed mid-write, or one still writing) is skipped and said on stderr."""
+    found, torn = read_whole_lines(trajectories)
+    if torn is not None:
+        typer.echo(f"note: {trajectories}:{torn.number}: skipped a torn last line ({torn.size} bytes without a newline: "
+                   "an interrupted run, or one still writing)", err=True)
     if not found:
         raise UsageError(f"{trajectories}: holds no episodes")
-    if episode is None and len(found) > 1:
-        table = Table("episode", "question", "status", "steps", "answer")
-        for item in found:
-            table.add_row(item.episode_id, item.question[:60], item.outcome.status, str(len(item.steps)), (item.outcome.answer or "")[:30])
-        console.print(table)
-        console.print(f"[dim]{len(found)} episodes; show one with --episode ID[/dim]")
+    if line is not None:
+        print_episode(console, episode_on_line(trajectories, found, line, episode, torn))
         return
-    if episode is not None:
-        matches = [t for t in found if episode in (t.episode_id, t.question_id)]
-        if not matches:
-            raise UsageError(f"{trajectories}: no episode {episode!r}; run without --episode to list them")
-        chosen = matches[-1]
-        if len(matches) > 1:
-            console.print(f"[dim]{len(matches)} episodes match {episode!r}; showing the latest[/dim]")
-    else:
-        chosen = found[0]
-    print_episode(console, chosen)
+    if episode is None:
+        if len(found) == 1:
+            print_episode(console, found[0][1])
+            return
+        console.print(episode_table(found))
+        console.print(f"[dim]{len(found)} episodes; show one with --episode ID (or --line N)[/dim]")
+        return
+    matches = [(number, t) for number, t in found if episode in (t.episode_id, t.question_id)]
+    if not matches:
+        raise UsageError(f"{trajectories}: no episode {episode!r}; run without --episode to list them")
+    if len(matches) > 1:  # the same question run twice, or copied logs: the user picks, nothing is guessed
+        console.print(episode_table(matches))
+        raise UsageError(f"{trajectories}: {len(matches)} episodes match {episode!r} (listed above); "
+                         f"pick one with --line N (lines {', '.join(str(number) for number, _ in matches)})")
+    print_episode(console, matches[0][1])
+
+
+def episode_table(numbered: list[tuple[int, Trajectory]]) -> Table:
+    """Episodes with the file line each is on (what --line takes)."""
+    # the id and time fold onto more lines, never cut short: they are what tells duplicates apart
+    table = Table("line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer")
+    for number, item in numbered:
+        table.add_row(str(number), item.episode_id, item.question[:50], item.outcome.status, str(len(item.steps)), item.started_at,
+                      (item.outcome.answer or "")[:30])
+    return table
+
+
+def episode_on_line(path: Path, found: list[tuple[int, Trajectory]], line: int, episode: str | None, torn: TornLine | None) -> Trajectory:
+    """The episode on file line ``line``; with --episode too, it must be that episode."""
+    if torn is not None and line == torn.number:
+        raise UsageError(f"{path}:{line}: is the torn last line, which holds no whole episode; choose another --line")
+    chosen = next((t for number, t in found if number == line), None)
+    if chosen is None:
+        raise UsageError(f"{path}:{line}: no episode on that line (the file's episodes are on lines {found[0][0]}-{found[-1][0]})")
+    if episode is not None and episode not in (chosen.episode_id, chosen.question_id):
+        raise UsageError(f"{path}:{line}: holds episode {chosen.episode_id} (question {chosen.question_id}), not {episode!r}")
+    return chosen

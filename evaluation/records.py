@@ -74,6 +74,29 @@ class PreregistrationResult(Record):
     comparison: Comparison | None = None
 
 
+class FirstChange(Record):
+    """The first recorded observation a replay did not reproduce, in log order."""
+
+    episode_id: str
+    question_id: str | None
+    step: int  # 0-based index of the step whose observation changed (shown as step + 1)
+    position: int  # the first character that differs
+    recorded: str  # the recorded observation around that character
+    current: str  # what the runtime showed instead
+
+
+class ReplayDrift(Record):
+    """What ``--policy replay`` found over a run: how many recorded observations the current
+    runtime reproduced, and where the first one that it did not differs."""
+
+    episodes: int  # episodes replayed
+    steps: int  # actions replayed
+    observations_compared: int
+    observations_changed: int
+    episodes_changed: int  # episodes with at least one changed observation
+    first_change: FirstChange | None = None
+
+
 class RunMetrics(Record):
     """What ``explorer eval`` measured over a run's episodes (QASPER's metrics on the scored ones)."""
 
@@ -101,6 +124,7 @@ class RunMetrics(Record):
     duplicate_lines: int = 0
     retrieval: dict[str, float | int | None] = Field(default_factory=dict)  # recall@k and MRR of search on the questions
     preregistration: PreregistrationResult | None = None
+    replay: ReplayDrift | None = None  # --policy replay only
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)

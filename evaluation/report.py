@@ -11,8 +11,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from agent.trajectory import Drift
 from agent.writer import read_trajectories
 from evaluation.detectors import DETECTORS
+from evaluation.records import ReplayDrift
+from evaluation.scoring import compared_observations
 from evaluation.summary import Run
 
 CHART_WIDTH, BAR_HEIGHT = 420, 18
@@ -47,11 +50,13 @@ def report_html(run: Run) -> str:
     episodes = []
     for score in scores:
         trajectory = trajectories.get(score.episode_id)
+        changed = {} if trajectory is None else {index: drift for index, matches, drift in compared_observations(trajectory) if not matches}
         steps = [] if trajectory is None else [
             {"index": s.index, "action": s.action_text, "code": s.code, "observation": s.observation,
              "tools": [f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items() if v is not None)})"[:200]
                        + (f" -> error: {c.error}" if c.error else "") for c in s.tool_calls],
-             "error": s.error, "limit": s.limit_hit, "format_error": s.format_error}
+             "error": s.error, "limit": s.limit_hit, "format_error": s.format_error,
+             "changed": _changed(changed[s.index]) if s.index in changed else None}
             for s in trajectory.steps
         ]
         episodes.append({**score.model_dump(mode="json"), "steps_detail": steps,
@@ -82,10 +87,34 @@ def report_html(run: Run) -> str:
         title=html.escape(f"{run.directory.name} - {policy}"), policy=html.escape(policy),
         verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
         verdict=html.escape(f"{verdict.verdict}: direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})"),
-        rows=rows, abstention=abstention, plots="".join(plots), data=data,
+        rows=rows, abstention=abstention, replay=replay_section(metrics.replay), plots="".join(plots), data=data,
         corpus=html.escape(run.manifest.get("hashes", {}).get("corpus_sha256", "?")[:16]),
         commit=html.escape(str(run.manifest.get("git_commit"))),
     )
+
+
+def replay_section(drift: ReplayDrift | None) -> str:
+    """The run's replay drift as a table (nothing for a run of another policy)."""
+    if drift is None:
+        return ""
+    rows = [("episodes replayed", drift.episodes), ("steps replayed", drift.steps),
+            ("observations compared", drift.observations_compared), ("observations changed", drift.observations_changed),
+            ("episodes with a change", drift.episodes_changed)]
+    cells = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
+    first = drift.first_change
+    if first is not None:
+        where = f"episode {first.episode_id}, observation of step {first.step + 1}, character {first.position}"
+        cells += (f"<tr><th>first change</th><td>{html.escape(where)}</td></tr>"
+                  f"<tr><th>recorded</th><td><pre>{html.escape(first.recorded)}</pre></td></tr>"
+                  f"<tr><th>current</th><td><pre>{html.escape(first.current)}</pre></td></tr>")
+    return f'<h2>Replay drift</h2><table id="replay">{cells}</table>'
+
+
+def _changed(drift: Drift | None) -> str:
+    """What a replayed step's detail says under an observation the replay did not reproduce."""
+    if drift is None:
+        return "this observation differs from the recording"
+    return f"this observation differs from the recording at character {drift.position}: recorded {drift.recorded!r}, now {drift.current!r}"
 
 
 def write_report(run: Run, out: Path) -> Path:
@@ -121,7 +150,7 @@ pre {{ white-space: pre-wrap; word-break: break-word; background: #f7f8fa; paddi
 <section>
 <h2>Metrics</h2><table id="metrics">{rows}</table>
 <h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th></tr>{abstention}</table>
-<h2>Plots</h2>{plots}
+{replay}<h2>Plots</h2>{plots}
 <h2>Episodes</h2>
 <label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>
 <span id="count" class="muted"></span>
@@ -173,6 +202,7 @@ function showEpisode(id) {{
     box.appendChild(el("pre", step.code ?? step.action));
     if (step.tools.length) box.appendChild(el("div", "tools: " + step.tools.join("; "), "muted"));
     box.appendChild(el("pre", step.observation));
+    if (step.changed !== null) box.appendChild(el("div", step.changed, "flag"));
     detail.appendChild(box);
   }}
 }}

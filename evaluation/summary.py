@@ -8,10 +8,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from evaluation.errors import EvaluationError
-from evaluation.records import RunMetrics
+from evaluation.records import ReplayDrift, RunMetrics
 from evaluation.scoring import EpisodeScore
 
 
@@ -104,6 +105,8 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
                         ("hit_cap_steps", metrics.hit_cap_steps)):
         if value:
             console.print(f"[yellow]{name}: {value}[/yellow]")
+    if metrics.replay is not None:
+        print_replay_drift(console, metrics.replay)
     prereg = metrics.preregistration
     if prereg:
         style = "bold green" if prereg.passed else "bold red"
@@ -115,3 +118,23 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
                           f"{' (significant)' if test.significant else ''}")
     if out is not None:
         console.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
+
+
+def print_replay_drift(console: Console, drift: ReplayDrift) -> None:
+    """One line when the replay reproduced every recorded observation; else how many changed and the first change."""
+    if not drift.observations_compared:
+        console.print(f"[yellow]replay: no recorded observation was compared ({drift.episodes} episodes, {drift.steps} steps replayed)[/yellow]")
+        return
+    if not drift.observations_changed:
+        console.print(f"[green]replay: all {drift.observations_compared} recorded observations reproduced "
+                      f"({drift.episodes} episodes, {drift.steps} steps replayed)[/green]")
+        return
+    console.print(f"[bold yellow]replay drift: {drift.observations_changed} of {drift.observations_compared} recorded observations "
+                  f"changed, in {drift.episodes_changed} of {drift.episodes} episodes[/bold yellow] ({drift.steps} steps replayed)")
+    first = drift.first_change
+    if first is not None:
+        question = f" (question {first.question_id})" if first.question_id else ""
+        console.print(escape(f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, "
+                             f"character {first.position}"))
+        console.print(escape(f"    recorded: {first.recorded!r}"))
+        console.print(escape(f"    current:  {first.current!r}"))

@@ -17,6 +17,7 @@ class Replay(Policy):
         self.source = source
         self.by_question: dict[str, Trajectory] = {}
         self.by_text: dict[str, Trajectory] = {}
+        self._corpora = {trajectory.hashes.corpus_sha256 for trajectory in recorded}
         for trajectory in recorded:
             if trajectory.question_id is not None:
                 self.by_question.setdefault(trajectory.question_id, trajectory)
@@ -24,6 +25,10 @@ class Replay(Policy):
 
     def settings(self) -> dict[str, Any]:
         return {"trajectories": str(self.source) if self.source else None, "episodes": len(self.by_text)}
+
+    def corpus_hashes(self) -> set[str]:
+        """The ``corpus_sha256`` the recorded episodes were made on (one, unless the recording mixes corpora)."""
+        return set(self._corpora)
 
     def questions(self) -> list[str]:
         """Question ids in the recording, in its order (what ``eval --policy replay`` runs)."""
