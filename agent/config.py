@@ -85,6 +85,7 @@ class EvalConfig(RunConfig):
     split_of: dict[str, str] = Field(default_factory=dict)  # corpus file -> split, for files whose names do not say
     limit: int | None = Field(None, ge=1)  # only the first N questions of the split
     workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
+    samples: int = Field(1, ge=1, le=1000)  # episodes per question, each with its own seed
     max_consecutive_errors: int = Field(5, ge=1)  # stop the run after this many policy_error episodes in a row
     preregistration: Path | None = None  # TOML with frozen hashes and a pass rule
 

@@ -26,10 +26,11 @@ from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
-from agent.writer import TrajectoryLog, read_trajectories
+from agent.writer import TrajectoryLog, read_trajectories, read_whole_lines
 from cli.errors import UsageError
 from cli.options import (
     AdapterOption,
+    ApiOption,
     BaseUrlOption,
     ConfigOption,
     ContextCharsOption,
@@ -51,10 +52,13 @@ from cli.options import (
     RetriesOption,
     SeedOption,
     SplitOfOption,
+    TemperatureOption,
     ThinkingBudgetOption,
     ThinkingOption,
     TimeoutOption,
     TokenizerOption,
+    TopKOption,
+    TopPOption,
     WallSecondsOption,
     episode_overrides,
     freeze_loaded_state,
@@ -74,9 +78,11 @@ console = Console(stderr=True)
 _RUNNER: EpisodeRunner | None = None  # set before the worker pool forks; each worker inherits it
 
 
-def _run_one(question) -> Trajectory:
+def _run_one(unit) -> Trajectory:
+    """One episode: a (question, sample number) pair."""
     assert _RUNNER is not None
-    return _RUNNER.run(question.text, question)
+    question, sample = unit
+    return _RUNNER.run(question.text, question, sample=sample)
 
 
 def eval_command(
@@ -88,6 +94,11 @@ def eval_command(
     policy_name: Optional[str] = PolicyOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the split."),
     resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT, with the config its manifest holds."),
+    samples: Optional[int] = typer.Option(None, "--samples", min=1, max=1000, help="Episodes per question, each with its own seed (pass@k, majority vote; default 1)."),
+    api: Optional[str] = ApiOption,
+    temperature: Optional[float] = TemperatureOption,
+    top_p: Optional[float] = TopPOption,
+    top_k: Optional[int] = TopKOption,
     max_consecutive_errors: Optional[int] = typer.Option(None, "--max-consecutive-errors", min=1, help="Stop the run after this many episodes in a row end in policy_error (default 5)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run again the episodes that ended in policy_error (they are replaced)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes (default 1)."),
@@ -126,11 +137,11 @@ def eval_command(
     if retry_errors and not resume:
         raise UsageError("--retry-errors re-runs a run's failed episodes; use it with --out RUN --resume")
     overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "workers": workers,
-                 "max_consecutive_errors": max_consecutive_errors,
+                 "max_consecutive_errors": max_consecutive_errors, "samples": samples,
                  "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
-        thinking=thinking, thinking_budget=thinking_budget,
+        thinking=thinking, thinking_budget=thinking_budget, api=api, temperature=temperature, top_p=top_p, top_k=top_k,
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
@@ -138,6 +149,8 @@ def eval_command(
     )
     manifest = _read_manifest(out) if resume else None
     config = _resolve_config(config_file, overrides, manifest)
+    if manifest is not None:
+        _refuse_changed_config(out, config, manifest)
     run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path, config.split_of or None), resume,
              retry_errors, replay_other_corpus)
 
@@ -158,28 +171,28 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
     _check_run_directory(out, manifest_path, log_path, resume, recorded, hashes)
+    note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
+    if note:
+        console.print(f"[yellow]note: {note}[/yellow]")
     _make_run_directory(out)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
         _write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
-
-    note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode
-    if note:
-        console.print(f"[yellow]note: {note}[/yellow]")
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
     with TrajectoryLog(log_path) as log:
-        latest = {t.question_id: t for t in read_trajectories(log_path)}
-        done = {qid for qid, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
-        remaining = [q for q in questions if q.id not in done]
+        latest = {(t.question_id, t.sample): t for t in read_trajectories(log_path)}
+        done = {key for key, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
+        units = [(q, sample) for q in questions for sample in range(config.samples)]
+        remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
         if log.torn_bytes:
             console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
         if resume:
             retried = len(set(latest) - done)
-            console.print(f"resuming: {len(questions) - len(remaining)} of {len(questions)} episodes already written"
+            console.print(f"resuming: {len(units) - len(remaining)} of {len(units)} episodes already written"
                           + (f"; {retried} that ended in policy_error run again" if retry_errors else ""))
-        stopped = _run_all(remaining, config.workers, log, len(questions) - len(remaining), len(questions), config.max_consecutive_errors)
+        stopped = _run_all(remaining, config.workers, log, len(units) - len(remaining), len(units), config.max_consecutive_errors)
     superseded = drop_superseded_errors(log_path)
     if superseded:
         console.print(f"replaced {superseded} episodes that had ended in policy_error")
@@ -210,6 +223,23 @@ def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: dict
     return build_config(EvalConfig, recorded, from_file | given, "manifest.json")
 
 
+def _refuse_changed_config(out: Path, config: EvalConfig, manifest: dict) -> None:
+    """On --resume, a flag or file that changes the run's config is named before anything is loaded."""
+    then = _recorded_config(manifest)
+    now = config.model_dump(mode="json")
+    changed = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key))
+    if changed:
+        raise UsageError(f"{out}: refusing to resume: the config differs from the run's manifest ({', '.join(changed)}); "
+                         "use the original settings, or start a new run with another --out")
+
+
+def _recorded_config(manifest: dict) -> dict:
+    """The manifest's config as the current EvalConfig reads it: fields added since it was
+    written take their defaults, so that a run made by an older version still resumes."""
+    recorded = {key: value for key, value in (manifest.get("config") or {}).items() if key not in DERIVED_FIELDS}
+    return build_config(EvalConfig, recorded, {}, "manifest.json").model_dump(mode="json")
+
+
 def _flatten(data: dict, prefix: str = "") -> dict:
     flat = {}
     for key, value in data.items():
@@ -224,11 +254,17 @@ def _recorded_corpus(manifest: dict | None) -> Optional[Path]:
     """On --resume without --corpus: the corpus file the run recorded, or None for the generated
     demo corpus (its hash is checked all the same)."""
     sources = (manifest or {}).get("corpus") or []
-    if len(sources) != 1 or sources[0].startswith(DEMO_SOURCE_PREFIX):
+    if not sources or any(source.startswith(DEMO_SOURCE_PREFIX) for source in sources):
         return None
-    if not Path(sources[0]).exists():
-        raise UsageError(f"the run's corpus {sources[0]} is gone; pass --corpus with the same corpus (its hash is checked)")
-    return Path(sources[0])
+    missing = [source for source in sources if not Path(source).exists()]
+    if missing:
+        raise UsageError(f"the run's corpus {missing[0]} is gone; pass --corpus with the same corpus (its hash is checked)")
+    if len(sources) == 1:
+        return Path(sources[0])
+    folder = Path(sources[0]).parent  # a directory corpus records its files
+    if all(Path(source).parent == folder for source in sources):
+        return folder
+    raise UsageError(f"the run's corpus was {len(sources)} files in several folders; pass --corpus with the same corpus")
 
 
 DEMO_SOURCE_PREFIX = "demo("  # how a generated corpus names its source (corpus.demo)
@@ -303,7 +339,8 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
             raise UsageError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
         return
     manifest = _read_manifest(out)
-    for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, manifest.get("config"))):
+    recorded = {**(manifest.get("config") or {}), **_recorded_config(manifest)}  # fields added since: their defaults
+    for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, recorded)):
         if now != then:
             keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))
             raise UsageError(
@@ -312,19 +349,19 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
             )
 
 
-def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, total: int, max_errors: int) -> str | None:
+def _run_all(units: list, workers: int, log: TrajectoryLog, already: int, total: int, max_errors: int) -> str | None:
     """Run and log every question; stop early, returning the last error, after ``max_errors``
     consecutive policy errors (a server that is down fails every episode the same way)."""
     columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     errors = 0
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
-        if workers == 1 or len(questions) <= 1:
-            trajectories = (_run_one(question) for question in questions)
+        if workers == 1 or len(units) <= 1:
+            trajectories = (_run_one(unit) for unit in units)
             pool = None
         else:  # fork: workers inherit the corpus, index and policy without pickling them
-            pool = multiprocessing.get_context("fork").Pool(min(workers, len(questions)))
-            trajectories = pool.imap_unordered(_run_one, questions)
+            pool = multiprocessing.get_context("fork").Pool(min(workers, len(units)))
+            trajectories = pool.imap_unordered(_run_one, units)
         try:
             for trajectory in trajectories:
                 log.append(trajectory)
@@ -341,18 +378,18 @@ def _run_all(questions: list, workers: int, log: TrajectoryLog, already: int, to
 
 def drop_superseded_errors(log_path: Path) -> int:
     """Rewrite the log (whole, atomically) without policy_error episodes that a later line of the
-    same question replaced; returns how many were dropped. A crash before this leaves both lines,
-    and the scoring below keeps the later one all the same."""
-    lines = [line for line in log_path.read_text(encoding="utf-8").splitlines(keepends=True) if line.strip()]
-    trajectories = read_trajectories(log_path)
-    last = {t.question_id: position for position, t in enumerate(trajectories)}
-    keep = [line for position, (line, t) in enumerate(zip(lines, trajectories))
-            if not (t.outcome.status == "policy_error" and last[t.question_id] > position)]
-    if len(keep) == len(lines):
+    same question and sample replaced; returns how many were dropped. A crash before this leaves
+    both lines, and the scoring keeps the later one all the same. Lines are handled as bytes,
+    exactly as the log's reader splits them (text may hold U+2028, which str.splitlines splits)."""
+    numbered, _ = read_whole_lines(log_path)
+    last = {(t.question_id, t.sample): number for number, t in numbered}
+    dropped = {number for number, t in numbered if t.outcome.status == "policy_error" and last[(t.question_id, t.sample)] > number}
+    if not dropped:
         return 0
-    with atomic_file(log_path) as handle:
-        handle.writelines(keep)
-    return len(lines) - len(keep)
+    raw = log_path.read_bytes().split(b"\n")  # line N is raw[N - 1]
+    with atomic_file(log_path, binary=True) as handle:
+        handle.writelines(raw[number - 1] + b"\n" for number, _ in numbered if number not in dropped)
+    return len(dropped)
 
 
 def _write_metrics(out: Path, questions: list, index: BM25Index, prereg):
@@ -362,13 +399,14 @@ def _write_metrics(out: Path, questions: list, index: BM25Index, prereg):
 
     trajectories = read_trajectories(out / "trajectories.jsonl")
     by_id = {q.id: q for q in questions}
-    last = {t.question_id: position for position, t in enumerate(trajectories)}
-    seen: set[str] = set()
+    last = {(t.question_id, t.sample): position for position, t in enumerate(trajectories)}
+    seen: set[tuple] = set()
     unique = []
-    for position, trajectory in enumerate(trajectories):  # a question is scored once, whatever the log holds
-        superseded = trajectory.outcome.status == "policy_error" and last[trajectory.question_id] > position
-        if trajectory.question_id in by_id and trajectory.question_id not in seen and not superseded:
-            seen.add(trajectory.question_id)
+    for position, trajectory in enumerate(trajectories):  # a question's sample is scored once, whatever the log holds
+        key = (trajectory.question_id, trajectory.sample)
+        superseded = trajectory.outcome.status == "policy_error" and last[key] > position
+        if trajectory.question_id in by_id and key not in seen and not superseded:
+            seen.add(key)
             unique.append(trajectory)
     scores = [score_episode(t, by_id[t.question_id]) for t in unique]
     metrics = run_metrics(scores).model_copy(update={

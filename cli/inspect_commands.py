@@ -122,7 +122,12 @@ def compare_command(
     from evaluation.compare import compare_runs
     from evaluation.summary import load_run
 
-    result = compare_runs(load_run(run_a), load_run(run_b))
+    runs = load_run(run_a), load_run(run_b)
+    result = compare_runs(*runs)
+    for run in runs:
+        if any(score.sample for score in run.scores):
+            typer.echo(f"note: {run.directory} has several samples per question; compare pairs each question's first "
+                       "(its pass@k and majority vote are in its metrics.json)", err=True)
     if result.paired_questions == 0:
         raise UsageError(f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
                          f"{result.unpaired.only_in_b} only in B); compare runs of the same split")

@@ -19,6 +19,7 @@ from cli.display import print_episode, print_outcome, print_question, print_step
 from cli.errors import UsageError
 from cli.options import (
     AdapterOption,
+    ApiOption,
     BaseUrlOption,
     ConfigOption,
     ContextCharsOption,
@@ -38,10 +39,13 @@ from cli.options import (
     ReplayOption,
     RetriesOption,
     SeedOption,
+    TemperatureOption,
     ThinkingBudgetOption,
     ThinkingOption,
     TimeoutOption,
     TokenizerOption,
+    TopKOption,
+    TopPOption,
     WallSecondsOption,
     episode_overrides,
     freeze_loaded_state,
@@ -111,6 +115,10 @@ def run_command(
     prompt_format: Optional[str] = PromptFormatOption,
     timeout: Optional[float] = TimeoutOption,
     retries: Optional[int] = RetriesOption,
+    api: Optional[str] = ApiOption,
+    temperature: Optional[float] = TemperatureOption,
+    top_p: Optional[float] = TopPOption,
+    top_k: Optional[int] = TopKOption,
     thinking: Optional[bool] = ThinkingOption,
     thinking_budget: Optional[int] = ThinkingBudgetOption,
     record_prompt_ids: Optional[bool] = RecordPromptIdsOption,
@@ -133,7 +141,7 @@ def run_command(
     overrides = policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
         max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
-        thinking=thinking, thinking_budget=thinking_budget,
+        thinking=thinking, thinking_budget=thinking_budget, api=api, temperature=temperature, top_p=top_p, top_k=top_k,
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,

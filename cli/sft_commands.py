@@ -83,29 +83,40 @@ def build_command(
 
     Every trajectory is first checked for train/serve parity against TOKENIZER (as explorer
     check-parity does); a mismatch stops the build, exit 1, nothing written."""
-    from agent.renderer import ChatRenderer
-    from agent.writer import read_trajectories
-    from corpus.collection import questions_sha256
-    from sft.dataset import BuildSettings, build, split_check, statistics, write
-    from sft.records import BuildReport
-
     if overflow not in ("drop", "split"):
         raise UsageError(f"unknown --overflow {overflow!r}; choose drop or split")
     if evaluation_split not in EVALUATION_SPLITS:
         raise UsageError(f"unknown --evaluation-split {evaluation_split!r}; choose one of {', '.join(EVALUATION_SPLITS)}")
     if (out / "build_report.json").exists() and not force:
         raise UsageError(f"{out}: already holds a built dataset; pass --force to rebuild it")
-    renderer = ChatRenderer.from_directory(tokenizer)
     corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
+    settings = {"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
+                "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split,
+                "train_thinking": train_thinking, "best_of": best_of}
+    report = build_dataset(trajectories, out, tokenizer, corpus, settings, allow_parity_mismatch)
+    print_build_report(report)
+    typer.echo(f"dataset written to {out}")
+
+
+def build_dataset(trajectories: list[Path], out: Path, tokenizer: Path, corpus, settings: dict, allow_parity_mismatch: bool = False):
+    """Check, filter, tokenise and write a dataset; the BuildReport it wrote. ``settings`` holds
+    build_command's options by name (recorded verbatim in the report)."""
+    from agent.renderer import ChatRenderer
+    from agent.writer import read_trajectories
+    from corpus.collection import questions_sha256
+    from sft.dataset import BuildSettings, build, split_check, statistics, write
+    from sft.records import BuildReport
+
+    renderer = ChatRenderer.from_directory(tokenizer)
     found = [t for path in trajectories for t in read_trajectories(path)]
     if not found:
         raise UsageError("the trajectory files hold no episodes")
     parity = parity_report(found, renderer, allow_parity_mismatch)
-    evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == evaluation_split)
+    evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == settings["evaluation_split"])
     evaluation_questions = frozenset(q.id for q in corpus.questions if q.paper_id in evaluation_papers)
-    settings = BuildSettings(min_answer_f1, not drop_abstentions, max_length, overflow, validation_share, evaluation_papers, train_thinking,
-                             best_of)
-    built = build(found, {q.id: q for q in corpus.questions}, renderer, settings)
+    built = build(found, {q.id: q for q in corpus.questions}, renderer, BuildSettings(
+        settings["min_answer_f1"], settings["keep_correct_abstentions"], settings["max_length"], settings["overflow"],
+        settings["validation_share"], evaluation_papers, settings["train_thinking"], settings["best_of"]))
     check = split_check(built, evaluation_papers, evaluation_questions)
     if not check.passed:
         raise UsageError(f"split check failed, ids shared between sets: {json.dumps(check.overlaps)[:300]}")
@@ -115,18 +126,14 @@ def build_command(
     report = BuildReport(
         trajectories_read=len(found), sources=[str(p) for p in trajectories],
         kept={"train": len(built.train), "validation": len(built.validation)},
-        dropped=dict(built.dropped), split_at_turn_boundary=built.shortened,
-        settings={"min_answer_f1": min_answer_f1, "keep_correct_abstentions": not drop_abstentions, "max_length": max_length,
-                  "overflow": overflow, "validation_share": validation_share, "evaluation_split": evaluation_split,
-                  "train_thinking": train_thinking, "best_of": best_of},
+        dropped=dict(built.dropped), split_at_turn_boundary=built.shortened, settings=settings,
         split_check=check, tokenizer=str(tokenizer_file.resolve()), tokenizer_sha256=renderer.fingerprint,
         corpus=[str(s) for s in corpus.sources], corpus_sha256=corpus.papers_sha256,
         questions_sha256=questions_sha256(corpus.questions),
         statistics={"train": statistics(built.train), "validation": statistics(built.validation)}, parity=parity,
     )
     write(built, out, report)
-    print_build_report(report)
-    typer.echo(f"dataset written to {out}")
+    return report
 
 
 def parity_report(trajectories, renderer, allow_mismatch: bool):

@@ -111,10 +111,11 @@ class RunComparison(Record):
 
 
 def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
-    """A run's scored episodes by question id; a question scored twice cannot be paired."""
+    """A run's scored episodes by question id: of a run with --samples K, each question's first
+    sample (the pass@k figures are in its metrics). A question scored twice cannot be paired."""
     scored: dict[str, EpisodeScore] = {}
     for score in run.scores:
-        if not score.scored or score.question_id is None:
+        if not score.scored or score.question_id is None or score.sample != 0:
             continue
         if score.question_id in scored:
             raise EvaluationError(f"{run.directory}: question {score.question_id} is scored twice in scores.jsonl; "

@@ -97,6 +97,17 @@ class ReplayDrift(Record):
     first_change: FirstChange | None = None
 
 
+class SampleMetrics(Record):
+    """``explorer eval --samples K``: each question answered K times with its own seeds."""
+
+    samples: int  # K: episodes per question (the smallest count when a question has fewer)
+    questions: int
+    pass_at_k: dict[str, float]  # unbiased pass@k (Chen et al., 2021) on exact match, for k = 1, 2, 4, ... and K
+    mean_answer_f1: float  # mean over questions of the mean answer F1 of their samples
+    majority_answer_f1: float  # answer F1 of each question's most common (normalised) prediction
+    agreement: float  # mean share of a question's samples that give its most common prediction
+
+
 class RunMetrics(Record):
     """What ``explorer eval`` measured over a run's episodes (QASPER's metrics on the scored ones)."""
 
@@ -125,6 +136,7 @@ class RunMetrics(Record):
     retrieval: dict[str, float | int | None] = Field(default_factory=dict)  # recall@k and MRR of search on the questions
     preregistration: PreregistrationResult | None = None
     replay: ReplayDrift | None = None  # --policy replay only
+    sampling: SampleMetrics | None = None  # with --samples K > 1
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)

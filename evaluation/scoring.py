@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from statistics import fmean
 
@@ -14,10 +15,11 @@ from evaluation.answers import (
     answer_and_evidence_f1,
     best_over_references,
     exact_match,
+    normalize_answer,
     sub_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
-from evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics
+from evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
 from evaluation.stats import bootstrap_mean_ci
 
 
@@ -45,6 +47,7 @@ class EpisodeScore(BaseModel):
     episode_id: str
     question_id: str | None
     question: str
+    sample: int = 0  # which of the question's attempts (--samples K)
     status: Status
     prediction: str
     steps: int
@@ -87,7 +90,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
         }
     return EpisodeScore(
         episode_id=trajectory.episode_id, question_id=trajectory.question_id, question=trajectory.question,
-        status=trajectory.outcome.status, prediction=predicted, steps=len(trajectory.steps),
+        sample=trajectory.sample, status=trajectory.outcome.status, prediction=predicted, steps=len(trajectory.steps),
         tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
         tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
         flags=detect(trajectory, question), **gold,
@@ -144,7 +147,43 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
         "detector_rates": rates,
         "verdict": verdict(rates, collapse_threshold),
+        "sampling": sample_metrics(scores),
     })
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """The unbiased estimator of P(at least one of k samples is correct) from n samples, c correct."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
+    """pass@k, mean and majority-vote answer F1 and agreement over each question's samples; None
+    when no question was asked more than once. Correct means exact match (an abstention on an
+    unanswerable question included)."""
+    by_question: dict[str, list[EpisodeScore]] = defaultdict(list)
+    for score in scores:
+        if score.scored and score.question_id is not None:
+            by_question[score.question_id].append(score)
+    if not by_question or max(len(group) for group in by_question.values()) < 2:
+        return None
+    k_max = min(len(group) for group in by_question.values())
+    ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k <= k_max} | {k_max})
+    majority_f1, agreement = [], []
+    for group in by_question.values():
+        votes = Counter(normalize_answer(score.prediction) for score in group)
+        top = max(votes.values())
+        winner = next(normalize_answer(s.prediction) for s in sorted(group, key=lambda s: s.sample)
+                      if votes[normalize_answer(s.prediction)] == top)  # ties: the earliest sample's answer
+        majority_f1.append(next(s.answer_f1 for s in group if normalize_answer(s.prediction) == winner))
+        agreement.append(top / len(group))
+    return SampleMetrics(
+        samples=k_max, questions=len(by_question),
+        pass_at_k={str(k): fmean(pass_at_k(len(g), sum(s.exact_match >= 1 for s in g), k) for g in by_question.values()) for k in ks},
+        mean_answer_f1=fmean(fmean(s.answer_f1 for s in g) for g in by_question.values()),
+        majority_answer_f1=fmean(majority_f1), agreement=fmean(agreement),
+    )
 
 
 def model_metrics(trajectories: list[Trajectory]) -> dict:

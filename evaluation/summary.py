@@ -90,6 +90,14 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         console.print(f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
                       f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
                       "answered score 0 (evidence_f1_strict)")
+    if metrics.sampling is not None:
+        sampled = metrics.sampling
+        table = Table("k", "pass@k (exact match)", title=f"{sampled.samples} samples of {sampled.questions} questions")
+        for k, value in sampled.pass_at_k.items():
+            table.add_row(k, f"{value:.3f}")
+        console.print(table)
+        console.print(f"answer F1: mean over samples {sampled.mean_answer_f1:.3f}, majority vote {sampled.majority_answer_f1:.3f}; "
+                      f"agreement with the majority {sampled.agreement:.1%}")
     rates = {name: rate for name, rate in metrics.detector_rates.items() if rate}
     if rates:
         detectors = Table("detector", "episodes flagged", title="behaviour")

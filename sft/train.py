@@ -232,6 +232,9 @@ class Validator:
         self.model, self.renderer, self.corpus, self.config = model, renderer, corpus, config
         self.data, self.examples, self.quantized, self.log = data, examples, quantized, log
         self.question_ids = list(dict.fromkeys(e.question_id for e in examples if e.question_id))
+        if not self.question_ids and config.validation_episodes:  # no validation example: the corpus's validation split
+            self.question_ids = [q.id for q in corpus.split("validation").questions]
+            log(f"no validation examples in {data}: validation episodes ask the corpus's validation questions")
         self.path = out / "validation.jsonl"
         self.started = time.perf_counter()
 

@@ -65,3 +65,76 @@ def test_episodes_that_never_answered_are_their_own_columns_and_earn_no_evidence
     assert sum(row["step_limit"] for row in table.values()) == 8 and all(row["answered"] == 0 for row in table.values())
     assert metrics["evidence_f1_strict"] == 0 and metrics["detector_rates"]["no_answer"] == 1.0
     assert "step_limit" in done.stdout and "evidence_f1_strict" in done.stdout
+
+
+class ListingServer:
+    """/v1/models answers ``body`` (bytes), ``drip`` bytes a second when set."""
+
+    def __init__(self, body: bytes, drip: bool = False):
+        import threading
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body) * (1000 if drip else 1)))
+                self.end_headers()
+                for byte in (body if drip else [body]):
+                    self.wfile.write(bytes([byte]) if drip else byte)
+                    self.wfile.flush()
+                    if drip:
+                        time.sleep(0.5)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.mark.parametrize("body, drip, said", [
+    (b'{"data": null}', False, "serves no model"),
+    (b'{"object": "list", "data": [{"id": "served"}]}', True, "no server answers"),  # a byte every half second
+])
+def test_a_strange_model_listing_is_one_line(tiny_tokenizer, tmp_path, body, drip, said):
+    listing = ListingServer(body, drip)
+    try:
+        done = openai_eval(listing.url, tiny_tokenizer, tmp_path / "run", "--timeout", "2")
+    finally:
+        listing.server.shutdown()
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())  # nothing written: run it again as is
+
+
+def test_samples_run_k_seeded_episodes_per_question_resumably_with_pass_at_k(server, tiny_tokenizer, tmp_path):
+    run = tmp_path / "run"
+    done = openai_eval(server.url, tiny_tokenizer, run, "--samples", "3", "--temperature", "0.8", "--limit", "4")
+    assert done.returncode == 0, done.stderr
+    episodes = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    assert sorted((e["question_id"], e["sample"]) for e in episodes) == sorted((q, k) for q in {e["question_id"] for e in episodes} for k in range(3))
+    assert len({e["episode_seed"] for e in episodes}) == 12 and len({e["episode_id"] for e in episodes}) == 12
+    assert sorted(r["seed"] for r in server.requests) == sorted(e["episode_seed"] for e in episodes)  # each request its own seed
+    sampling = json.loads((run / "metrics.json").read_text())["sampling"]
+    assert sampling["samples"] == 3 and sampling["questions"] == 4 and set(sampling["pass_at_k"]) == {"1", "2", "3"}
+    assert sampling["agreement"] == 1.0  # the scripted server answers the same every time
+    lines = (run / "trajectories.jsonl").read_text().splitlines()
+    (run / "trajectories.jsonl").write_text("\n".join(lines[:7]) + "\n")  # as if killed after 7 episodes
+    resumed = run_cli("eval", "--out", str(run), "--resume")
+    assert resumed.returncode == 0 and "resuming: 7 of 12" in resumed.stderr, resumed.stderr
+    assert len((run / "trajectories.jsonl").read_text().splitlines()) == 12
+    other = openai_eval(server.url, tiny_tokenizer, tmp_path / "other", "--limit", "4")
+    assert other.returncode == 0, other.stderr
+    compared = run_cli("compare", str(tmp_path / "other"), str(run))
+    assert compared.returncode == 0 and "several samples per question" in compared.stderr and "4 paired questions" in compared.stdout
+
+
+def test_a_log_holding_line_separators_survives_the_rewrite(server, tiny_tokenizer, tmp_path):
+    text = '```python\n# a note\u2028and\u2029more\x85\nsubmit("x", evidence=[])\n```'
+    server.answers = [(500, {"error": "down"})] * 2 + [(200, FakeServer.completion(text, None))] * 10
+    first = openai_eval(server.url, tiny_tokenizer, tmp_path / "run", "--max-consecutive-errors", "2")
+    assert first.returncode == 1
+    resumed = run_cli("eval", "--out", str(tmp_path / "run"), "--resume", "--retry-errors")
+    assert resumed.returncode == 0 and "replaced 2 episodes" in resumed.stderr, resumed.stderr
+    episodes = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_bytes().split(b"\n") if line]
+    assert len(episodes) == 6 and {e["outcome"]["status"] for e in episodes} == {"submitted"}
+    assert all("\u2028" in e["steps"][0]["action_text"] for e in episodes)

@@ -1,0 +1,241 @@
+"""``explorer improve``: expert iteration (STaR / ReST-EM) in one resumable command.
+
+Each round samples the current policy K times per question of the train split, keeps per
+question the best successful attempts (``sft build --best-of``; never one whose first action
+ends the episode), trains a fresh QLoRA adapter on them from the base model (the recipe of
+``explorer train``), and judges it by its validation episodes. A round that makes the
+direct-submit rate rise or answer F1 fall stops the loop and says so; the adapter of the last
+good round is the result.
+
+Layout: ``OUT/improve.json`` (the settings; a resume with other settings is refused) and one
+directory per round: ``samples/`` (an eval run), ``data/`` (a built dataset), ``train/`` (a
+training run) and ``round.json`` (what the round gave and whether it was kept). Every stage
+that finished is skipped on a rerun; an interrupted one resumes.
+
+At scale the sampling goes to a vLLM server instead (``--base-url``): the round's adapter is
+loaded into it through vLLM's runtime LoRA endpoint (``/v1/load_lora_adapter``, enabled with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``) and sampled under the name ``round-N``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.models import tokenizer_file
+from cli.errors import UsageError
+from cli.options import CorpusOption, SplitOfOption, open_corpus, split_of
+
+SETTINGS_FILE = "improve.json"
+
+
+class ImproveSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    model: str
+    adapter: str | None = None  # the policy of round 1 (None: the base model)
+    corpus: str | None = None
+    rounds: int = Field(ge=1)
+    samples: int = Field(ge=1)
+    temperature: float = Field(gt=0)
+    limit: int | None = None  # train questions sampled per round
+    best_of: int = Field(ge=1)
+    seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
+    max_steps: int = Field(ge=1)
+    max_new_tokens: int = Field(ge=1)
+    train_max_steps: int | None = None
+    validation_episodes: int = Field(ge=0)
+    quantization: str = "auto"
+    base_url: str | None = None
+    seed: int = 0
+
+
+class RoundRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    round: int
+    sampled_with: str  # the adapter sampled (or "base")
+    episodes: int
+    successful: int
+    examples: int
+    adapter: str | None  # the round's chosen checkpoint
+    answer_f1: float | None
+    direct_submit_rate: float | None
+    kept: bool
+    reason: str
+
+
+def improve_command(
+    model: str = typer.Option(..., "--model", "-m", help="The base model: a directory or hub id."),
+    out: Path = typer.Option(..., "--out", "-o", help="Directory for the rounds (a rerun resumes it)."),
+    adapter: Optional[Path] = typer.Option(None, "--adapter", help="A LoRA adapter to sample round 1 with (default: the base model)."),
+    corpus_path: Optional[Path] = CorpusOption,
+    split_of_values: Optional[List[str]] = SplitOfOption,
+    rounds: int = typer.Option(2, "--rounds", min=1, help="Rounds of sample -> filter -> build -> train -> validate."),
+    samples: int = typer.Option(4, "--samples", min=1, help="Attempts per question per round."),
+    temperature: float = typer.Option(0.7, "--temperature", min=0.01, help="Sampling temperature."),
+    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N train questions each round."),
+    best_of: int = typer.Option(1, "--best-of", min=1, help="Successful attempts kept per question."),
+    seed_data: Optional[List[Path]] = typer.Option(None, "--seed-data", help="Trajectories added to every round's data (e.g. sft teach's)."),
+    max_steps: int = typer.Option(10, "--max-steps", min=1, help="Actions per episode."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1),
+    train_max_steps: Optional[int] = typer.Option(None, "--train-max-steps", min=1, help="Optimizer steps per round (default: the recipe's epochs)."),
+    validation_episodes: int = typer.Option(16, "--validation-episodes", min=0, help="Greedy validation episodes per checkpoint."),
+    quantization: str = typer.Option("auto", "--quantization", help="auto, 4bit or none (as explorer train)."),
+    base_url: Optional[str] = typer.Option(None, "--base-url", help="Sample on a vLLM server with runtime LoRA loading instead of in-process."),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Expert iteration: sample, keep the best successful attempts, train, judge by behaviour; stop when a round gets worse."""
+    settings = ImproveSettings(
+        model=model, adapter=str(adapter) if adapter else None, corpus=str(corpus_path) if corpus_path else None, rounds=rounds,
+        samples=samples, temperature=temperature, limit=limit, best_of=best_of, seed_data=[str(p) for p in seed_data or []],
+        max_steps=max_steps, max_new_tokens=max_new_tokens, train_max_steps=train_max_steps,
+        validation_episodes=validation_episodes, quantization=quantization, base_url=base_url, seed=seed,
+    )
+    _check_out(out, settings)
+    corpus = open_corpus(corpus_path, splits=split_of(split_of_values))
+    current = settings.adapter
+    previous: RoundRecord | None = None
+    for number in range(1, rounds + 1):
+        record = run_round(out / f"round-{number}", number, settings, corpus, corpus_path, current, previous)
+        typer.echo(f"round {number}: {record.successful} of {record.episodes} attempts succeeded, {record.examples} examples; "
+                   f"answer F1 {_shown(record.answer_f1)}, direct-submit {_shown(record.direct_submit_rate)} - {record.reason}")
+        if not record.kept:
+            typer.echo(f"stopped after round {number}: {record.reason}; the result is {current or 'the base model'}")
+            return
+        current, previous = record.adapter, record
+    typer.echo(f"{rounds} rounds done; the result is {current}")
+
+
+def _check_out(out: Path, settings: ImproveSettings) -> None:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a directory")
+    recorded = out / SETTINGS_FILE
+    if recorded.exists():
+        then = ImproveSettings.model_validate_json(recorded.read_text())
+        changed = sorted(k for k, v in settings.model_dump().items() if getattr(then, k) != v)
+        if changed:
+            raise UsageError(f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(settings.model_dump_json(indent=2))
+
+
+def run_round(directory: Path, number: int, settings: ImproveSettings, corpus, corpus_path: Path | None,
+              adapter: str | None, previous: RoundRecord | None) -> RoundRecord:
+    """One round, each stage skipped when it already finished."""
+    record_path = directory / "round.json"
+    if record_path.exists():
+        return RoundRecord.model_validate_json(record_path.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    from evaluation.summary import load_run
+
+    scores = load_run(_sample(directory / "samples", number, settings, corpus, adapter)).scores
+    samples = directory / "samples"
+    successful = sum(1 for score in scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
+    episodes = len(scores)
+    data = directory / "data"
+    if not (data / "build_report.json").exists():
+        from cli.sft_commands import build_dataset
+
+        build_settings = {"min_answer_f1": 0.5, "keep_correct_abstentions": True, "max_length": 8192, "overflow": "drop",
+                          "validation_share": 0.2, "evaluation_split": "test", "train_thinking": False, "best_of": settings.best_of}
+        sources = [samples / "trajectories.jsonl", *map(Path, settings.seed_data)]
+        try:
+            build_dataset(sources, data, tokenizer_file(settings.model), corpus, build_settings)
+        except UsageError as error:
+            return _finish(record_path, RoundRecord(
+                round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=0, adapter=None,
+                answer_f1=None, direct_submit_rate=None, kept=False, reason=f"nothing to train on ({error})"))
+    from sft.dataset import load_report
+
+    examples = sum(load_report(data).kept.values())
+    summary = _train(directory / "train", data, settings, corpus)
+    best = next((c for c in summary.checkpoints if c.checkpoint == summary.best_checkpoint), None)
+    if best is None:
+        return _finish(record_path, RoundRecord(
+            round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=examples, adapter=None,
+            answer_f1=None, direct_submit_rate=None, kept=False,
+            reason=f"no checkpoint passed the behavioural selection ({'; '.join(summary.warnings) or summary.criterion})"))
+    f1, rate = best.behaviour.answer_f1, best.behaviour.direct_submit_rate
+    reason, kept = "kept", True
+    if previous is not None and None not in (f1, previous.answer_f1) and f1 < previous.answer_f1:
+        reason, kept = f"answer F1 on validation episodes fell ({previous.answer_f1:.3f} -> {f1:.3f})", False
+    elif previous is not None and None not in (rate, previous.direct_submit_rate) and rate > previous.direct_submit_rate:
+        reason, kept = f"the direct-submit rate rose ({previous.direct_submit_rate:.0%} -> {rate:.0%})", False
+    return _finish(record_path, RoundRecord(
+        round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=examples,
+        adapter=str(directory / "train" / best.checkpoint), answer_f1=f1, direct_submit_rate=rate, kept=kept, reason=reason))
+
+
+def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: str | None) -> Path:
+    """The round's attempts: an eval run on the train split, K samples per question."""
+    if (run / "metrics.json").exists():
+        return run
+    from agent.config import EvalConfig, PolicyConfig
+    from agent.trajectory import EpisodeConfig
+    from cli.eval_command import run_eval
+
+    if settings.base_url is None:
+        policy = PolicyConfig(name="hf", model=settings.model, adapter=Path(adapter) if adapter else None, quantization=settings.quantization,
+                              max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+    else:
+        served = _load_into_server(settings.base_url, f"round-{number}", adapter) if adapter else settings.model
+        policy = PolicyConfig(name="openai", base_url=settings.base_url, model=served, tokenizer=tokenizer_file(settings.model),
+                              max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+    config = EvalConfig(policy=policy, episode=EpisodeConfig(max_steps=settings.max_steps, seed=settings.seed + number),
+                        split="train", limit=settings.limit, samples=settings.samples)
+    try:
+        run_eval(run, config, corpus, resume=(run / "manifest.json").exists())
+    except typer.Exit as stopped:
+        if stopped.exit_code:
+            raise
+    return run
+
+
+def _load_into_server(base_url: str, name: str, adapter: str) -> str:
+    """vLLM's runtime LoRA loading: the adapter becomes servable as ``name``."""
+    url = base_url.rstrip("/").removesuffix("/v1") + "/v1/load_lora_adapter"
+    request = urllib.request.Request(url, data=json.dumps({"lora_name": name, "lora_path": str(Path(adapter).resolve())}).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=300):
+            return name
+    except urllib.error.HTTPError as error:
+        if error.code == 400 and b"already" in error.read():
+            return name  # loaded by an earlier try of this round
+        raise UsageError(f"{url}: could not load {adapter} (HTTP {error.code}); start vLLM with --enable-lora and "
+                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") from None
+    except (urllib.error.URLError, OSError) as error:
+        raise UsageError(f"{url}: no vLLM server answers ({error}); start it or fix --base-url") from None
+
+
+def _train(run: Path, data: Path, settings: ImproveSettings, corpus):
+    from sft.records import TrainingSummary
+    from sft.train import TrainConfig, train
+
+    summary_path = run / "training_summary.json"
+    if summary_path.exists():
+        return TrainingSummary.model_validate_json(summary_path.read_text())
+    config = TrainConfig(model=settings.model, quantization=settings.quantization, seed=settings.seed,
+                         validation_episodes=settings.validation_episodes, validation_max_steps=settings.max_steps,
+                         **({"max_steps": settings.train_max_steps} if settings.train_max_steps else {}))
+    return train(config, data, run, corpus, log=lambda *_: None, resume=any(run.glob("checkpoint-*")))
+
+
+def _finish(path: Path, record: RoundRecord) -> RoundRecord:
+    from corpus.atomic import atomic_file
+
+    with atomic_file(path) as handle:
+        handle.write(record.model_dump_json(indent=2))
+    return record
+
+
+def _shown(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
