@@ -225,3 +225,15 @@ def test_gold_answers_come_from_the_recorded_corpus_or_stay_empty_with_a_warning
     empty, warning = targets()
     assert empty == [[], [], []] and "pass --corpus" in warning
     assert targets("--corpus", str(moved))[0] == found
+
+
+def test_each_sample_of_a_question_is_an_epoch(tmp_path):
+    log_module = needs("inspect_ai.log")
+    run_dir = eval_run(tmp_path / "run", "--limit", "2", "--samples", "2")
+    out = tmp_path / "k.eval"
+    assert export(str(run_dir), "--to", "inspect", str(out)).returncode == 0
+    log = log_module.read_eval_log(str(out))
+    assert sorted((sample.id, sample.epoch) for sample in log.samples) == [
+        ("demo-00000-q0", 1), ("demo-00000-q0", 2), ("demo-00000-q1", 1), ("demo-00000-q1", 2)]
+    assert log.eval.config.epochs == 2
+    assert all(sample.metadata["sample"] == sample.epoch - 1 for sample in log.samples)
