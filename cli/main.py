@@ -18,6 +18,7 @@ from cli.errors import UsageError
 from cli.eval_command import eval_command
 from cli.exec_command import exec_command
 from cli.export_command import export_command
+from cli.improve_command import improve_command
 from cli.inspect_commands import compare_command, inspect_command, preregister_command, report_command
 from cli.model_commands import tiny_model_command
 from cli.parity_command import check_parity_command
@@ -54,6 +55,7 @@ app.command("inspect")(inspect_command)
 app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("train")(train_command)
+app.command("improve")(improve_command)
 app.command("schema")(schema_command)
 app.command("export")(export_command)
 
