@@ -212,18 +212,18 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
 DERIVED_FIELDS = ("questions", "selected_questions_sha256")
 
 
-def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: dict | None) -> EvalConfig:
+def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: RunManifest | None) -> EvalConfig:
     """A new run: --config, then the flags. A resumed one: its manifest's config, then --config and
     the flags (anything they change is refused later, when the configs are compared)."""
     if manifest is None:
         return load_config(EvalConfig, config_file, overrides)
-    recorded = {key: value for key, value in (manifest.get("config") or {}).items() if key not in DERIVED_FIELDS}
+    recorded = _recorded_config(manifest)
     from_file = _flatten(read_toml(config_file)) if config_file is not None else {}
     given = {key: value for key, value in overrides.items() if value is not None}
     return build_config(EvalConfig, recorded, from_file | given, "manifest.json")
 
 
-def _refuse_changed_config(out: Path, config: EvalConfig, manifest: dict) -> None:
+def _refuse_changed_config(out: Path, config: EvalConfig, manifest: RunManifest) -> None:
     """On --resume, a flag or file that changes the run's config is named before anything is loaded."""
     then = _recorded_config(manifest)
     now = config.model_dump(mode="json")
@@ -233,11 +233,10 @@ def _refuse_changed_config(out: Path, config: EvalConfig, manifest: dict) -> Non
                          "use the original settings, or start a new run with another --out")
 
 
-def _recorded_config(manifest: dict) -> dict:
-    """The manifest's config as the current EvalConfig reads it: fields added since it was
-    written take their defaults, so that a run made by an older version still resumes."""
-    recorded = {key: value for key, value in (manifest.get("config") or {}).items() if key not in DERIVED_FIELDS}
-    return build_config(EvalConfig, recorded, {}, "manifest.json").model_dump(mode="json")
+def _recorded_config(manifest: RunManifest) -> dict:
+    """The manifest's config without what the run derived; fields added since it was written
+    have their defaults (the model filled them in), so that an older run still resumes."""
+    return manifest.config.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
 
 
 def _flatten(data: dict, prefix: str = "") -> dict:
@@ -250,10 +249,10 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _recorded_corpus(manifest: dict | None) -> Optional[Path]:
+def _recorded_corpus(manifest: RunManifest | None) -> Optional[Path]:
     """On --resume without --corpus: the corpus file the run recorded, or None for the generated
     demo corpus (its hash is checked all the same)."""
-    sources = (manifest or {}).get("corpus") or []
+    sources = manifest.corpus if manifest is not None else []
     if not sources or any(source.startswith(DEMO_SOURCE_PREFIX) for source in sources):
         return None
     missing = [source for source in sources if not Path(source).exists()]
@@ -316,8 +315,8 @@ def _make_run_directory(out: Path) -> None:
         raise UsageError(f"{out}: cannot create the run directory ({error.strerror})") from None
 
 
-def _read_manifest(out: Path) -> dict:
-    """The run's manifest, checked against its schema, as JSON data."""
+def _read_manifest(out: Path) -> RunManifest:
+    """The run's manifest, checked against its schema."""
     manifest_path = out / "manifest.json"
     if not manifest_path.exists():
         raise UsageError(f"{out}: no manifest.json, so there is no run to resume; drop --resume to start one")
@@ -330,7 +329,7 @@ def _read_manifest(out: Path) -> dict:
         where = ".".join(str(part) for part in first["loc"]) or "manifest"
         raise UsageError(f"{manifest_path}: not a run manifest this version can resume (field '{where}': {first['msg']}); "
                          "start a new run with another --out") from None
-    return manifest.model_dump(mode="json")
+    return manifest
 
 
 def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume: bool, config: dict, hashes: dict) -> None:
@@ -339,8 +338,8 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
             raise UsageError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
         return
     manifest = _read_manifest(out)
-    recorded = {**(manifest.get("config") or {}), **_recorded_config(manifest)}  # fields added since: their defaults
-    for name, now, then in (("corpus or prompt hashes", hashes, manifest.get("hashes")), ("config", config, recorded)):
+    recorded = manifest.config.model_dump(mode="json")  # fields added since it was written: their defaults
+    for name, now, then in (("corpus or prompt hashes", hashes, manifest.hashes.model_dump()), ("config", config, recorded)):
         if now != then:
             keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))
             raise UsageError(

@@ -141,7 +141,7 @@ def _direct_submit(score: EpisodeScore) -> float:
 
 
 def _corpus_hash(run: Run) -> str | None:
-    return (run.manifest.get("hashes") or {}).get("corpus_sha256")
+    return run.manifest.hashes.corpus_sha256
 
 
 def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:

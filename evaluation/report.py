@@ -80,7 +80,7 @@ def report_html(run: Run) -> str:
                          f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
                          for row, counts in metrics.abstention.rows())
     verdict = metrics.verdict
-    policy = run.manifest.get("config", {}).get("policy", {}).get("name", "?")
+    policy = run.manifest.config.policy.name
     # every "<" escaped: no "</script>" or "<!--" inside the data can change how the page parses
     data = json.dumps({"episodes": episodes, "detectors": list(DETECTORS)}).replace("<", "\\u003c")
     return TEMPLATE.format(
@@ -88,8 +88,8 @@ def report_html(run: Run) -> str:
         verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
         verdict=html.escape(f"{verdict.verdict}: direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})"),
         rows=rows, abstention=abstention, replay=replay_section(metrics.replay), plots="".join(plots), data=data,
-        corpus=html.escape(run.manifest.get("hashes", {}).get("corpus_sha256", "?")[:16]),
-        commit=html.escape(str(run.manifest.get("git_commit"))),
+        corpus=html.escape(run.manifest.hashes.corpus_sha256[:16]),
+        commit=html.escape(str(run.manifest.git_commit)),
     )
 
 

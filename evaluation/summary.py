@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from agent.manifest import RunManifest
 from evaluation.errors import EvaluationError
 from evaluation.records import ReplayDrift, RunMetrics
 from evaluation.scoring import EpisodeScore
@@ -19,7 +20,7 @@ from evaluation.scoring import EpisodeScore
 @dataclass
 class Run:
     directory: Path
-    manifest: dict
+    manifest: RunManifest
     metrics: RunMetrics
     scores: list[EpisodeScore]
 
@@ -27,7 +28,7 @@ class Run:
     def trajectories(self) -> Path:
         return self.directory / "trajectories.jsonl"
 
-    def by_question(self) -> dict[str, dict]:
+    def by_question(self) -> dict[str, EpisodeScore]:
         return {score.question_id: score for score in self.scores}
 
 
@@ -36,7 +37,7 @@ def load_run(directory: Path) -> Run:
     if not directory.is_dir():
         raise EvaluationError(f"{directory}: no such run directory")
     try:
-        manifest = json.loads((directory / "manifest.json").read_text())
+        manifest = RunManifest.model_validate_json((directory / "manifest.json").read_bytes())
         metrics = RunMetrics.model_validate_json((directory / "metrics.json").read_bytes())
         scores = [EpisodeScore.model_validate_json(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
     except FileNotFoundError as error:
