@@ -11,7 +11,6 @@ from tests.agent.test_openai_policy import FakeServer
 from tests.conftest import run_cli
 
 
-
 @pytest.fixture
 def server():
     fake = FakeServer(models=["served"])
@@ -138,3 +137,69 @@ def test_a_log_holding_line_separators_survives_the_rewrite(server, tiny_tokeniz
     episodes = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").read_bytes().split(b"\n") if line]
     assert len(episodes) == 6 and {e["outcome"]["status"] for e in episodes} == {"submitted"}
     assert all("\u2028" in e["steps"][0]["action_text"] for e in episodes)
+
+
+class SeededServer:
+    """Answers by the request's seed: abstains on a third of seeds, else submits "x" - so the
+    samples of one question disagree, and correctness varies across questions and samples."""
+
+    def __init__(self):
+        import threading
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_error(501)
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                action = 'abstain("not stated")' if body["seed"] % 3 == 0 else 'submit("x", evidence=[])'
+                data = json.dumps({"choices": [{"text": f"```python\n{action}\n```", "finish_reason": "stop"}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_pass_at_k_and_majority_vote_match_an_independent_computation(tiny_tokenizer, tmp_path):
+    from itertools import combinations
+    from statistics import fmean
+
+    seeded = SeededServer()
+    try:
+        done = openai_eval(seeded.url, tiny_tokenizer, tmp_path / "run", "--samples", "4", "--temperature", "0.7", "--limit", "6")
+    finally:
+        seeded.server.shutdown()
+    assert done.returncode == 0, done.stderr
+    scores = [json.loads(line) for line in (tmp_path / "run" / "scores.jsonl").read_text().splitlines()]
+    by_question = {}
+    for score in scores:
+        by_question.setdefault(score["question_id"], []).append(score)
+    assert len(by_question) == 6 and all(len(group) == 4 for group in by_question.values())
+    assert len({s["prediction"] for s in scores}) == 2  # the samples disagree somewhere
+
+    def brute_pass(group, k):  # the share of k-subsets of the samples holding a correct one
+        subsets = list(combinations(group, k))
+        return sum(any(s["exact_match"] >= 1 for s in subset) for subset in subsets) / len(subsets)
+
+    def majority_f1(group):
+        ordered = sorted(group, key=lambda s: s["sample"])
+        counts = {}
+        for s in ordered:
+            counts[s["prediction"].lower()] = counts.get(s["prediction"].lower(), 0) + 1
+        winner = max(counts, key=lambda p: (counts[p], -[s["prediction"].lower() for s in ordered].index(p)))
+        return next(s["answer_f1"] for s in ordered if s["prediction"].lower() == winner), counts[winner] / len(group)
+
+    sampling = json.loads((tmp_path / "run" / "metrics.json").read_text())["sampling"]
+    for k in (1, 2, 4):
+        assert sampling["pass_at_k"][str(k)] == pytest.approx(fmean(brute_pass(g, k) for g in by_question.values()))
+    votes = [majority_f1(group) for group in by_question.values()]
+    assert sampling["majority_answer_f1"] == pytest.approx(fmean(f1 for f1, _ in votes))
+    assert sampling["agreement"] == pytest.approx(fmean(share for _, share in votes))
+    assert sampling["mean_answer_f1"] == pytest.approx(fmean(fmean(s["answer_f1"] for s in g) for g in by_question.values()))

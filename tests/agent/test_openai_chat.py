@@ -84,6 +84,28 @@ def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, s
     assert built.returncode == 0, built.stderr
     example = json.loads((tmp_path / "data" / "train.jsonl").read_text())
     assert [turn["type"] for turn in example["turns"]] == ["tool", "final"]
+    checked = run_cli("check-parity", "-t", str(path), "--tokenizer", str(tiny_tokenizer), "--data", str(tmp_path / "data"))
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_a_chat_teachers_data_trains_the_tiny_student(chat, small_demo, tiny_model, tmp_path):
+    from corpus.writing import write_jsonl
+
+    write_jsonl(small_demo, tmp_path / "corpus.jsonl")
+    taught = run_cli("eval", "--policy", "openai", "--api", "chat", "--base-url", chat.url, "--model", "teacher",
+                     "--tokenizer", str(tiny_model), "--corpus", str(tmp_path / "corpus.jsonl"), "--split", "all", "--limit", "6",
+                     "--out", str(tmp_path / "teacher"))
+    assert taught.returncode == 0, taught.stderr
+    log = str(tmp_path / "teacher" / "trajectories.jsonl")
+    built = run_cli("sft", "build", "-t", log, "--tokenizer", str(tiny_model), "--corpus", str(tmp_path / "corpus.jsonl"),
+                    "--out", str(tmp_path / "data"), "--evaluation-split", "none", "--validation-share", "0", "--min-answer-f1", "0")
+    assert built.returncode == 0, built.stderr
+    trained = run_cli("train", "--model", str(tiny_model), "--data", str(tmp_path / "data"), "--corpus", str(tmp_path / "corpus.jsonl"),
+                      "--out", str(tmp_path / "student"), "--max-steps", "1", "--validation-episodes", "0", "--quantization", "none")
+    assert trained.returncode == 0, trained.stderr
+    assert list((tmp_path / "student").glob("checkpoint-*/adapter_model.safetensors"))
+    held = run_cli("check-parity", "-t", log, "--tokenizer", str(tiny_model), "--data", str(tmp_path / "data"), "--model", str(tiny_model))
+    assert held.returncode == 0, held.stderr
 
 
 def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo):

@@ -40,3 +40,38 @@ def test_rounds_run_every_stage_record_it_and_resume_without_redoing_them(tiny_m
     assert again.returncode == 0 and summary.stat().st_mtime_ns == before, again.stderr  # nothing redone
     changed = run_cli(*[a if a != "--samples" else "--samples" for a in args[:-2]], "--temperature", "0.3", "--out", str(tmp_path / "improve"))
     assert changed.returncode == 2 and "other settings (temperature)" in changed.stderr
+
+
+@pytest.mark.slow
+def test_a_kill_mid_round_resumes_without_losing_or_repeating_an_attempt(tiny_model, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command
+
+    corpus = tmp_path / "corpus.jsonl"
+    assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
+    taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
+    assert taught.returncode == 0, taught.stderr
+    args = ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", "1", "--samples", "3", "--limit", "6",
+            "--max-steps", "3", "--max-new-tokens", "8", "--train-max-steps", "1", "--validation-episodes", "1",
+            "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "improve")]
+    log = tmp_path / "improve" / "round-1" / "samples" / "trajectories.jsonl"
+    process = subprocess.Popen(explorer_command(*args), env=checkout_environment(), start_new_session=True,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and process.poll() is None:
+        if log.exists() and len(log.read_bytes().splitlines()) >= 3:
+            break
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # mid-round: some attempts written, the rest not
+    process.wait()
+    assert not (tmp_path / "improve" / "round-1" / "round.json").exists()
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    attempts = [json.loads(line) for line in log.read_bytes().splitlines()]
+    keys = [(a["question_id"], a["sample"]) for a in attempts]
+    assert len(keys) == len(set(keys)) == 18  # 6 questions x 3 samples, each once
+    assert json.loads((tmp_path / "improve" / "round-1" / "round.json").read_text())["episodes"] == 18
