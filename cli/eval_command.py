@@ -161,6 +161,9 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     if config.policy.name == "hf" and config.workers > 1:
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
     policy = make_policy(config.policy, config.episode.max_steps)
+    if config.samples > 1 and config.policy.temperature == 0:  # allowed: it measures how deterministic a policy is
+        console.print(f"[yellow]note: --samples {config.samples} with a deterministic policy or greedy decoding: its samples "
+                      "repeat one episode wherever the policy is deterministic; sample a model policy with --temperature[/yellow]")
     refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     config = config.model_copy(update={"split": resolve_split(corpus, config.split, "test")})  # the manifest records which
     questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None)

@@ -23,10 +23,10 @@ import json
 import urllib.error
 import urllib.request
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Literal, Optional
 
 import typer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.models import tokenizer_file
 from cli.errors import UsageError
@@ -43,7 +43,7 @@ class ImproveSettings(BaseModel):
     corpus: str | None = None
     rounds: int = Field(ge=1)
     samples: int = Field(ge=1)
-    temperature: float = Field(gt=0)
+    temperature: float = Field(gt=0, le=10, allow_inf_nan=False)
     limit: int | None = None  # train questions sampled per round
     best_of: int = Field(ge=1)
     seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
@@ -51,7 +51,7 @@ class ImproveSettings(BaseModel):
     max_new_tokens: int = Field(ge=1)
     train_max_steps: int | None = None
     validation_episodes: int = Field(ge=0)
-    quantization: str = "auto"
+    quantization: Literal["auto", "4bit", "none"] = "auto"
     base_url: str | None = None
     seed: int = 0
 
@@ -92,12 +92,21 @@ def improve_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Expert iteration: sample, keep the best successful attempts, train, judge by behaviour; stop when a round gets worse."""
-    settings = ImproveSettings(
-        model=model, adapter=str(adapter) if adapter else None, corpus=str(corpus_path) if corpus_path else None, rounds=rounds,
-        samples=samples, temperature=temperature, limit=limit, best_of=best_of, seed_data=[str(p) for p in seed_data or []],
-        max_steps=max_steps, max_new_tokens=max_new_tokens, train_max_steps=train_max_steps,
-        validation_episodes=validation_episodes, quantization=quantization, base_url=base_url, seed=seed,
-    )
+    try:
+        settings = ImproveSettings(
+            model=model, adapter=str(adapter) if adapter else None, corpus=str(corpus_path) if corpus_path else None, rounds=rounds,
+            samples=samples, temperature=temperature, limit=limit, best_of=best_of, seed_data=[str(p) for p in seed_data or []],
+            max_steps=max_steps, max_new_tokens=max_new_tokens, train_max_steps=train_max_steps,
+            validation_episodes=validation_episodes, quantization=quantization, base_url=base_url, seed=seed,
+        )
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise UsageError(f"--{'-'.join(str(first['loc'][0]).split('_'))}: {first['msg'].removeprefix('Value error, ')}") from None
+    if base_url is not None and not base_url.startswith(("http://", "https://")):
+        raise UsageError(f"--base-url {base_url!r} must start with http:// or https://")
+    for path in [*(seed_data or []), *([adapter] if adapter else [])]:
+        if not path.exists():
+            raise UsageError(f"{path}: no such file or directory")
     _check_out(out, settings)
     corpus = open_corpus(corpus_path, splits=split_of(split_of_values))
     current = settings.adapter
@@ -107,7 +116,7 @@ def improve_command(
         typer.echo(f"round {number}: {record.successful} of {record.episodes} attempts succeeded, {record.examples} examples; "
                    f"answer F1 {_shown(record.answer_f1)}, direct-submit {_shown(record.direct_submit_rate)} - {record.reason}")
         if not record.kept:
-            typer.echo(f"stopped after round {number}: {record.reason}; the result is {current or 'the base model'}")
+            typer.echo(f"stopped after round {number}; the result is {current or 'the base model'}")
             return
         current, previous = record.adapter, record
     typer.echo(f"{rounds} rounds done; the result is {current}")
@@ -149,10 +158,12 @@ def run_round(directory: Path, number: int, settings: ImproveSettings, corpus, c
         sources = [samples / "trajectories.jsonl", *map(Path, settings.seed_data)]
         try:
             build_dataset(sources, data, tokenizer_file(settings.model), corpus, build_settings)
-        except UsageError as error:
+        except UsageError:
             return _finish(record_path, RoundRecord(
                 round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=0, adapter=None,
-                answer_f1=None, direct_submit_rate=None, kept=False, reason=f"nothing to train on ({error})"))
+                answer_f1=None, direct_submit_rate=None, kept=False,
+                reason="nothing to train on: no attempt succeeded with research; sample more (--samples, --limit), "
+                       "or add --seed-data (e.g. explorer sft teach's trajectories)"))
     from sft.dataset import load_report
 
     examples = sum(load_report(data).kept.values())

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 from agent.config import PolicyConfig
 from agent.manifest import RunManifest
 from agent.prompt import question_message

@@ -161,7 +161,8 @@ def pass_at_k(n: int, correct: int, k: int) -> float:
 def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
     """pass@k, mean and majority-vote answer F1 and agreement over each question's samples; None
     when no question was asked more than once. Correct means exact match (an abstention on an
-    unanswerable question included)."""
+    unanswerable question included). Only answers given vote: an episode that ended at a limit
+    or in a policy error does not (it still counts against agreement)."""
     by_question: dict[str, list[EpisodeScore]] = defaultdict(list)
     for score in scores:
         if score.scored and score.question_id is not None:
@@ -172,11 +173,12 @@ def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
     ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k <= k_max} | {k_max})
     majority_f1, agreement = [], []
     for group in by_question.values():
-        votes = Counter(normalize_answer(score.prediction) for score in group)
+        voters = [s for s in group if s.status in ENDED_BY_POLICY] or group  # a step limit or server error casts no vote
+        votes = Counter(normalize_answer(score.prediction) for score in voters)
         top = max(votes.values())
-        winner = next(normalize_answer(s.prediction) for s in sorted(group, key=lambda s: s.sample)
+        winner = next(normalize_answer(s.prediction) for s in sorted(voters, key=lambda s: s.sample)
                       if votes[normalize_answer(s.prediction)] == top)  # ties: the earliest sample's answer
-        majority_f1.append(next(s.answer_f1 for s in group if normalize_answer(s.prediction) == winner))
+        majority_f1.append(next(s.answer_f1 for s in voters if normalize_answer(s.prediction) == winner))
         agreement.append(top / len(group))
     return SampleMetrics(
         samples=k_max, questions=len(by_question),

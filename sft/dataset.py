@@ -155,14 +155,18 @@ def research_calls(trajectory: Trajectory) -> int:
 
 def best_attempts(candidates: list, keep: int, dropped: Counter) -> list:
     """Per question, the ``keep`` best of its successful attempts: the highest answer F1, then the
-    fewest steps, then the most tool use. An attempt whose first action already ends the episode
-    is never kept: not even a correct abstention is worth teaching unless the policy looked first."""
+    fewest steps, then the most tool use. An attempt that did not look - whose first action
+    already ends the episode, or that never searched, read or extracted - is never kept: not
+    even a correct abstention is worth teaching unless the policy looked first."""
     by_question: dict[str, list] = {}
     for candidate in candidates:
         trajectory, question, _ = candidate
         first = trajectory.steps[0] if trajectory.steps else None
         if first is None or turn_type(first) == "final":
             dropped["best-of: its first action already submits or abstains"] += 1
+            continue
+        if research_calls(trajectory) == 0:
+            dropped["best-of: it answered without a search, read or extract"] += 1
             continue
         by_question.setdefault(question.id, []).append(candidate)
 

@@ -16,17 +16,15 @@ completion tokens as the API counts them) is recorded on each step.
 from __future__ import annotations
 
 import json
-import re
 import time
 from pathlib import Path
 from typing import Any
 
+from agent.actions import FENCED
 from agent.errors import AgentError
 from agent.policies.base import PolicyError, Reply, Sampling
 from agent.policies.openai_server import OpenAIPolicy
 from agent.renderer import ChatRenderer
-
-FIRST_ACTION = re.compile(r"```python[^\n]*\n.*?\n```", re.DOTALL)
 
 
 class OpenAIChatPolicy(OpenAIPolicy):
@@ -64,6 +62,8 @@ class OpenAIChatPolicy(OpenAIPolicy):
         }
         if not self.sampling.greedy:
             body["top_p"] = self.sampling.top_p
+            if self.sampling.top_k:
+                body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; a hosted API may refuse it
         started = time.perf_counter()
         response, retries = self._post(body)
         try:
@@ -73,7 +73,7 @@ class OpenAIChatPolicy(OpenAIPolicy):
             raise PolicyError(f"{self.url}: answer without choices[0].message.content: {json.dumps(response)[:200]}") from None
         if not isinstance(text, str):
             raise PolicyError(f"{self.url}: choices[0].message.content is not a string: {json.dumps(response)[:200]}")
-        action = FIRST_ACTION.search(text)
+        action = FENCED.search(text)  # the block extract_code runs: what follows it is another action
         kept = text[: action.end()] if action else text
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         counted = {name: usage.get(name) for name in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(name), int)}

@@ -198,4 +198,6 @@ class OpenAIPolicy(Policy):
                 last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"  # incl. a truncated answer
             except ValueError as error:  # not JSON, not UTF-8, or too large
                 last_error = f"the answer was not JSON ({str(error)[:80]})"
+        if self.api_key not in ("", "EMPTY"):  # a server may echo the key back in its error
+            last_error = last_error.replace(self.api_key, "[OPENAI_API_KEY]")
         raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}", retries=attempt)

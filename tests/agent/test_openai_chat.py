@@ -113,3 +113,18 @@ def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo)
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=4)).run(question.text, question)
     assert trajectory.outcome.status == "submitted" and trajectory.steps[0].served is None
+
+
+@pytest.mark.parametrize("answer, kept", [
+    ("I'll write a ```python block:\n\n```python\nprint(12345)\n```\nthen more", "I'll write a ```python block:\n\n```python\nprint(12345)\n```"),
+    ("```py\nprint(1)\n```\n```py\nprint(2)\n```", "```py\nprint(1)\n```"),
+])
+def test_the_action_kept_is_the_block_that_runs(chat, small_demo, answer, kept):
+    from agent.actions import extract_code
+
+    chat.SCRIPT = [answer]
+    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher", temperature=0.5, top_k=7))
+    question = small_demo.questions[0]
+    trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=1)).run(question.text, question)
+    assert trajectory.steps[0].action_text == kept and extract_code(kept) == extract_code(answer)
+    assert chat.requests[0]["top_k"] == 7 and chat.requests[0]["temperature"] == 0.5

@@ -204,3 +204,11 @@ def test_sampling_settings_and_the_episode_seed_reach_the_server(server, small_d
     greedy = episode(small_demo, index, server, tiny_tokenizer)
     assert server.requests[0]["temperature"] == 0 and "top_p" not in server.requests[0]
     assert greedy.policy.settings["decoding"] == "greedy"
+
+
+def test_a_key_a_server_echoes_back_is_never_recorded(server, small_demo, index, tiny_tokenizer, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-very-secret")
+    server.answers = [(500, {"error": "bad key Bearer sk-very-secret"})] * 3
+    trajectory = episode(small_demo, index, server, tiny_tokenizer)
+    assert trajectory.outcome.status == "policy_error" and "sk-very-secret" not in trajectory.model_dump_json()
+    assert "[OPENAI_API_KEY]" in trajectory.outcome.reason

@@ -75,3 +75,10 @@ def test_a_kill_mid_round_resumes_without_losing_or_repeating_an_attempt(tiny_mo
     keys = [(a["question_id"], a["sample"]) for a in attempts]
     assert len(keys) == len(set(keys)) == 18  # 6 questions x 3 samples, each once
     assert json.loads((tmp_path / "improve" / "round-1" / "round.json").read_text())["episodes"] == 18
+
+
+@pytest.mark.parametrize("flag, value", [("--quantization", "bogus"), ("--temperature", "inf"), ("--temperature", "50")])
+def test_bad_settings_are_one_line_and_write_nothing(tiny_model, tmp_path, flag, value):
+    done = run_cli("improve", "--model", str(tiny_model), "--out", str(tmp_path / "improve"), flag, value)
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "improve").exists()
