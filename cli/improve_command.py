@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from functools import partial
 from pathlib import Path
 from typing import List, Literal, Optional
 
@@ -63,11 +64,11 @@ class RoundRecord(BaseModel):
     sampled_with: str  # the adapter sampled (or "base")
     episodes: int
     successful: int
-    examples: int
-    adapter: str | None  # the round's chosen checkpoint
-    answer_f1: float | None
-    direct_submit_rate: float | None
-    kept: bool
+    examples: int = 0
+    adapter: str | None = None  # the round's chosen checkpoint
+    answer_f1: float | None = None
+    direct_submit_rate: float | None = None
+    kept: bool = False
     reason: str
 
 
@@ -145,44 +146,38 @@ def run_round(directory: Path, number: int, settings: ImproveSettings, corpus, c
     directory.mkdir(parents=True, exist_ok=True)
     from evaluation.summary import load_run
 
-    scores = load_run(_sample(directory / "samples", number, settings, corpus, adapter)).scores
-    samples = directory / "samples"
+    samples = _sample(directory / "samples", number, settings, corpus, adapter)
+    scores = load_run(samples).scores
     successful = sum(1 for score in scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
-    episodes = len(scores)
+    record = partial(RoundRecord, round=number, sampled_with=adapter or "base", episodes=len(scores), successful=successful)
     data = directory / "data"
     if not (data / "build_report.json").exists():
-        from cli.sft_commands import build_dataset
+        from cli.sft_commands import NothingToTrain, build_dataset
 
         build_settings = {"min_answer_f1": 0.5, "keep_correct_abstentions": True, "max_length": 8192, "overflow": "drop",
                           "validation_share": 0.2, "evaluation_split": "test", "train_thinking": False, "best_of": settings.best_of}
         sources = [samples / "trajectories.jsonl", *map(Path, settings.seed_data)]
         try:
             build_dataset(sources, data, tokenizer_file(settings.model), corpus, build_settings)
-        except UsageError:
-            return _finish(record_path, RoundRecord(
-                round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=0, adapter=None,
-                answer_f1=None, direct_submit_rate=None, kept=False,
-                reason="nothing to train on: no attempt succeeded with research; sample more (--samples, --limit), "
-                       "or add --seed-data (e.g. explorer sft teach's trajectories)"))
+        except NothingToTrain:
+            return _finish(record_path, record(reason="nothing to train on: no attempt succeeded with research; sample more "
+                                                      "(--samples, --limit), or add --seed-data (e.g. explorer sft teach's trajectories)"))
     from sft.dataset import load_report
 
     examples = sum(load_report(data).kept.values())
     summary = _train(directory / "train", data, settings, corpus)
     best = next((c for c in summary.checkpoints if c.checkpoint == summary.best_checkpoint), None)
     if best is None:
-        return _finish(record_path, RoundRecord(
-            round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=examples, adapter=None,
-            answer_f1=None, direct_submit_rate=None, kept=False,
-            reason=f"no checkpoint passed the behavioural selection ({'; '.join(summary.warnings) or summary.criterion})"))
+        return _finish(record_path, record(examples=examples, reason="no checkpoint passed the behavioural selection "
+                                                                     f"({'; '.join(summary.warnings) or summary.criterion})"))
     f1, rate = best.behaviour.answer_f1, best.behaviour.direct_submit_rate
     reason, kept = "kept", True
     if previous is not None and None not in (f1, previous.answer_f1) and f1 < previous.answer_f1:
         reason, kept = f"answer F1 on validation episodes fell ({previous.answer_f1:.3f} -> {f1:.3f})", False
     elif previous is not None and None not in (rate, previous.direct_submit_rate) and rate > previous.direct_submit_rate:
         reason, kept = f"the direct-submit rate rose ({previous.direct_submit_rate:.0%} -> {rate:.0%})", False
-    return _finish(record_path, RoundRecord(
-        round=number, sampled_with=adapter or "base", episodes=episodes, successful=successful, examples=examples,
-        adapter=str(directory / "train" / best.checkpoint), answer_f1=f1, direct_submit_rate=rate, kept=kept, reason=reason))
+    return _finish(record_path, record(examples=examples, adapter=str(directory / "train" / best.checkpoint), answer_f1=f1,
+                                       direct_submit_rate=rate, kept=kept, reason=reason))
 
 
 def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: str | None) -> Path:

@@ -98,6 +98,10 @@ def build_command(
     typer.echo(f"dataset written to {out}")
 
 
+class NothingToTrain(UsageError):
+    """No trajectory survived the build's filters."""
+
+
 def build_dataset(trajectories: list[Path], out: Path, tokenizer: Path, corpus, settings: dict, allow_parity_mismatch: bool = False):
     """Check, filter, tokenise and write a dataset; the BuildReport it wrote. ``settings`` holds
     build_command's options by name (recorded verbatim in the report)."""
@@ -121,7 +125,7 @@ def build_dataset(trajectories: list[Path], out: Path, tokenizer: Path, corpus, 
     if not check.passed:
         raise UsageError(f"split check failed, ids shared between sets: {json.dumps(check.overlaps)[:300]}")
     if not built.train:
-        raise UsageError(f"no training example survived the filters (dropped: {dict(built.dropped)}); relax --min-answer-f1 or add trajectories")
+        raise NothingToTrain(f"no training example survived the filters (dropped: {dict(built.dropped)}); relax --min-answer-f1 or add trajectories")
     tokenizer_file = tokenizer / "tokenizer.json" if tokenizer.is_dir() else tokenizer
     report = BuildReport(
         trajectories_read=len(found), sources=[str(p) for p in trajectories],

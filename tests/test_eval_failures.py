@@ -139,39 +139,22 @@ def test_a_log_holding_line_separators_survives_the_rewrite(server, tiny_tokeniz
     assert all("\u2028" in e["steps"][0]["action_text"] for e in episodes)
 
 
-class SeededServer:
+def seeded_server() -> FakeServer:
     """Answers by the request's seed: abstains on a third of seeds, else submits "x" - so the
     samples of one question disagree, and correctness varies across questions and samples."""
 
-    def __init__(self):
-        import threading
+    def respond(body):
+        action = 'abstain("not stated")' if body["seed"] % 3 == 0 else 'submit("x", evidence=[])'
+        return 200, FakeServer.completion(f"```python\n{action}\n```", None)
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_error(501)
-
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                action = 'abstain("not stated")' if body["seed"] % 3 == 0 else 'submit("x", evidence=[])'
-                data = json.dumps({"choices": [{"text": f"```python\n{action}\n```", "finish_reason": "stop"}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    return FakeServer(respond=respond)
 
 
 def test_pass_at_k_and_majority_vote_match_an_independent_computation(tiny_tokenizer, tmp_path):
     from itertools import combinations
     from statistics import fmean
 
-    seeded = SeededServer()
+    seeded = seeded_server()
     try:
         done = openai_eval(seeded.url, tiny_tokenizer, tmp_path / "run", "--samples", "4", "--temperature", "0.7", "--limit", "6")
     finally:

@@ -16,14 +16,14 @@ completion tokens as the API counts them) is recorded on each step.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Any
 
 from agent.actions import FENCED
-from agent.errors import AgentError
 from agent.policies.base import PolicyError, Reply, Sampling
-from agent.policies.openai_server import OpenAIPolicy
+from agent.policies.openai_server import OpenAIPolicy, api_base
 from agent.renderer import ChatRenderer
 
 
@@ -34,11 +34,7 @@ class OpenAIChatPolicy(OpenAIPolicy):
         self, base_url: str, model: str, tokenizer: Path | None = None, max_new_tokens: int = 512, timeout: float = 120.0,
         retries: int = 4, backoff: float = 1.0, sampling: Sampling = Sampling(),
     ) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
-        import os
-
-        self.base = base_url.rstrip("/") if base_url.rstrip("/").endswith("/v1") else base_url.rstrip("/") + "/v1"
+        self.base = api_base(base_url)
         self.url = self.base + "/chat/completions"
         self.model, self.tokenizer_path = model, tokenizer
         self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None

@@ -42,6 +42,14 @@ MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a 
 ANSWER_BYTES = 64 << 20  # nor is a completion this large (prompt ids echoed back included)
 
 
+def api_base(base_url: str) -> str:
+    """The server's ``.../v1`` root, from a --base-url given with or without it."""
+    if not base_url.startswith(("http://", "https://")):
+        raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
+    base = base_url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
 def read_capped(answer, limit: int, deadline: float) -> bytes:
     """The body, refused past ``limit`` bytes or ``deadline`` (the socket timeout bounds each
     read, not a server that drips a byte at a time)."""
@@ -68,9 +76,7 @@ class OpenAIPolicy(Policy):
     ) -> None:
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
-        if not base_url.startswith(("http://", "https://")):
-            raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
-        self.base = base_url.rstrip("/") if base_url.rstrip("/").endswith("/v1") else base_url.rstrip("/") + "/v1"
+        self.base = api_base(base_url)
         self.url = self.base + "/completions"
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)

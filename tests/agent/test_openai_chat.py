@@ -2,8 +2,6 @@
 turn is kept, usage is recorded, the key never is, and its trajectories build and pass parity."""
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -11,46 +9,30 @@ from agent.policies import PolicyConfig, make_policy
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
+from tests.agent.test_openai_policy import FakeServer
 from tests.conftest import run_cli
 
+SCRIPT = [
+    'I will search first.\n\n```python\nhits = search("learning rate", k=3)\n[h["paper_id"] for h in hits]\n```\nThen I will read.',
+    'Now I answer.\n\n```python\nsubmit("3e-5", evidence=[])\n```\n```python\nprint("a second block")\n```',
+]
 
-class ChatServer:
-    """A scripted chat model: searches, then submits; each answer has a thought before the block and chatter after it."""
 
-    SCRIPT = [
-        'I will search first.\n\n```python\nhits = search("learning rate", k=3)\n[h["paper_id"] for h in hits]\n```\nThen I will read.',
-        'Now I answer.\n\n```python\nsubmit("3e-5", evidence=[])\n```\n```python\nprint("a second block")\n```',
-    ]
+def chat_server(script: list[str]) -> FakeServer:
+    """A scripted chat model: its n-th answer (a thought, a block, chatter after it) for the n-th turn."""
 
-    def __init__(self):
-        self.requests, self.headers = [], []
-        fake = self
+    def respond(body):
+        turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        text = script[min(turn, len(script) - 1)]
+        return 200, {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                fake.requests.append({"path": self.path, **body})
-                fake.headers.append(dict(self.headers))
-                turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
-                text = fake.SCRIPT[min(turn, len(fake.SCRIPT) - 1)]
-                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                                   "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+    return FakeServer(respond=respond)
 
 
 @pytest.fixture
 def chat():
-    server = ChatServer()
+    server = chat_server(SCRIPT)
     yield server
     server.server.shutdown()
 
@@ -119,12 +101,13 @@ def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo)
     ("I'll write a ```python block:\n\n```python\nprint(12345)\n```\nthen more", "I'll write a ```python block:\n\n```python\nprint(12345)\n```"),
     ("```py\nprint(1)\n```\n```py\nprint(2)\n```", "```py\nprint(1)\n```"),
 ])
-def test_the_action_kept_is_the_block_that_runs(chat, small_demo, answer, kept):
+def test_the_action_kept_is_the_block_that_runs(small_demo, answer, kept):
     from agent.actions import extract_code
 
-    chat.SCRIPT = [answer]
+    chat = chat_server([answer])
     policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher", temperature=0.5, top_k=7))
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=1)).run(question.text, question)
     assert trajectory.steps[0].action_text == kept and extract_code(kept) == extract_code(answer)
+    chat.server.shutdown()
     assert chat.requests[0]["top_k"] == 7 and chat.requests[0]["temperature"] == 0.5

@@ -26,11 +26,11 @@ SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
 
 class FakeServer:
-    """Answers /v1/completions from a list of (status, body) and records each request body;
-    /v1/models lists ``models`` (None: the server has no such endpoint)."""
+    """Answers POSTs from a list of (status, body), or with ``respond(body)`` when given, and records
+    each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint)."""
 
-    def __init__(self, models: list[str] | None = None):
-        self.answers, self.requests, self.models = [], [], models
+    def __init__(self, models: list[str] | None = None, respond=None):
+        self.answers, self.requests, self.headers, self.models = [], [], [], models
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,15 +38,15 @@ class FakeServer:
                 if fake.models is None:
                     self.send_error(501)
                     return
-                data = json.dumps({"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append({"path": self.path, **body})
+                fake.headers.append(dict(self.headers))
+                if respond is not None:
+                    self.send_json(*respond(body))
+                    return
                 status, answer = fake.answers.pop(0) if fake.answers else (200, fake.completion(SUBMIT, len(body["prompt"])))
                 if status == "truncated":  # promise 500 bytes, send 10, hang up
                     self.send_response(200)
@@ -55,6 +55,9 @@ class FakeServer:
                     self.wfile.write(b'{"choices"')
                     self.close_connection = True
                     return
+                self.send_json(status, answer)
+
+            def send_json(self, status, answer):
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -10,15 +10,21 @@ from tests.conftest import run_cli
 pytest.importorskip("torch")
 
 
-@pytest.mark.slow
-def test_rounds_run_every_stage_record_it_and_resume_without_redoing_them(tiny_model, tmp_path):
+def improve_args(tiny_model, tmp_path, rounds: int, samples: int, limit: int, max_steps: int, max_new_tokens: int) -> list[str]:
+    """A small corpus and a teacher's trajectories as seed data, and the improve command over them."""
     corpus = tmp_path / "corpus.jsonl"
     assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
     taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
     assert taught.returncode == 0, taught.stderr
-    args = ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", "2", "--samples", "2", "--limit", "3",
-            "--max-steps", "2", "--max-new-tokens", "6", "--train-max-steps", "1", "--validation-episodes", "1",
-            "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "improve")]
+    return ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", str(rounds), "--samples", str(samples),
+            "--limit", str(limit), "--max-steps", str(max_steps), "--max-new-tokens", str(max_new_tokens), "--train-max-steps", "1",
+            "--validation-episodes", "1", "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"),
+            "--out", str(tmp_path / "improve")]
+
+
+@pytest.mark.slow
+def test_rounds_run_every_stage_record_it_and_resume_without_redoing_them(tiny_model, tmp_path):
+    args = improve_args(tiny_model, tmp_path, rounds=2, samples=2, limit=3, max_steps=2, max_new_tokens=6)
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     first = json.loads((tmp_path / "improve" / "round-1" / "round.json").read_text())
@@ -38,7 +44,7 @@ def test_rounds_run_every_stage_record_it_and_resume_without_redoing_them(tiny_m
     before = summary.stat().st_mtime_ns
     again = run_cli(*args)
     assert again.returncode == 0 and summary.stat().st_mtime_ns == before, again.stderr  # nothing redone
-    changed = run_cli(*[a if a != "--samples" else "--samples" for a in args[:-2]], "--temperature", "0.3", "--out", str(tmp_path / "improve"))
+    changed = run_cli(*args, "--temperature", "0.3")
     assert changed.returncode == 2 and "other settings (temperature)" in changed.stderr
 
 
@@ -51,13 +57,7 @@ def test_a_kill_mid_round_resumes_without_losing_or_repeating_an_attempt(tiny_mo
 
     from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command
 
-    corpus = tmp_path / "corpus.jsonl"
-    assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
-    taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
-    assert taught.returncode == 0, taught.stderr
-    args = ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", "1", "--samples", "3", "--limit", "6",
-            "--max-steps", "3", "--max-new-tokens", "8", "--train-max-steps", "1", "--validation-episodes", "1",
-            "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "improve")]
+    args = improve_args(tiny_model, tmp_path, rounds=1, samples=3, limit=6, max_steps=3, max_new_tokens=8)
     log = tmp_path / "improve" / "round-1" / "samples" / "trajectories.jsonl"
     process = subprocess.Popen(explorer_command(*args), env=checkout_environment(), start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
