@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from agent.errors import AgentError
 from agent.trajectory import EpisodeConfig
+from corpus.splits import parse_shard
 
 PolicyName = Literal["scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai"]
 POLICY_NAMES: tuple[str, ...] = get_args(PolicyName)
@@ -84,6 +85,7 @@ class EvalConfig(RunConfig):
     split: str | None = None  # None: test, or all when no paper of the corpus says its split (the manifest records which)
     split_of: dict[str, str] = Field(default_factory=dict)  # corpus file -> split, for files whose names do not say
     limit: int | None = Field(None, ge=1)  # only the first N questions of the split
+    shard: str | None = None  # "I/N": only the questions whose id hashes to shard I of N (after limit)
     workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
     samples: int = Field(1, ge=1, le=1000)  # episodes per question, each with its own seed
     max_consecutive_errors: int = Field(5, ge=1)  # stop the run after this many policy_error episodes in a row
@@ -95,6 +97,14 @@ class EvalConfig(RunConfig):
         if split is not None and split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         return split
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, shard: str | None) -> str | None:
+        if shard is None:
+            return None
+        index, count = parse_shard(shard)
+        return f"{index}/{count}"
 
 
 ConfigType = TypeVar("ConfigType", bound=BaseModel)  # these configs, and sft.train.TrainConfig

@@ -93,6 +93,7 @@ def eval_command(
     split: Optional[str] = typer.Option(None, "--split", help=f"Questions of which split: {', '.join(SPLITS)} (default test; all when the corpus has no splits)."),
     policy_name: Optional[str] = PolicyOption,
     limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions of the split."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="I/N: only shard I of N, by a hash of the question id (one machine each; explorer merge joins the runs)."),
     resume: bool = typer.Option(False, "--resume", help="Finish an interrupted run in OUT, with the config its manifest holds."),
     samples: Optional[int] = typer.Option(None, "--samples", min=1, max=1000, help="Episodes per question, each with its own seed (pass@k, majority vote; default 1)."),
     api: Optional[str] = ApiOption,
@@ -136,7 +137,7 @@ def eval_command(
     _check_out(out)
     if retry_errors and not resume:
         raise UsageError("--retry-errors re-runs a run's failed episodes; use it with --out RUN --resume")
-    overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "workers": workers,
+    overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "shard": shard, "workers": workers,
                  "max_consecutive_errors": max_consecutive_errors, "samples": samples,
                  "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
@@ -166,7 +167,8 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
                       "repeat one episode wherever the policy is deterministic; sample a model policy with --temperature[/yellow]")
     refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     config = config.model_copy(update={"split": resolve_split(corpus, config.split, "test")})  # the manifest records which
-    questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None)
+    questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None,
+                                 shard=config.shard)
     selected_sha256 = questions_sha256(questions)
     if prereg is not None:
         _check_preregistration(prereg, config.preregistration, corpus, selected_sha256, len(questions))
@@ -180,7 +182,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     _make_run_directory(out)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
-        _write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
+        write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
@@ -204,7 +206,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
                    f"{stopped}); fix the policy's server, then run explorer eval --out {out} --resume --retry-errors", err=True)
         raise typer.Exit(1)
 
-    metrics = _write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+    metrics = write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
     if metrics.preregistration is not None and not metrics.preregistration.passed:
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
         typer.echo(f"error: the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}", err=True)
@@ -288,7 +290,7 @@ def _check_preregistration(prereg, path: Path, corpus, selected_sha256: str, que
         preregistering.comparison_table(prereg, path)
 
 
-def _write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:
+def write_manifest(path: Path, corpus, config: dict, hashes: dict, isolation: str) -> None:
     manifest = RunManifest(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"), command=sys.argv[1:],
         corpus=[str(Path(s).resolve()) if Path(s).exists() else str(s) for s in corpus.sources], config=config, hashes=hashes, isolation=isolation,
@@ -394,7 +396,7 @@ def drop_superseded_errors(log_path: Path) -> int:
     return len(dropped)
 
 
-def _write_metrics(out: Path, questions: list, index: BM25Index, prereg):
+def write_metrics(out: Path, questions: list, index: BM25Index, prereg):
     """scores.jsonl (one line per episode: metrics and flags) and metrics.json, both written whole."""
     from evaluation.retrieval import retrieval_metrics
     from evaluation.scoring import model_metrics, run_metrics, score_episode

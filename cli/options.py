@@ -16,6 +16,7 @@ from agent.config import POLICY_NAMES, SPLITS
 from cli.errors import UsageError
 from corpus import Corpus, DemoConfig, generate, load
 from corpus.loading import with_questions
+from corpus.splits import parse_shard, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +129,10 @@ def resolve_split(corpus, split: str | None, default: str) -> str:
     return split
 
 
-def select_questions(corpus, split: str | None, limit: int | None, recorded: list[str] | None = None, default: str = "test") -> list:
+def select_questions(corpus, split: str | None, limit: int | None, recorded: list[str] | None = None, default: str = "test",
+                     shard: str | None = None) -> list:
     """The questions a run asks, in corpus order: a split (``resolve_split``), those a replay
-    recording holds, the first N."""
+    recording holds, the first N, then those of one shard (``I/N``)."""
     split = resolve_split(corpus, split, default)
     questions = list((corpus if split == "all" else corpus.split(split)).questions)
     if recorded is not None:
@@ -138,6 +140,12 @@ def select_questions(corpus, split: str | None, limit: int | None, recorded: lis
         questions = [q for q in questions if q.id in wanted]
     if limit is not None:
         questions = questions[:limit]
+    if shard is not None and questions:
+        index, count = parse_shard(shard)
+        selected = len(questions)
+        questions = [q for q in questions if shard_of(q.id, count) == index]
+        if not questions:
+            raise UsageError(f"shard {shard} holds none of the {selected} questions selected; use fewer shards")
     if not questions:
         raise UsageError(f"no questions to run in split {split!r}; choose another --split or --questions file")
     return questions

@@ -10,6 +10,7 @@ does not say with ``--split-of FILE=SPLIT``. A paper's own ``split`` field (our 
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import get_args
@@ -47,3 +48,24 @@ def parse_split_of(values: list[str]) -> dict[str, str]:
             raise CorpusError(f"--split-of names {file} twice, as {stated[key]} and as {split}; keep one")
         stated[key] = split
     return stated
+
+
+SHARD = re.compile(r"^(\d{1,5})/(\d{1,5})$")
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``I/N`` (1-based: shard I of N) as (I, N); ValueError with what is wrong."""
+    found = SHARD.match(text.strip())
+    if found is None:
+        raise ValueError(f"shard {text!r} is not I/N (e.g. 2/8: the second of eight shards)")
+    index, count = int(found.group(1)), int(found.group(2))
+    if not 1 <= index <= count:
+        raise ValueError(f"shard {text!r}: I must be between 1 and N")
+    return index, count
+
+
+def shard_of(question_id: str, count: int) -> int:
+    """Which of ``count`` shards (1-based) a question belongs to: a hash of its id, so that every
+    machine computes the same slice, whatever the corpus's order or the other questions."""
+    digest = hashlib.sha256(question_id.encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
