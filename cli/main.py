@@ -20,6 +20,7 @@ from cli.exec_command import exec_command
 from cli.export_command import export_command
 from cli.improve_command import improve_command
 from cli.inspect_commands import compare_command, inspect_command, preregister_command, report_command
+from cli.merge_command import merge_command
 from cli.model_commands import tiny_model_command
 from cli.parity_command import check_parity_command
 from cli.run_commands import run_command, show_command
@@ -58,6 +59,7 @@ app.command("train")(train_command)
 app.command("improve")(improve_command)
 app.command("schema")(schema_command)
 app.command("export")(export_command)
+app.command("merge")(merge_command)
 
 
 def _version(value: bool) -> None:
