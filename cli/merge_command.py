@@ -22,7 +22,7 @@ from rich.console import Console
 from agent.loop import corpus_hashes
 from cli.errors import UsageError
 from cli.eval_command import _recorded_corpus, write_metrics
-from cli.options import CorpusOption, QuestionsOption, open_corpus, select_questions
+from cli.options import open_corpus, select_questions
 from corpus import BM25Index
 from evaluation.merge import (
     ShardRun,
@@ -40,13 +40,13 @@ from evaluation.merge import (
 def merge_command(
     runs: List[Path] = typer.Argument(..., help="The run directories of every shard (explorer eval --shard I/N), each once."),
     out: Path = typer.Option(..., "--out", "-o", help="The merged run directory (must not exist, or be empty)."),
-    corpus_path: Optional[Path] = CorpusOption,
-    questions_path: Optional[Path] = QuestionsOption,
+    corpus_path: Optional[Path] = typer.Option(None, "--corpus", "-c", help="The corpus the shards ran on (default: the one the first "
+                                               "run's manifest recorded; its hash is checked)."),
+    questions_path: Optional[Path] = typer.Option(None, "--questions", help="The questions file the shards were given, if any (its hash is checked)."),
 ) -> None:
     """Merge sharded runs: check that their manifests agree and every episode is there once, then
-    write the run one unsharded explorer eval would have written (its metrics recomputed).
-
-    The corpus is the one the first run recorded (or --corpus, checked by hash)."""
+    write the run one unsharded explorer eval would have written (its metrics recomputed) and
+    merged.json (where each shard came from)."""
     _check_out(out)
     shards = [read_run(directory) for directory in runs]
     check_agreement(shards)
@@ -66,6 +66,7 @@ def merge_command(
     from evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)
+    typer.echo(f"merged {len(shards)} shards ({len(lines)} episodes) into {out}; {out / 'merged.json'} says where they came from")
     _say_left_out(shards)
     if metrics.preregistration is not None and not metrics.preregistration.passed:
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
@@ -129,5 +130,5 @@ def _building(out: Path):
 def _say_left_out(shards: list[ShardRun]) -> None:
     for shard in shards:
         if shard.left_out:
-            typer.echo(f"note: {shard.directory}: {shard.left_out} log lines not carried over: policy_error lines "
-                       "superseded by a later line of the same episode (or repeats), which its own scoring leaves out too", err=True)
+            typer.echo(f"note: {shard.directory}: left out {shard.left_out} of its log's lines: policy_error lines superseded "
+                       "by a later line of the same episode (or repeats), which its own scoring leaves out too", err=True)

@@ -95,6 +95,8 @@ def read_run(directory: Path) -> ShardRun:
         manifest = RunManifest.model_validate_json(manifest_path.read_bytes())
     except FileNotFoundError:
         raise EvaluationError(f"{directory}: no manifest.json; name the run directories that explorer eval --shard wrote") from None
+    except OSError as error:
+        raise EvaluationError(f"{manifest_path}: cannot be read ({error.strerror})") from None
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "manifest"

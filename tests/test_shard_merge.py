@@ -65,6 +65,7 @@ def test_sharded_runs_merge_to_the_metrics_and_trajectories_of_one_run(runs):
     root, _, merged = runs
     one, out = root / "one", root / "merged"
     assert f"written: {out / 'manifest.json'}" in merged.stdout.replace("\n", " ")
+    assert f"merged 3 shards (12 episodes) into {out}" in merged.stdout.replace("\n", " ")
     assert sorted(p.name for p in root.iterdir()) == ["merged", "one", "shard-1", "shard-2", "shard-3"]  # no temporary left
     # metrics.json holds no timing field (its figures are computed from outcomes, steps and
     # tool calls), so nothing is excluded: every field must be equal, the bootstrap CI included
@@ -102,6 +103,7 @@ def test_the_merged_run_inspects_compares_reports_and_resumes_with_nothing_to_ru
     assert "<html" in (tmp_path / "report.html").read_text().lower()
 
 
+@pytest.mark.slow  # five commands (about 5 s on 2 cores)
 def test_shards_of_several_samples_per_question_merge_to_one_run(tmp_path):
     """A corpus file this time: the merge loads the corpus the shards' manifests recorded."""
     cache = tmp_path / "cache"
@@ -152,14 +154,46 @@ def test_an_episode_in_two_runs_names_both(runs, tmp_path):
     assert not (tmp_path / "merged").exists()
 
 
-def test_a_shard_run_with_another_config_is_refused(runs, tmp_path):
+def test_a_shard_run_with_another_config_or_another_count_of_shards_is_refused(runs, tmp_path):
     root, cache, _ = runs
-    other = tmp_path / "shard-3-other"
-    _ok(_cli(cache, "eval", "--out", str(other), *LIMIT, "--shard", "3/3", "--max-steps", "8"))
+    other, halves = tmp_path / "shard-3-other", tmp_path / "half-2"
+    _side_by_side(cache, ["eval", "--out", str(other), *LIMIT, "--shard", "3/3", "--max-steps", "8"],
+                  ["eval", "--out", str(halves), *LIMIT, "--shard", "2/2"])
     line = _refused(_cli(cache, "merge", str(root / "shard-1"), str(root / "shard-2"), str(other), "--out", str(tmp_path / "merged")),
                     str(other), "config differs", "episode.max_steps 8 vs 10")
     assert "shard" not in line.split("(")[1].split(")")[0]  # the shard itself is not a difference
+    _refused(_cli(cache, "merge", str(root / "shard-1"), str(halves), "--out", str(tmp_path / "merged")),
+             f"{halves}: shard 2/2, but {root / 'shard-1'} is shard 1/3")
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_shard_made_by_other_code_is_refused(runs, tmp_path):
+    root, cache, _ = runs
+    other = tmp_path / "shard-2-other-python"
+    shutil.copytree(root / "shard-2", other)
+    manifest = _json(other / "manifest.json")
+    manifest["versions"]["python"] = "3.99.0"
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    _refused(_cli(cache, "merge", str(root / "shard-1"), str(other), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
+             str(other), "package versions differ", "python 3.99.0 vs")
+    assert not (tmp_path / "merged").exists()
+
+
+def test_a_policy_error_run_again_is_merged_as_its_scoring_counts_it(runs, tmp_path):
+    """A shard's log may still hold a policy_error line that a later line of the same episode
+    replaced (eval --resume --retry-errors, killed before it rewrote the log): left out, and said."""
+    root, cache, _ = runs
+    retried = tmp_path / "shard-3-retried"
+    shutil.copytree(root / "shard-3", retried)
+    log = retried / "trajectories.jsonl"
+    first = json.loads(log.read_text().splitlines()[0])
+    failed = {**first, "steps": [], "outcome": {"status": "policy_error", "reason": "server down"}}
+    log.write_text(json.dumps(failed) + "\n" + log.read_text())
+    merged = _cli(cache, "merge", str(root / "shard-1"), str(root / "shard-2"), str(retried), "--out", str(tmp_path / "merged"))
+    _ok(merged)
+    assert f"{retried}: left out 1 of its log's lines" in merged.stderr.replace("\n", " ")
+    assert _json(tmp_path / "merged" / "metrics.json") == _json(root / "one" / "metrics.json")
+    assert _json(tmp_path / "merged" / "merged.json")["runs"][2]["lines_left_out"] == 1
 
 
 @pytest.mark.slow  # four commands in a row (about 6 s on 2 cores)
