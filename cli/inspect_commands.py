@@ -195,11 +195,17 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
 
 
 def report_command(
-    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (run A of a comparison)."),
+    run_b: Optional[Path] = typer.Argument(None, help="A second run: the report compares it with the first, question by question."),
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (self-contained, opens offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    corpus_path: Optional[Path] = typer.Option(None, "--corpus", "-c", help="The corpus the run(s) used, for the gold answers and "
+                                               "cited paragraphs (default: the one the manifest recorded; its hash is checked)."),
+    questions_path: Optional[Path] = typer.Option(None, "--questions", help="The questions file the run(s) were given, if any (its hash is checked)."),
 ) -> None:
-    """Write one self-contained HTML report of a run: metrics, plots, every episode with its steps and flags."""
+    """Write one self-contained HTML report of a run (metrics, plots, every episode with its gold answers,
+    prediction, cited paragraphs, steps and flags), or of two runs compared question by question with
+    the statistics of explorer compare."""
     from evaluation.report import write_report
     from evaluation.summary import load_run
 
@@ -207,5 +213,46 @@ def report_command(
         raise UsageError(f"{out}: is a directory; name the .html file to write")
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it, or name another file")
-    write_report(load_run(run_dir), out)
+    runs = [load_run(run_dir)] + ([] if run_b is None else [load_run(run_b)])
+    corpus = _report_corpus(runs, corpus_path, questions_path)
+    if run_b is None:
+        write_report(runs[0], corpus, out)
+    else:
+        _write_comparison_report(runs[0], runs[1], corpus, out)
     typer.echo(f"report written to {out}")
+
+
+def _report_corpus(runs: list, corpus_path: Optional[Path], questions_path: Optional[Path]):
+    """The corpus the runs were made on: the one named, else the first run's recorded one; refused
+    unless its papers and questions hash to what every run's manifest recorded."""
+    from cli.eval_command import _recorded_corpus
+    from evaluation.report_data import check_corpus
+
+    first = runs[0].manifest
+    if len(runs) == 2:
+        theirs = runs[1].manifest.hashes
+        for what, a, b in (("corpora", first.hashes.corpus_sha256, theirs.corpus_sha256),
+                           ("question sets", first.hashes.questions_sha256, theirs.questions_sha256)):
+            if a != b:
+                raise UsageError(f"the runs used different {what} (sha256 {a[:12]} and {b[:12]}): their questions cannot be "
+                                 "paired; report runs made on the same corpus, or explorer report each run alone")
+    path = corpus_path if corpus_path is not None else _recorded_corpus(first)
+    corpus = open_corpus(path, questions_path, first.config.split_of or None)
+    for run in runs:
+        check_corpus(run, corpus, str(path) if path is not None else "the generated demo corpus")
+    return corpus
+
+
+def _write_comparison_report(run_a, run_b, corpus, out: Path) -> None:
+    from evaluation.compare import compare_runs
+    from evaluation.report_compare import write_comparison_report
+
+    comparison = compare_runs(run_a, run_b, top=len(run_a.scores))  # every question whose F1 moved, largest first
+    if comparison.paired_questions == 0:
+        raise UsageError(f"the runs share no scored question ({comparison.unpaired.only_in_a} scored only in A, "
+                         f"{comparison.unpaired.only_in_b} only in B); report runs of the same split")
+    for run in (run_a, run_b):
+        if any(score.sample for score in run.scores):
+            typer.echo(f"note: {run.directory} has several samples per question; the report pairs each question's first "
+                       "(its pass@k and majority vote are in its metrics.json)", err=True)
+    write_comparison_report(run_a, run_b, comparison, corpus, out)

@@ -1,7 +1,9 @@
-"""``explorer report``: one self-contained HTML file per run - metrics, the abstention table,
-plots, and every episode browsable with its steps and flags. No network: styles, script, data
-and the SVG plots are all inline. Model-written text is inserted with ``textContent`` only, so
-an action or observation can never become markup or script.
+"""``explorer report RUN``: one self-contained HTML file per run - metrics, the abstention table,
+plots with axes and counts, and every episode browsable: its question, status and F1 in the list;
+the gold answers and evidence beside the prediction and the paragraphs it cited, then its steps
+and flags. No network: styles, script, data and the SVG plots are all inline. Model-written text
+is inserted with ``textContent`` only, so an action, answer or observation can never become markup
+or script. ``evaluation.report_compare`` builds the two-run page from the same pieces.
 """
 
 from __future__ import annotations
@@ -11,86 +13,69 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from agent.trajectory import Drift
-from agent.writer import read_trajectories
+from corpus.collection import Corpus
 from evaluation.detectors import DETECTORS
-from evaluation.records import ReplayDrift
-from evaluation.scoring import compared_observations
+from evaluation.records import ReplayDrift, RunMetrics
+from evaluation.report_data import ReportEpisode, report_episodes
+from evaluation.report_plots import bar_chart, count_histogram, f1_histogram
 from evaluation.summary import Run
 
-CHART_WIDTH, BAR_HEIGHT = 420, 18
+
+def page_data(payload: dict) -> str:
+    """JSON for a <script type="application/json"> block: every "<" escaped, so no "</script>" or
+    "<!--" inside model-written text can change how the page parses."""
+    return json.dumps(payload).replace("<", "\\u003c")
 
 
-def bar_chart(title: str, bars: list[tuple[str, float]], value_format: str = "{:.0f}", maximum: float | None = None) -> str:
-    """A horizontal bar chart as inline SVG."""
-    top = maximum if maximum is not None else max((value for _, value in bars), default=0) or 1
-    label_width, bar_space = 170, CHART_WIDTH - 170 - 60
-    rows = []
-    for i, (label, value) in enumerate(bars):
-        y = 24 + i * (BAR_HEIGHT + 6)
-        width = 0 if top == 0 else bar_space * value / top
-        rows.append(
-            f'<text x="{label_width - 6}" y="{y + 13}" text-anchor="end">{html.escape(label)}</text>'
-            f'<rect x="{label_width}" y="{y}" width="{width:.1f}" height="{BAR_HEIGHT}" class="bar"/>'
-            f'<text x="{label_width + width + 4:.1f}" y="{y + 13}">{html.escape(value_format.format(value))}</text>'
-        )
-    height = 30 + len(bars) * (BAR_HEIGHT + 6)
-    return (f'<figure><svg width="{CHART_WIDTH}" height="{height}" role="img" aria-label="{html.escape(title)}">'
-            f'<text x="0" y="14" class="title">{html.escape(title)}</text>{"".join(rows)}</svg></figure>')
-
-
-def histogram(title: str, values: list[int]) -> str:
-    counts = Counter(values)
-    return bar_chart(title, [(str(v), counts[v]) for v in range(min(values, default=0), max(values, default=0) + 1)])
-
-
-def report_html(run: Run) -> str:
+def run_plots(run: Run) -> list[str]:
     metrics, scores = run.metrics, run.scores
-    trajectories = {t.episode_id: t for t in read_trajectories(run.trajectories)}
-    episodes = []
-    for score in scores:
-        trajectory = trajectories.get(score.episode_id)
-        changed = {} if trajectory is None else {index: drift for index, matches, drift in compared_observations(trajectory) if not matches}
-        steps = [] if trajectory is None else [
-            {"index": s.index, "action": s.action_text, "code": s.code, "observation": s.observation,
-             "tools": [f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items() if v is not None)})"[:200]
-                       + (f" -> error: {c.error}" if c.error else "") for c in s.tool_calls],
-             "error": s.error, "limit": s.limit_hit, "format_error": s.format_error,
-             "changed": _changed(changed[s.index]) if s.index in changed else None}
-            for s in trajectory.steps
-        ]
-        episodes.append({**score.model_dump(mode="json"), "steps_detail": steps,
-                         "answer": trajectory.outcome.answer if trajectory else None,
-                         "reason": trajectory.outcome.reason if trajectory else None})
-    plots = [
-        histogram("steps per episode", [s.steps for s in scores]),
-        histogram("tool calls before submit or abstain", [s.tool_calls_before_end for s in scores]),
-        bar_chart("detector rates (share of episodes)", list(metrics.detector_rates.items()),
-                  "{:.0%}", maximum=1.0),
-        bar_chart("answer F1 by question type", list(metrics.answer_f1_by_type.items()), "{:.2f}", maximum=1.0),
+    flagged = Counter(name for score in scores for name in {flag.detector for flag in score.flags})
+    typed = Counter(score.type for score in scores if score.scored)
+    return [
+        count_histogram("steps per episode", "steps", [s.steps for s in scores]),
+        count_histogram("tool calls before submit or abstain", "tool calls", [s.tool_calls_before_end for s in scores]),
+        f1_histogram("answer F1 per episode", [s.answer_f1 for s in scores if s.scored]),
+        bar_chart("detector flags", "share of episodes flagged",
+                  [(name, rate, f"{flagged[name]} ({rate:.0%})") for name, rate in metrics.detector_rates.items()],
+                  maximum=1.0, tick_format="{:.0%}", caption=f"of {len(scores)} episodes"),
+        bar_chart("answer F1 by question type", "mean answer F1",
+                  [(kind, value, f"{value:.2f} (n={typed[kind]})") for kind, value in metrics.answer_f1_by_type.items()],
+                  maximum=1.0, tick_format="{:.1f}", caption="n: scored episodes of the type"),
     ]
+
+
+def metrics_rows(metrics: RunMetrics) -> str:
     headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
                 ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
-                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict), ("false_abstention_rate", metrics.false_abstention_rate),
+                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict),
+                ("false_abstention_rate", metrics.false_abstention_rate),
                 ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
                 ("mean_tool_calls", metrics.mean_tool_calls)]
-    rows = "".join(f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
+    return "".join(f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
                    for name, value in headline)
+
+
+def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
+    metrics = run.metrics
     abstention = "".join(f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td>"
                          f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
                          for row, counts in metrics.abstention.rows())
     verdict = metrics.verdict
     policy = run.manifest.config.policy.name
-    # every "<" escaped: no "</script>" or "<!--" inside the data can change how the page parses
-    data = json.dumps({"episodes": episodes, "detectors": list(DETECTORS)}).replace("<", "\\u003c")
-    return TEMPLATE.format(
-        title=html.escape(f"{run.directory.name} - {policy}"), policy=html.escape(policy),
-        verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
+    data = page_data({"episodes": [e.model_dump(mode="json") for e in episodes], "detectors": list(DETECTORS)})
+    title = html.escape(f"{run.directory.name} - {policy}")
+    header = HEADER.format(
+        title=title, policy=html.escape(policy), verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
         verdict=html.escape(f"{verdict.verdict}: direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})"),
-        rows=rows, abstention=abstention, replay=replay_section(metrics.replay), plots="".join(plots), data=data,
-        corpus=html.escape(run.manifest.hashes.corpus_sha256[:16]),
-        commit=html.escape(str(run.manifest.git_commit)),
-    )
+        corpus=html.escape(run.manifest.hashes.corpus_sha256[:16]), commit=html.escape(str(run.manifest.git_commit)))
+    main = MAIN.format(rows=metrics_rows(metrics), abstention=abstention, replay=replay_section(metrics.replay),
+                       plots="".join(run_plots(run)))
+    return page(title, header, main, data, SCRIPT)
+
+
+def page(title: str, header: str, main: str, data: str, script: str) -> str:
+    """A whole report page: the shared style and episode script, the page's data as JSON, its own script."""
+    return PAGE.format(title=title, style=STYLE, header=header, main=main, data=data, episode_js=EPISODE_JS, script=script)
 
 
 def replay_section(drift: ReplayDrift | None) -> str:
@@ -110,105 +95,173 @@ def replay_section(drift: ReplayDrift | None) -> str:
     return f'<h2>Replay drift</h2><table id="replay">{cells}</table>'
 
 
-def _changed(drift: Drift | None) -> str:
-    """What a replayed step's detail says under an observation the replay did not reproduce."""
-    if drift is None:
-        return "this observation differs from the recording"
-    return f"this observation differs from the recording at character {drift.position}: recorded {drift.recorded!r}, now {drift.current!r}"
-
-
-def write_report(run: Run, out: Path) -> Path:
+def write_html(text: str, out: Path) -> Path:
     from corpus.atomic import atomic_file
 
     with atomic_file(out) as handle:
-        handle.write(report_html(run))
+        handle.write(text)
     return out
 
 
-TEMPLATE = """<!doctype html>
+def write_report(run: Run, corpus: Corpus, out: Path) -> Path:
+    """The run's report, its gold answers and cited paragraphs read from ``corpus`` (checked by the caller)."""
+    return write_html(report_html(run, report_episodes(run, corpus)), out)
+
+
+PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<style>
-body {{ font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1d2430; }}
-header {{ padding: 12px 20px; background: #f3f5f8; border-bottom: 1px solid #d8dde5; }}
-h1 {{ font-size: 18px; margin: 0 0 4px; }} h2 {{ font-size: 15px; margin: 18px 0 6px; }}
-main {{ display: grid; grid-template-columns: minmax(420px, 1fr) 1.4fr; gap: 20px; padding: 0 20px 20px; }}
-table {{ border-collapse: collapse; }} th, td {{ padding: 3px 8px; border-bottom: 1px solid #e4e7ec; text-align: left; }}
-.verdict.bad {{ color: #b3261e; font-weight: 600; }} .verdict.good {{ color: #1e7d32; font-weight: 600; }}
-figure {{ margin: 8px 0; }} svg text {{ font-size: 12px; }} svg .title {{ font-weight: 600; }} .bar {{ fill: #4a78c2; }}
-#episodes tbody tr {{ cursor: pointer; }} #episodes tbody tr:hover, #episodes tbody tr.open {{ background: #eef3fb; }}
-.flag {{ display: inline-block; background: #fde7e4; color: #8c1d18; border-radius: 3px; padding: 0 4px; margin: 1px; font-size: 12px; }}
-pre {{ white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0; max-height: 320px; overflow: auto; }}
-.step {{ border: 1px solid #d8dde5; border-radius: 4px; padding: 6px 10px; margin: 8px 0; }}
-.muted {{ color: #5d6675; }} #detail {{ position: sticky; top: 0; max-height: 100vh; overflow: auto; }}
-</style></head>
+<style>{style}</style></head>
 <body>
-<header><h1>{title}</h1>
-<div class="verdict {verdict_class}" id="verdict">{verdict}</div>
-<div class="muted">policy {policy} &middot; corpus {corpus}&hellip; &middot; commit {commit}</div></header>
+<header>{header}</header>
 <main>
-<section>
-<h2>Metrics</h2><table id="metrics">{rows}</table>
-<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th></tr>{abstention}</table>
-{replay}<h2>Plots</h2>{plots}
-<h2>Episodes</h2>
-<label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>
-<span id="count" class="muted"></span>
-<table id="episodes"><thead><tr><th>episode</th><th>status</th><th>F1</th><th>steps</th><th>flags</th></tr></thead><tbody></tbody></table>
-</section>
-<section id="detail"><h2>Episode</h2><p class="muted">Choose an episode on the left.</p></section>
+{main}
 </main>
 <script type="application/json" id="data">{data}</script>
 <script>
 "use strict";
+{episode_js}
 const DATA = JSON.parse(document.getElementById("data").textContent);
-function el(tag, text, cls) {{ const node = document.createElement(tag); if (text !== undefined && text !== null) node.textContent = String(text); if (cls) node.className = cls; return node; }}
-const select = document.getElementById("flag-filter");
-for (const name of DATA.detectors) {{
+{script}</script></body></html>
+"""
+
+# Plain strings (not format templates): the pages insert them whole.
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0; color: #1d2430; }
+header { padding: 12px 20px; background: #f3f5f8; border-bottom: 1px solid #d8dde5; }
+h1 { font-size: 18px; margin: 0 0 4px; } h2 { font-size: 15px; margin: 18px 0 6px; } h3 { font-size: 14px; margin: 4px 0; }
+main { display: grid; grid-template-columns: minmax(460px, 1fr) 1.4fr; gap: 20px; padding: 0 20px 20px; }
+table { border-collapse: collapse; } th, td { padding: 3px 8px; border-bottom: 1px solid #e4e7ec; text-align: left; vertical-align: top; }
+.verdict.bad { color: #b3261e; font-weight: 600; } .verdict.good { color: #1e7d32; font-weight: 600; }
+figure { margin: 8px 0 14px; } figcaption { color: #5d6675; font-size: 12px; }
+svg text { font-size: 11px; fill: #1d2430; } svg .title { font-size: 13px; font-weight: 600; } svg .axis-label { font-size: 12px; }
+svg .bar { fill: #4a78c2; } svg .axis { stroke: #1d2430; stroke-width: 1; } svg .grid { stroke: #e1e5eb; stroke-width: 1; }
+.list tbody tr { cursor: pointer; } .list tbody tr:hover, .list tbody tr.open { background: #eef3fb; }
+.list td.question { max-width: 320px; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; }
+.flag { display: inline-block; background: #fde7e4; color: #8c1d18; border-radius: 3px; padding: 0 4px; margin: 1px; font-size: 12px; }
+pre { white-space: pre-wrap; word-break: break-word; background: #f7f8fa; padding: 6px; margin: 4px 0; max-height: 320px; overflow: auto; }
+blockquote { margin: 4px 0; padding: 4px 8px; border-left: 3px solid #c9d3e3; background: #f7f8fa; white-space: pre-wrap; word-break: break-word; }
+.step { border: 1px solid #d8dde5; border-radius: 4px; padding: 6px 10px; margin: 8px 0; }
+.side { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; }
+.gold, .prediction { border: 1px solid #d8dde5; border-radius: 4px; padding: 6px 10px; }
+.gold { background: #f4faf4; } .prediction { background: #f6f8fd; } .answer { margin: 6px 0; }
+.answer-text { font-weight: 600; white-space: pre-wrap; word-break: break-word; }
+.up { color: #1e7d32; } .down { color: #b3261e; }
+.muted { color: #5d6675; } #detail { position: sticky; top: 0; max-height: 100vh; overflow: auto; }
+"""
+
+EPISODE_JS = """
+function el(tag, text, cls) { const node = document.createElement(tag); if (text !== undefined && text !== null) node.textContent = String(text); if (cls) node.className = cls; return node; }
+function f1Text(episode) { return episode.answer_f1 === undefined ? "-" : episode.answer_f1.toFixed(2); }
+function goldBox(episode) {
+  const box = el("div", null, "gold"); box.appendChild(el("h3", "Gold answers"));
+  if (episode.gold === undefined) { box.appendChild(el("p", "none: a question given as free text, without gold", "muted")); return box; }
+  if (!episode.gold.length) box.appendChild(el("p", "the question has no annotated answer", "muted"));
+  episode.gold.forEach((answer, i) => {
+    const item = el("div", null, "answer");
+    item.appendChild(el("div", "annotator " + (i + 1) + " (" + answer.kind + ")", "muted"));
+    item.appendChild(el("div", answer.text ?? "(empty annotation)", "answer-text"));
+    if (!answer.evidence.length) item.appendChild(el("div", "no evidence marked", "muted"));
+    for (const text of answer.evidence) item.appendChild(el("blockquote", text));
+    box.appendChild(item);
+  });
+  return box;
+}
+function predictionBox(episode, heading) {
+  const box = el("div", null, "prediction"); box.appendChild(el("h3", heading));
+  const said = episode.status === "submitted" ? episode.answer ?? "" : episode.status === "abstained" ? "abstained" : "no answer";
+  box.appendChild(el("div", said, "answer-text"));
+  const scores = episode.answer_f1 === undefined ? "not scored" :
+    "F1 " + f1Text(episode) + " | exact match " + episode.exact_match.toFixed(0) + " | evidence F1 " + episode.evidence_f1.toFixed(2);
+  box.appendChild(el("div", "status: " + episode.status + " | " + scores + (episode.reason ? " | " + episode.reason : ""), "muted"));
+  box.appendChild(el("div", episode.cited.length ? "cited paragraphs:" : "no paragraph cited", "muted"));
+  for (const item of episode.cited) {
+    box.appendChild(el("div", item.paper_id + " / " + item.section_name + " (section " + item.section + ", paragraph " + item.paragraph + ")", "muted"));
+    box.appendChild(el("blockquote", item.text));
+  }
+  return box;
+}
+function stepsBox(episode) {
+  const box = el("div");
+  for (const flag of episode.flags) box.appendChild(el("div", flag.detector + (flag.step === null ? "" : " (step " + (flag.step + 1) + ")") + ": " + flag.text, "flag"));
+  for (const step of episode.steps_detail) {
+    const item = el("div", null, "step"); item.dataset.step = step.index;
+    item.appendChild(el("strong", "step " + (step.index + 1) + (step.format_error ? " - format error" : "") + (step.limit ? " - limit: " + step.limit : "")));
+    item.appendChild(el("pre", step.code ?? step.action));
+    if (step.tools.length) item.appendChild(el("div", "tools: " + step.tools.join("; "), "muted"));
+    item.appendChild(el("pre", step.observation));
+    if (step.changed !== null) item.appendChild(el("div", step.changed, "flag"));
+    box.appendChild(item);
+  }
+  return box;
+}
+function side(...boxes) { const grid = el("div", null, "side"); for (const box of boxes) grid.appendChild(box); return grid; }
+function textCell(text) { const cell = el("td", text, "question"); cell.title = text; return cell; }
+function detailPane(title) { const detail = document.getElementById("detail"); detail.replaceChildren(el("h2", title)); return detail; }
+// A clickable list whose rows open their item in #detail through the location hash (#NAME=ID), so a
+// row can be linked to. config: table (selector), name, total, items() (the rows shown), id(item),
+// cells(item) (the row's td nodes), show(id). Returns the function that redraws the list.
+function listPage(config) {
+  function render() {
+    const body = document.querySelector(config.table + " tbody");
+    body.replaceChildren();
+    const shown = config.items();
+    for (const item of shown) {
+      const row = el("tr"); row.dataset[config.name] = config.id(item);
+      for (const cell of config.cells(item)) row.appendChild(cell);
+      row.addEventListener("click", () => { location.hash = config.name + "=" + encodeURIComponent(config.id(item)); });
+      body.appendChild(row);
+    }
+    document.getElementById("count").textContent = shown.length + " of " + config.total;
+  }
+  function route() {
+    const match = location.hash.match(new RegExp("^#" + config.name + "=(.*)$"));
+    if (!match) return;
+    const id = decodeURIComponent(match[1]);
+    for (const row of document.querySelectorAll(config.table + " tbody tr")) row.classList.toggle("open", row.dataset[config.name] === id);
+    config.show(id);
+  }
+  window.addEventListener("hashchange", route);
+  render(); route();
+  return render;
+}
+"""
+
+# The page's own parts: HEADER and MAIN are format strings, SCRIPT is inserted whole.
+HEADER = """<h1>{title}</h1>
+<div class="verdict {verdict_class}" id="verdict">{verdict}</div>
+<div class="muted">policy {policy} &middot; corpus {corpus}&hellip; &middot; commit {commit}</div>"""
+
+MAIN = """<section>
+<h2>Metrics</h2><table id="metrics">{rows}</table>
+<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th></tr>{abstention}</table>
+{replay}<h2>Plots</h2><div id="plots">{plots}</div>
+<h2>Episodes</h2>
+<label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>
+<span id="count" class="muted"></span>
+<table id="episodes" class="list"><thead><tr><th>episode</th><th>question</th><th>status</th><th>F1</th><th>steps</th><th>flags</th></tr></thead><tbody></tbody></table>
+</section>
+<section id="detail"><h2>Episode</h2><p class="muted">Choose an episode on the left.</p></section>"""
+
+SCRIPT = """const select = document.getElementById("flag-filter");
+for (const name of DATA.detectors) {
   const count = DATA.episodes.filter(e => e.flags.some(f => f.detector === name)).length;
-  if (count) {{ const option = el("option", name + " (" + count + ")"); option.value = name; select.appendChild(option); }}
-}}
-function flagNames(episode) {{ return [...new Set(episode.flags.map(f => f.detector))]; }}
-function renderList() {{
-  const body = document.querySelector("#episodes tbody");
-  body.replaceChildren();
-  const shown = DATA.episodes.filter(e => !select.value || e.flags.some(f => f.detector === select.value));
-  for (const episode of shown) {{
-    const row = el("tr"); row.dataset.episode = episode.episode_id;
-    row.appendChild(el("td", episode.episode_id));
-    row.appendChild(el("td", episode.status));
-    row.appendChild(el("td", episode.answer_f1 === undefined ? "-" : episode.answer_f1.toFixed(2)));
-    row.appendChild(el("td", episode.steps));
-    const flags = el("td"); for (const name of flagNames(episode)) flags.appendChild(el("span", name, "flag"));
-    row.appendChild(flags);
-    row.addEventListener("click", () => {{ location.hash = "episode=" + encodeURIComponent(episode.episode_id); }});
-    body.appendChild(row);
-  }}
-  document.getElementById("count").textContent = shown.length + " of " + DATA.episodes.length;
-}}
-function showEpisode(id) {{
+  if (count) { const option = el("option", name + " (" + count + ")"); option.value = name; select.appendChild(option); }
+}
+function flagNames(episode) { return [...new Set(episode.flags.map(f => f.detector))]; }
+function flagsCell(episode) { const cell = el("td"); for (const name of flagNames(episode)) cell.appendChild(el("span", name, "flag")); return cell; }
+function showEpisode(id) {
   const episode = DATA.episodes.find(e => e.episode_id === id);
-  const detail = document.getElementById("detail");
-  detail.replaceChildren(el("h2", "Episode " + id));
-  if (!episode) {{ detail.appendChild(el("p", "No such episode.", "muted")); return; }}
-  for (const row of document.querySelectorAll("#episodes tbody tr")) row.classList.toggle("open", row.dataset.episode === id);
-  detail.appendChild(el("p", episode.question));
-  detail.appendChild(el("p", "status: " + episode.status + " | answer: " + (episode.answer ?? "-") + " | F1: " +
-    (episode.answer_f1 === undefined ? "-" : episode.answer_f1.toFixed(2)) + (episode.reason ? " | " + episode.reason : ""), "muted"));
-  for (const flag of episode.flags) detail.appendChild(el("div", flag.detector + (flag.step === null ? "" : " (step " + (flag.step + 1) + ")") + ": " + flag.text, "flag"));
-  for (const step of episode.steps_detail) {{
-    const box = el("div", null, "step"); box.dataset.step = step.index;
-    box.appendChild(el("strong", "step " + (step.index + 1) + (step.format_error ? " - format error" : "") + (step.limit ? " - limit: " + step.limit : "")));
-    box.appendChild(el("pre", step.code ?? step.action));
-    if (step.tools.length) box.appendChild(el("div", "tools: " + step.tools.join("; "), "muted"));
-    box.appendChild(el("pre", step.observation));
-    if (step.changed !== null) box.appendChild(el("div", step.changed, "flag"));
-    detail.appendChild(box);
-  }}
-}}
-function route() {{ const match = location.hash.match(/^#episode=(.*)$/); if (match) showEpisode(decodeURIComponent(match[1])); }}
+  const detail = detailPane("Episode " + id);
+  if (!episode) { detail.appendChild(el("p", "No such episode.", "muted")); return; }
+  detail.appendChild(el("p", episode.question, "question-text"));
+  detail.appendChild(side(goldBox(episode), predictionBox(episode, "Prediction")));
+  detail.appendChild(stepsBox(episode));
+}
+const renderList = listPage({
+  table: "#episodes", name: "episode", total: DATA.episodes.length, id: e => e.episode_id, show: showEpisode,
+  items: () => DATA.episodes.filter(e => !select.value || e.flags.some(f => f.detector === select.value)),
+  cells: e => [el("td", e.episode_id), textCell(e.question), el("td", e.status), el("td", f1Text(e)), el("td", e.steps), flagsCell(e)],
+});
 select.addEventListener("change", renderList);
-window.addEventListener("hashchange", route);
-renderList(); route();
-</script></body></html>
 """
