@@ -21,7 +21,7 @@ def runs(tmp_path_factory):
     directory = tmp_path_factory.mktemp("report-cli")
     for name, seed in (("small.jsonl", "3"), ("other.jsonl", "4")):
         assert run_cli("corpus", "generate", "--papers", "10", "--seed", seed, "--out", str(directory / name)).returncode == 0
-    for corpus, out in (("small.jsonl", "a"), ("small.jsonl", "b"), ("other.jsonl", "elsewhere")):
+    for corpus, out in (("small.jsonl", "a"), ("other.jsonl", "elsewhere")):
         done = run_cli("eval", "--corpus", str(directory / corpus), "--split", "all", "--limit", "6", "--policy", "direct-submit",
                        "--out", str(directory / out))
         assert done.returncode == 0, done.stderr
@@ -35,11 +35,12 @@ def runs(tmp_path_factory):
     return directory
 
 
-def test_two_runs_of_the_same_questions_make_one_page(runs, tmp_path):
-    done = run_cli("report", str(runs / "a"), str(runs / "b"), "--out", str(tmp_path / "ab.html"))
+def test_two_runs_that_share_questions_make_one_page(runs, tmp_path):
+    done = run_cli("report", str(runs / "a"), str(runs / "first"), "--out", str(tmp_path / "ab.html"))
     assert done.returncode == 0, done.stderr
     page = (tmp_path / "ab.html").read_text()
-    assert '<table id="mcnemar">' in page and "6 paired questions" in page
+    assert '<table id="mcnemar">' in page and "3 paired questions" in page
+    assert "<tr><td>questions scored in this run only</td><td>3</td><td>0</td></tr>" in page  # the rest of a, said apart
 
 
 def test_runs_of_different_corpora_are_refused(runs, tmp_path):
@@ -53,7 +54,7 @@ def test_runs_without_a_shared_question_are_refused(runs, tmp_path):
 
 
 def test_a_corpus_other_than_the_runs_is_refused(runs, tmp_path):
-    for runs_given in ([runs / "a"], [runs / "a", runs / "b"]):
+    for runs_given in ([runs / "a"], [runs / "a", runs / "first"]):
         done = run_cli("report", *map(str, runs_given), "--corpus", str(runs / "other.jsonl"), "--out", str(tmp_path / "x.html"))
         assert refused(done, "other.jsonl", "are not those of run", "pass --corpus") and not (tmp_path / "x.html").exists()
 
@@ -75,8 +76,8 @@ def test_a_moved_corpus_is_named_with_corpus(runs, tmp_path):
 def test_an_existing_file_needs_force(runs, tmp_path):
     target = tmp_path / "old.html"
     target.write_text("keep me")
-    done = run_cli("report", str(runs / "a"), str(runs / "b"), "--out", str(target))
+    done = run_cli("report", str(runs / "a"), str(runs / "first"), "--out", str(target))
     assert refused(done, "already exists", "--force") and target.read_text() == "keep me"
-    forced = run_cli("report", str(runs / "a"), str(runs / "b"), "--out", str(target), "--force")
+    forced = run_cli("report", str(runs / "a"), str(runs / "first"), "--out", str(target), "--force")
     assert forced.returncode == 0 and target.read_text().startswith("<!doctype html>")
     assert refused(run_cli("report", str(runs / "a"), "--out", str(tmp_path)), "is a directory")
