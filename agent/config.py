@@ -6,7 +6,7 @@ The run manifest stores it verbatim, and ``eval --resume`` rebuilds it from ther
 
 ```toml
 split = "validation"
-workers = 4
+concurrency = 128     # episodes in flight against the server(s)
 
 [policy]
 name = "openai"
@@ -52,7 +52,7 @@ class PolicyConfig(Config):
     quantization: Literal["auto", "4bit", "none"] = "auto"  # hf: auto is 4-bit NF4 on CUDA, none on CPU
     max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
     max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit
-    base_url: str | None = None  # openai: e.g. http://localhost:8000/v1
+    base_url: list[str] | None = None  # openai: e.g. http://localhost:8000/v1; several: replicas of one model
     tokenizer: Path | None = None  # openai: the served model's tokenizer; other policies: record the prompts it would serve
     api: Literal["completions", "chat"] = "completions"  # openai: /v1/completions (ours renders), or /v1/chat/completions (a teacher)
     prompt_format: Literal["ids", "text"] = "ids"  # openai completions: token ids (vLLM) or text
@@ -63,6 +63,14 @@ class PolicyConfig(Config):
     top_k: int = Field(0, ge=0)  # hf/openai: sample among the k likeliest tokens (0: off)
     thinking: bool = False  # hf/openai: Qwen3 thinking mode (the model writes a think block before its action)
     thinking_budget: int = Field(1024, ge=1)  # hf/openai: tokens a think block may take
+
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        """One URL (as TOML files, older manifests and `improve` give it) is a list of one."""
+        if isinstance(value, str):
+            return [value]
+        return value or None
 
     @field_validator("name")
     @classmethod
@@ -87,6 +95,7 @@ class EvalConfig(RunConfig):
     limit: int | None = Field(None, ge=1)  # only the first N questions of the split
     shard: str | None = None  # "I/N": only the questions whose id hashes to shard I of N (after limit)
     workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
+    concurrency: int = Field(1, ge=1, le=1024)  # episodes in flight in one process (threads; for served models)
     samples: int = Field(1, ge=1, le=1000)  # episodes per question, each with its own seed
     max_consecutive_errors: int = Field(5, ge=1)  # stop the run after this many policy_error episodes in a row
     preregistration: Path | None = None  # TOML with frozen hashes and a pass rule

@@ -38,12 +38,14 @@ class EpisodeRunner:
         self.limits = sandbox_limits(self.config)
 
     def run(self, text: str, question: Question | None = None, on_step: Callable[[Step], None] | None = None,
-            sample: int = 0) -> Trajectory:
-        """One episode; ``sample`` numbers a question's attempts (each gets its own seed and id)."""
+            sample: int = 0, policy: Policy | None = None) -> Trajectory:
+        """One episode; ``sample`` numbers a question's attempts (each gets its own seed and id);
+        ``policy``: this episode's own copy, when several run at once (``Policy.for_episode``)."""
         question_id = question.id if question else None
+        policy = policy or self.policy
         with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
             return run_episode(
-                text, self.policy, sandbox, self.config, self.hashes,
+                text, policy, sandbox, self.config, self.hashes,
                 question_id=question_id, paper_id=question.paper_id if question else None,
-                episode_id=episode_id(self.policy.name, question_id, text, sample), sample=sample, on_step=on_step,
+                episode_id=episode_id(policy.name, question_id, text, sample), sample=sample, on_step=on_step,
             )

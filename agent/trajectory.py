@@ -38,6 +38,8 @@ class Generation(Sparse):
     hit_cap: bool = False  # cut at max_new_tokens
     finish_reason: str | None = None  # openai: as the server said
     api_retries: int = 0  # openai: requests retried before this one succeeded
+    replica: str | None = None  # openai with several --base-url: the replica that answered
+    replica_errors: list[str] | None = None  # openai with several --base-url: the failed requests before it, "URL: what"
     parity_warning: str | None = None  # openai: the server saw other tokens than the renderer made
     thinking_tokens: int | None = None  # thinking mode: tokens of the think block the model wrote
     thinking_budget_hit: bool | None = None  # thinking mode: the think block was closed for the model at its budget

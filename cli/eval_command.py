@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from agent.config import SPLITS, EvalConfig, build_config, load_config, read_toml
+from agent.engine import EpisodeThreads, raise_descriptor_limit
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
 from agent.manifest import RunManifest
@@ -85,6 +86,13 @@ def _run_one(unit) -> Trajectory:
     return _RUNNER.run(question.text, question, sample=sample)
 
 
+def _run_one_in_flight(unit) -> Trajectory:
+    """One of many episodes in flight in this process: with the policy's own copy."""
+    assert _RUNNER is not None
+    question, sample = unit
+    return _RUNNER.run(question.text, question, sample=sample, policy=_RUNNER.policy.for_episode())
+
+
 def eval_command(
     out: Path = typer.Option(..., "--out", "-o", help="Run directory (created; with --resume, finished)."),
     corpus_path: Optional[Path] = CorpusOption,
@@ -103,6 +111,7 @@ def eval_command(
     max_consecutive_errors: Optional[int] = typer.Option(None, "--max-consecutive-errors", min=1, help="Stop the run after this many episodes in a row end in policy_error (default 5)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run again the episodes that ended in policy_error (they are replaced)."),
     workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes (default 1)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=1024, help="Episodes in flight in one process, each waiting on the server (default 1; for --policy openai, e.g. 256 against vLLM)."),
     max_steps: Optional[int] = MaxStepsOption,
     seed: Optional[int] = SeedOption,
     replay: Optional[Path] = ReplayOption,
@@ -111,7 +120,7 @@ def eval_command(
     quantization: Optional[str] = QuantizationOption,
     max_new_tokens: Optional[int] = MaxNewTokensOption,
     max_context: Optional[int] = MaxContextOption,
-    base_url: Optional[str] = BaseUrlOption,
+    base_url: Optional[List[str]] = BaseUrlOption,
     tokenizer: Optional[Path] = TokenizerOption,
     prompt_format: Optional[str] = PromptFormatOption,
     timeout: Optional[float] = TimeoutOption,
@@ -137,7 +146,7 @@ def eval_command(
     _check_out(out)
     if retry_errors and not resume:
         raise UsageError("--retry-errors re-runs a run's failed episodes; use it with --out RUN --resume")
-    overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "shard": shard, "workers": workers,
+    overrides = {"split": split, "split_of": split_of(split_of_values), "limit": limit, "shard": shard, "workers": workers, "concurrency": concurrency,
                  "max_consecutive_errors": max_consecutive_errors, "samples": samples,
                  "preregistration": preregistration} | policy_overrides(
         name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
@@ -152,26 +161,33 @@ def eval_command(
     config = _resolve_config(config_file, overrides, manifest)
     if manifest is not None:
         _refuse_changed_config(out, config, manifest)
-    run_eval(out, config, open_corpus(corpus_path or _recorded_corpus(manifest), questions_path, config.split_of or None), resume,
+    run_eval(out, config, open_corpus(corpus_path or recorded_corpus(manifest), questions_path, config.split_of or None), resume,
              retry_errors, replay_other_corpus)
 
 
 def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False, replay_other_corpus: bool = False) -> None:
     """The run, in named steps: check, write the manifest, run what is missing, score."""
     prereg = _load_preregistration(config)
-    if config.policy.name == "hf" and config.workers > 1:
+    if config.policy.name == "hf" and (config.workers > 1 or config.concurrency > 1):
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
+    if config.workers > 1 and config.concurrency > 1:
+        raise UsageError("--workers and --concurrency are two ways to run episodes at once; give one (--concurrency for a served model)")
     policy = make_policy(config.policy, config.episode.max_steps)
     if config.samples > 1 and config.policy.temperature == 0:  # allowed: it measures how deterministic a policy is
         console.print(f"[yellow]note: --samples {config.samples} with a deterministic policy or greedy decoding: its samples "
                       "repeat one episode wherever the policy is deterministic; sample a model policy with --temperature[/yellow]")
     refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     config = config.model_copy(update={"split": resolve_split(corpus, config.split, "test")})  # the manifest records which
-    questions = select_questions(corpus, config.split, config.limit, policy.questions() if isinstance(policy, Replay) else None,
-                                 shard=config.shard)
+    recorded_questions = policy.questions() if isinstance(policy, Replay) else None
+    questions = select_questions(corpus, config.split, config.limit, recorded_questions, shard=config.shard)
     selected_sha256 = questions_sha256(questions)
-    if prereg is not None:
-        _check_preregistration(prereg, config.preregistration, corpus, selected_sha256, len(questions))
+    if prereg is not None:  # frozen for the whole run: a shard checks the selection it is a slice of
+        whole = questions if config.shard is None else select_questions(corpus, config.split, config.limit, recorded_questions)
+        _check_preregistration(prereg, config.preregistration, corpus, questions_sha256(whole), len(whole))
+        if config.shard is not None:
+            console.print(f"note: the preregistered rule is judged on the whole run, once explorer merge has joined the shards; "
+                          f"not on shard {config.shard} alone")
+            prereg = None
     recorded = {**config.model_dump(mode="json"), "questions": len(questions), "selected_questions_sha256": selected_sha256}
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
@@ -183,6 +199,8 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
         write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
+    if config.concurrency > 1:
+        raise_descriptor_limit(config.concurrency, len(config.policy.base_url or ()) or 1)
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
@@ -197,7 +215,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
             retried = len(set(latest) - done)
             console.print(f"resuming: {len(units) - len(remaining)} of {len(units)} episodes already written"
                           + (f"; {retried} that ended in policy_error run again" if retry_errors else ""))
-        stopped = _run_all(remaining, config.workers, log, len(units) - len(remaining), len(units), config.max_consecutive_errors)
+        stopped = _run_all(remaining, config, log, len(units) - len(remaining), len(units))
     superseded = drop_superseded_errors(log_path)
     if superseded:
         console.print(f"replaced {superseded} episodes that had ended in policy_error")
@@ -215,6 +233,8 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
 
 # Fields of a manifest's config that the run derived rather than was given.
 DERIVED_FIELDS = ("questions", "selected_questions_sha256")
+# How episodes are run, not which or how they go: a resumed run may change them.
+EXECUTION_FIELDS = ("workers", "concurrency")
 
 
 def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: RunManifest | None) -> EvalConfig:
@@ -232,7 +252,7 @@ def _refuse_changed_config(out: Path, config: EvalConfig, manifest: RunManifest)
     """On --resume, a flag or file that changes the run's config is named before anything is loaded."""
     then = _recorded_config(manifest)
     now = config.model_dump(mode="json")
-    changed = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key))
+    changed = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key) and key not in EXECUTION_FIELDS)
     if changed:
         raise UsageError(f"{out}: refusing to resume: the config differs from the run's manifest ({', '.join(changed)}); "
                          "use the original settings, or start a new run with another --out")
@@ -254,7 +274,7 @@ def _flatten(data: dict, prefix: str = "") -> dict:
     return flat
 
 
-def _recorded_corpus(manifest: RunManifest | None) -> Optional[Path]:
+def recorded_corpus(manifest: RunManifest | None) -> Optional[Path]:
     """On --resume without --corpus: the corpus file the run recorded, or None for the generated
     demo corpus (its hash is checked all the same)."""
     sources = manifest.corpus if manifest is not None else []
@@ -344,6 +364,7 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
         return
     manifest = _read_manifest(out)
     recorded = manifest.config.model_dump(mode="json")  # fields added since it was written: their defaults
+    recorded.update({key: config[key] for key in EXECUTION_FIELDS if key in config})  # a resumed run may run them otherwise
     for name, now, then in (("corpus or prompt hashes", hashes, manifest.hashes.model_dump()), ("config", config, recorded)):
         if now != then:
             keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))
@@ -353,18 +374,21 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
             )
 
 
-def _run_all(units: list, workers: int, log: TrajectoryLog, already: int, total: int, max_errors: int) -> str | None:
-    """Run and log every question; stop early, returning the last error, after ``max_errors``
-    consecutive policy errors (a server that is down fails every episode the same way)."""
+def _run_all(units: list, config: EvalConfig, log: TrajectoryLog, already: int, total: int) -> str | None:
+    """Run and log every question; stop early, returning the last error, after
+    ``max_consecutive_errors`` policy errors in a row (a server that is down fails every episode
+    the same way). Episodes run one at a time, in ``workers`` forked processes, or ``concurrency``
+    in flight in this one (agent.engine)."""
     columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    errors = 0
+    errors, pool, max_errors = 0, None, config.max_consecutive_errors
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
-        if workers == 1 or len(units) <= 1:
+        if config.concurrency > 1 and len(units) > 1:
+            trajectories = EpisodeThreads(_run_one_in_flight, config.concurrency).run(units)
+        elif config.workers == 1 or len(units) <= 1:
             trajectories = (_run_one(unit) for unit in units)
-            pool = None
         else:  # fork: workers inherit the corpus, index and policy without pickling them
-            pool = multiprocessing.get_context("fork").Pool(min(workers, len(units)))
+            pool = multiprocessing.get_context("fork").Pool(min(config.workers, len(units)))
             trajectories = pool.imap_unordered(_run_one, units)
         try:
             for trajectory in trajectories:
@@ -377,6 +401,8 @@ def _run_all(units: list, workers: int, log: TrajectoryLog, already: int, total:
             if pool is not None:
                 pool.terminate()
                 pool.join()
+            if hasattr(trajectories, "close"):
+                trajectories.close()  # stops the episode threads from starting more
     return None
 
 
@@ -396,7 +422,7 @@ def drop_superseded_errors(log_path: Path) -> int:
     return len(dropped)
 
 
-def write_metrics(out: Path, questions: list, index: BM25Index, prereg):
+def write_metrics(out: Path, questions: list, index: BM25Index, prereg, shown: bool = True):
     """scores.jsonl (one line per episode: metrics and flags) and metrics.json, both written whole."""
     from evaluation.retrieval import retrieval_metrics
     from evaluation.scoring import model_metrics, run_metrics, score_episode
@@ -424,7 +450,8 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg):
         handle.writelines(score.model_dump_json() + "\n" for score in scores)
     with atomic_file(out / "metrics.json") as handle:
         handle.write(metrics.to_json())
-    from evaluation.summary import print_summary
+    if shown:
+        from evaluation.summary import print_summary
 
-    print_summary(Console(), metrics, out)
+        print_summary(Console(), metrics, out)
     return metrics

@@ -225,7 +225,7 @@ def report_command(
 def _report_corpus(runs: list, corpus_path: Optional[Path], questions_path: Optional[Path]):
     """The corpus the runs were made on: the one named, else the first run's recorded one; refused
     unless its papers and questions hash to what every run's manifest recorded."""
-    from cli.eval_command import _recorded_corpus
+    from cli.eval_command import recorded_corpus
     from evaluation.report_data import check_corpus
 
     first = runs[0].manifest
@@ -236,7 +236,7 @@ def _report_corpus(runs: list, corpus_path: Optional[Path], questions_path: Opti
             if a != b:
                 raise UsageError(f"the runs used different {what} (sha256 {a[:12]} and {b[:12]}): their questions cannot be "
                                  "paired; report runs made on the same corpus, or explorer report each run alone")
-    path = corpus_path if corpus_path is not None else _recorded_corpus(first)
+    path = corpus_path if corpus_path is not None else recorded_corpus(first)
     corpus = open_corpus(path, questions_path, first.config.split_of or None)
     for run in runs:
         check_corpus(run, corpus, str(path) if path is not None else "the generated demo corpus")

@@ -8,7 +8,6 @@ and renames it into place, so a merge that fails leaves no half-made run.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shutil
 import sys
@@ -21,7 +20,7 @@ from rich.console import Console
 
 from agent.loop import corpus_hashes
 from cli.errors import UsageError
-from cli.eval_command import _recorded_corpus, write_metrics
+from cli.eval_command import recorded_corpus, write_metrics
 from cli.options import open_corpus, select_questions
 from corpus import BM25Index
 from evaluation.merge import (
@@ -52,7 +51,7 @@ def merge_command(
     check_agreement(shards)
     check_shards(shards)
     config = shards[0].manifest.config
-    corpus = open_corpus(corpus_path or _recorded_corpus(shards[0].manifest), questions_path, config.split_of or None)
+    corpus = open_corpus(corpus_path or recorded_corpus(shards[0].manifest), questions_path, config.split_of or None)
     check_corpus(shards, corpus_hashes(corpus), corpus_path or "the corpus the first run recorded")
     questions = select_questions(corpus, config.split, config.limit, _replayed_questions(config))
     lines = merged_lines(shards, questions, config.samples)
@@ -61,8 +60,7 @@ def merge_command(
     index = BM25Index.cached(corpus)
     with _building(out) as building:
         write_merged(building, manifest, lines, merge_record(shards))
-        with contextlib.redirect_stdout(io.StringIO()):  # its summary names the temporary directory; shown below with --out's
-            metrics = write_metrics(building, questions, index, prereg)
+        metrics = write_metrics(building, questions, index, prereg, shown=False)  # shown below, as --out
     from evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)

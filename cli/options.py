@@ -61,7 +61,7 @@ AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directo
 QuantizationOption = typer.Option(None, "--quantization", help="hf: auto (4bit on CUDA, none on CPU; the default), 4bit (NF4, double quantization) or none.")
 MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap; default 512).")
 MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")
-BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1.")
+BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1; repeat it for replicas of one model (each request goes to the least busy).")
 TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json; other policies: record the prompts it would serve.")
 ApiOption = typer.Option(None, "--api", help="openai: completions (our renderer's prompt; the default) or chat (messages to /v1/chat/completions: a teacher).")
 TemperatureOption = typer.Option(None, "--temperature", min=0.0, max=10.0, help="hf/openai: sampling temperature (default 0: greedy).")
@@ -86,7 +86,7 @@ def policy_overrides(*, name, replay, model, adapter, quantization, max_new_toke
                      top_k=None) -> dict:
     """The policy flags a user gave, as ``policy.FIELD`` overrides of a config."""
     given = dict(name=name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
-                 max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout,
+                 max_context=max_context, base_url=list(base_url) or None if base_url is not None else None, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout,
                  retries=retries, thinking=thinking, thinking_budget=thinking_budget, api=api, temperature=temperature,
                  top_p=top_p, top_k=top_k)
     return {f"policy.{key}": value for key, value in given.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
@@ -110,7 +110,7 @@ def run_command(
     quantization: Optional[str] = QuantizationOption,
     max_new_tokens: Optional[int] = MaxNewTokensOption,
     max_context: Optional[int] = MaxContextOption,
-    base_url: Optional[str] = BaseUrlOption,
+    base_url: Optional[List[str]] = BaseUrlOption,
     tokenizer: Optional[Path] = TokenizerOption,
     prompt_format: Optional[str] = PromptFormatOption,
     timeout: Optional[float] = TimeoutOption,

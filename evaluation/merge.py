@@ -42,6 +42,9 @@ Key = tuple[str, int]  # (question id, sample)
 
 # Fields of a manifest's config that differ between the shards of one run by design.
 SHARD_FIELDS = {"shard", "questions", "selected_questions_sha256"}
+# How a node ran its episodes and reached its server, not which episodes or how they went: nodes may differ
+# (each shard's own command and settings stay in merged.json).
+EXECUTION_FIELDS = {"workers", "concurrency", "policy.base_url", "policy.timeout", "policy.retries"}
 
 
 class MergedRun(BaseModel):
@@ -136,7 +139,7 @@ def check_agreement(runs: list[ShardRun]) -> None:
     base = _flat(first.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
     for run in runs[1:]:
         config = _flat(run.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
-        changed = sorted(key for key in set(base) | set(config) if base.get(key) != config.get(key))
+        changed = sorted(key for key in set(base) | set(config) if base.get(key) != config.get(key) and key not in EXECUTION_FIELDS)
         if changed:
             shown = ", ".join(f"{key} {config.get(key)!r} vs {base.get(key)!r}" for key in changed)
             raise EvaluationError(f"{run.directory}: its config differs from {first.directory}'s ({shown}); the shards of one "

@@ -240,3 +240,20 @@ def test_another_corpus_is_refused_by_its_hash(runs, tmp_path):
     _refused(_cli(cache, "merge", *(str(root / f"shard-{index}") for index in (1, 2, 3)), "--corpus", str(corpus),
                   "--out", str(tmp_path / "merged")), str(corpus), "corpus_sha256", "differs from the shards'")
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_preregistered_run_in_shards_is_judged_once_merged(runs, tmp_path):
+    _, cache, _ = runs
+    prereg = tmp_path / "prereg.toml"
+    _ok(_cli(cache, "preregister", *LIMIT, "--out", str(prereg), "--min-correct-abstentions", "1",
+                   "--max-false-abstentions", "12"))
+    shards = [["eval", "--out", str(tmp_path / f"shard-{index}"), *LIMIT, "--shard", f"{index}/3", "--preregistration", str(prereg)]
+              for index in (1, 2, 3)]
+    for command in shards:
+        done = _cli(cache, *command)
+        _ok(done)
+        assert "judged on the whole run, once explorer merge has joined the shards" in " ".join(done.stderr.split())
+        assert _json(Path(command[2]) / "metrics.json").get("preregistration") is None
+    merged = _cli(cache, "merge", *(str(tmp_path / f"shard-{index}") for index in (1, 2, 3)), "--out", str(tmp_path / "merged"))
+    _ok(merged)
+    assert _json(tmp_path / "merged" / "metrics.json")["preregistration"]["pass"] is True

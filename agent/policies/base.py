@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,13 @@ class Policy(ABC):
 
     def start(self, episode: EpisodeStart) -> None:
         self.episode = episode
+
+    def for_episode(self) -> Policy:
+        """A policy for one of several episodes in flight at once (``eval --concurrency``): a
+        shallow copy, so what is read-only and thread-safe (a tokenizer, a server pool) is shared
+        and what ``start`` and ``act`` assign is the episode's own. A policy that mutates state
+        it holds from before ``start`` overrides this."""
+        return copy.copy(self)
 
     def preflight(self) -> str | None:
         """Before the first episode of a run: raise AgentError if the policy cannot work at all

@@ -23,7 +23,8 @@ from typing import Any
 
 from agent.actions import FENCED
 from agent.policies.base import PolicyError, Reply, Sampling
-from agent.policies.openai_server import OpenAIPolicy, api_base
+from agent.policies.openai_server import OpenAIPolicy
+from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 
 
@@ -31,20 +32,20 @@ class OpenAIChatPolicy(OpenAIPolicy):
     name = "openai"
 
     def __init__(
-        self, base_url: str, model: str, tokenizer: Path | None = None, max_new_tokens: int = 512, timeout: float = 120.0,
+        self, base_url: str | list[str], model: str, tokenizer: Path | None = None, max_new_tokens: int = 512, timeout: float = 120.0,
         retries: int = 4, backoff: float = 1.0, sampling: Sampling = Sampling(),
     ) -> None:
-        self.base = api_base(base_url)
-        self.url = self.base + "/chat/completions"
+        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
+        self.endpoint = "/chat/completions"
         self.model, self.tokenizer_path = model, tokenizer
         self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None
-        self.max_new_tokens, self.timeout, self.retries, self.backoff = max_new_tokens, timeout, retries, backoff
+        self.max_new_tokens, self.timeout, self.retries = max_new_tokens, timeout, retries
         self.sampling, self.thinking = sampling, False
-        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
 
     def settings(self) -> dict[str, Any]:
         return {
-            "api": "chat", "url": self.url, "model": self.model, **self.sampling.settings(), "max_new_tokens": self.max_new_tokens,
+            "api": "chat", **self._where(), "model": self.model, **self.sampling.settings(), "max_new_tokens": self.max_new_tokens,
             "timeout": self.timeout, "retries": self.retries,
             "student_tokenizer": str(self.tokenizer_path) if self.tokenizer_path else None,
             "tokenizer_sha256": self.renderer.fingerprint if self.renderer else None,
@@ -61,7 +62,8 @@ class OpenAIChatPolicy(OpenAIPolicy):
             if self.sampling.top_k:
                 body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; a hosted API may refuse it
         started = time.perf_counter()
-        response, retries = self._post(body)
+        answer = self.servers.post(self.endpoint, body)
+        response = answer.body
         try:
             choice = response["choices"][0]
             text = choice["message"]["content"]
@@ -75,7 +77,7 @@ class OpenAIChatPolicy(OpenAIPolicy):
         counted = {name: usage.get(name) for name in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(name), int)}
         generation: dict[str, Any] = {
             "api": "chat", "generated_tokens": counted.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": choice.get("finish_reason"), "api_retries": retries, "seconds": time.perf_counter() - started,
-            "usage_prompt_tokens": counted.get("prompt_tokens"), "cut_chars": len(text) - len(kept),
+            "finish_reason": choice.get("finish_reason"), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
+            "usage_prompt_tokens": counted.get("prompt_tokens"), "cut_chars": len(text) - len(kept), **self._replica_record(answer),
         }
         return Reply(kept, generation=generation)

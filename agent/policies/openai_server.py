@@ -28,87 +28,103 @@ import http.client
 import json
 import os
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply, Sampling
+from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 
-RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
-ANSWER_BYTES = 64 << 20  # nor is a completion this large (prompt ids echoed back included)
+
+__all__ = ["OpenAIPolicy", "api_base", "read_capped"]
 
 
-def api_base(base_url: str) -> str:
-    """The server's ``.../v1`` root, from a --base-url given with or without it."""
-    if not base_url.startswith(("http://", "https://")):
-        raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
-    base = base_url.rstrip("/")
-    return base if base.endswith("/v1") else base + "/v1"
-
-
-def read_capped(answer, limit: int, deadline: float) -> bytes:
-    """The body, refused past ``limit`` bytes or ``deadline`` (the socket timeout bounds each
-    read, not a server that drips a byte at a time)."""
-    chunks, size = [], 0
-    while True:
-        if time.monotonic() > deadline:
-            raise TimeoutError("the answer took longer than the timeout")
-        chunk = answer.read1(1 << 16)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > limit:
-            raise ValueError(f"an answer over {limit} bytes")
-        chunks.append(chunk)
+class ReplicaDown(Exception):
+    """One of several replicas did not answer the preflight."""
 
 
 class OpenAIPolicy(Policy):
     name = "openai"
 
     def __init__(
-        self, base_url: str, model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
+        self, base_url: str | list[str], model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
         max_context: int = 32_768, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
         thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
     ) -> None:
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
-        self.base = api_base(base_url)
-        self.url = self.base + "/completions"
+        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
+        self.endpoint = "/completions"
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)
         self.tokenizer_path = tokenizer
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.timeout, self.retries = timeout, retries
         self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
-        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+    @property
+    def url(self) -> str:
+        """The endpoint, as said in errors and settings (the first replica's when there are several)."""
+        return self.servers.bases[0] + self.endpoint
+
+    @property
+    def backoff(self) -> float:
+        return self.servers.backoff
+
+    @backoff.setter
+    def backoff(self, seconds: float) -> None:
+        self.servers.backoff = seconds
+
+    def _where(self) -> dict[str, Any]:
+        if len(self.servers) == 1:
+            return {"url": self.url}
+        return {"url": self.url, "replicas": [base + self.endpoint for base in self.servers.bases]}
 
     def settings(self) -> dict[str, Any]:
         return {
-            "url": self.url, "model": self.model, "prompt_format": self.prompt_format, "tokenizer": str(self.tokenizer_path),
+            **self._where(), "model": self.model, "prompt_format": self.prompt_format, "tokenizer": str(self.tokenizer_path),
             **self.sampling.settings(), "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
             "timeout": self.timeout, "retries": self.retries, "tokenizer_sha256": self.renderer.fingerprint,
             "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
 
     def preflight(self) -> str | None:
-        """GET /v1/models once: a server that does not answer, or serves no model of our name, stops
-        the run here. A server without that endpoint (404, 405, 501) is let through, and said."""
-        url = self.base + "/models"
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.api_key}"})
-        deadline = time.monotonic() + min(self.timeout, 30)
+        """GET /v1/models of each replica once: a server that serves no model of our name stops the
+        run here, as does a run whose every replica is down; a replica that does not answer is
+        taken out (and retried later), and said. A server without that endpoint (404, 405, 501) is
+        let through, and said."""
+        notes, down = [], {}
+        for base in self.servers.bases:
+            try:
+                note = self._preflight_one(base)
+            except ReplicaDown as error:
+                down[base] = str(error)
+                continue
+            if note is not None:
+                notes.append(note)
+        if len(down) == len(self.servers):
+            raise AgentError(f"--base-url: no replica answers ({'; '.join(down.values())}); start them or fix the URLs")
+        for base, reason in down.items():
+            self.servers.take_out(base, reason)
+            notes.append(f"{base} does not answer ({reason}); it is taken out and tried again during the run")
+        return "; ".join(notes) or None
+
+    def _preflight_one(self, base: str) -> str | None:
+        url = base + "/models"
+        timeout = min(self.timeout, 30)
         try:
-            with urllib.request.urlopen(request, timeout=min(self.timeout, 30)) as answer:
-                listing = json.loads(read_capped(answer, MODELS_LISTING_BYTES, deadline))
-        except urllib.error.HTTPError as error:
-            if error.code in (404, 405, 501):
-                return f"{url} answered HTTP {error.code}, so the served model's name was not checked"
-            raise AgentError(f"--base-url: {url} answered HTTP {error.code}; check the URL and the API key") from None
-        except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
-            raise AgentError(f"--base-url: no server answers at {url} ({getattr(error, 'reason', error)}); start it or fix the URL") from None
+            listing = self.servers.get(base, "/models", MODELS_LISTING_BYTES, timeout)
+        except HTTPStatus as error:
+            if error.status in (404, 405, 501):
+                return f"{url} answered HTTP {error.status}, so the served model's name was not checked"
+            raise AgentError(f"--base-url: {url} answered HTTP {error.status}; check the URL and the API key") from None
+        except (OSError, http.client.HTTPException) as error:
+            if len(self.servers) == 1:
+                raise AgentError(f"--base-url: no server answers at {url} ({error}); start it or fix the URL") from None
+            raise ReplicaDown(f"{type(error).__name__}: {error}") from None
         except ValueError as error:
             raise AgentError(f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?") from None
         data = listing.get("data") if isinstance(listing, dict) else None
@@ -134,7 +150,8 @@ class OpenAIPolicy(Policy):
         if self.thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()
-        response, retries = self._post(body)
+        answer = self.servers.post(self.endpoint, body)
+        response = answer.body
         try:
             choice = response["choices"][0]
             text = choice["text"]
@@ -149,7 +166,8 @@ class OpenAIPolicy(Policy):
         generation: dict[str, Any] = {
             "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens,
             "generated_tokens": usage.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": choice.get("finish_reason"), "api_retries": retries, "seconds": time.perf_counter() - started,
+            "finish_reason": choice.get("finish_reason"), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
+            **self._replica_record(answer),
         }
         warning = self._parity_warning(prompt, server_tokens, server_ids)
         if warning:
@@ -183,27 +201,8 @@ class OpenAIPolicy(Policy):
             return f"the server counted {served} prompt tokens; the renderer made {len(prompt)}"
         return None
 
-    def _post(self, body: dict) -> tuple[dict, int]:
-        data = json.dumps(body).encode()
-        last_error = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
-            request = urllib.request.Request(self.url, data=data, method="POST", headers={
-                "Content-Type": "application/json", "Authorization": f"Bearer {self.api_key}",
-            })
-            try:
-                with urllib.request.urlopen(request, timeout=self.timeout) as answer:
-                    return json.loads(read_capped(answer, ANSWER_BYTES, time.monotonic() + self.timeout)), attempt
-            except urllib.error.HTTPError as error:
-                detail = error.read()[:200].decode(errors="replace")
-                last_error = f"HTTP {error.code}: {detail}"
-                if error.code not in RETRIED_STATUS:
-                    break
-            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as error:
-                last_error = f"{type(error).__name__}: {getattr(error, 'reason', error)}"  # incl. a truncated answer
-            except ValueError as error:  # not JSON, not UTF-8, or too large
-                last_error = f"the answer was not JSON ({str(error)[:80]})"
-        if self.api_key not in ("", "EMPTY"):  # a server may echo the key back in its error
-            last_error = last_error.replace(self.api_key, "[OPENAI_API_KEY]")
-        raise PolicyError(f"{self.url}: request failed after {attempt + 1} attempt(s): {last_error}", retries=attempt)
+    def _replica_record(self, answer) -> dict[str, Any]:
+        """Which replica answered and what failed on the way (only when there are several)."""
+        if len(self.servers) == 1:
+            return {}
+        return {"replica": answer.replica, "replica_errors": answer.failures or None}

@@ -1,0 +1,222 @@
+"""eval --concurrency: many episodes in flight in one process, against one server or several replicas."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+
+from agent.engine import EpisodeThreads, raise_descriptor_limit
+from agent.errors import AgentError
+from agent.policies.servers import ServerPool
+from agent.renderer import ChatRenderer
+from tests.agent.test_openai_policy import FakeServer
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+
+SEARCH = '```python\nhits = search("learning rate")\nprint(hits[:2])\n```'
+SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
+TIMING = ("seconds", "started_at")
+
+
+def scripted_server(tiny_tokenizer, latency=0.0, fail=None) -> FakeServer:
+    """A search, then a submit, read from the prompt (no state per episode); ``fail(n)`` may turn
+    the n-th request into an error answer."""
+    im_start = ChatRenderer.from_directory(tiny_tokenizer).im_start
+    count = [0]
+    lock = threading.Lock()
+
+    def respond(body):
+        with lock:
+            count[0] += 1
+            number = count[0]
+        time.sleep(latency)
+        if fail is not None and fail(number):
+            return 503, {"error": "overloaded"}
+        text = SEARCH if body["prompt"].count(im_start) <= 3 else SUBMIT
+        return 200, FakeServer.completion(text, len(body["prompt"]))
+
+    return FakeServer(models=["served"], respond=respond)
+
+
+def openai_eval(server_urls, tiny_tokenizer, out, *extra):
+    urls = [option for url in server_urls for option in ("--base-url", url)]
+    return run_cli("eval", "--policy", "openai", *urls, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+                   "--limit", "24", "--max-steps", "4", "--retries", "3", "--out", str(out), *extra)
+
+
+def comparable(run) -> dict:
+    """Trajectories by episode id, without what differs from run to run (times, which replica answered)."""
+    found = {}
+    for line in (run / "trajectories.jsonl").read_text().splitlines():
+        trajectory = json.loads(line)
+        for key in TIMING:
+            trajectory.pop(key)
+        for step in trajectory["steps"]:
+            step.pop("timings")
+            for call in step["tool_calls"]:
+                call.pop("seconds")
+            for key in ("seconds", "replica", "replica_errors", "api_retries"):
+                (step.get("generation") or {}).pop(key, None)
+        trajectory["policy"]["settings"].pop("replicas", None)
+        trajectory["policy"]["settings"].pop("url", None)
+        found[trajectory["episode_id"]] = trajectory
+    return found
+
+
+def test_episodes_in_flight_give_the_trajectories_of_one_at_a_time(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer, latency=0.02)
+    one = openai_eval([server.url], tiny_tokenizer, tmp_path / "one")
+    many = openai_eval([server.url], tiny_tokenizer, tmp_path / "many", "--concurrency", "12")
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    sequential, concurrent = comparable(tmp_path / "one"), comparable(tmp_path / "many")
+    assert len(sequential) == 24 and sequential == concurrent
+    assert {t["outcome"]["status"] for t in concurrent.values()} == {"submitted"}
+    metrics = [json.loads((tmp_path / run / "metrics.json").read_text()) for run in ("one", "many")]
+    assert metrics[0]["answer_f1"] == metrics[1]["answer_f1"] and metrics[0]["status"] == metrics[1]["status"]
+    manifest = json.loads((tmp_path / "many" / "manifest.json").read_text())
+    assert manifest["config"]["concurrency"] == 12
+
+
+def test_scripted_policies_run_in_flight_too(tmp_path):
+    one = run_cli("eval", "--limit", "30", "--out", str(tmp_path / "one"))
+    many = run_cli("eval", "--limit", "30", "--concurrency", "7", "--out", str(tmp_path / "many"))
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    assert comparable(tmp_path / "one") == comparable(tmp_path / "many")
+
+
+def test_a_replica_that_is_down_is_taken_out_and_the_run_goes_on(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    done = openai_eval([dead, server.url], tiny_tokenizer, tmp_path / "run", "--concurrency", "6")
+    assert done.returncode == 0, done.stderr
+    assert f"{dead} does not answer" in done.stderr and "taken out" in done.stderr
+    steps = [step for t in comparable_raw(tmp_path / "run") for step in t["steps"]]
+    assert {step["generation"]["replica"] for step in steps} == {server.url}
+    retried = [step["generation"] for step in steps if step["generation"].get("replica_errors")]
+    assert all(error.startswith(dead) for generation in retried for error in generation["replica_errors"])
+    assert all(generation["api_retries"] == len(generation["replica_errors"]) for generation in retried)
+
+
+def test_a_replica_failing_mid_run_sends_its_requests_to_the_other(tiny_tokenizer, tmp_path):
+    healthy = scripted_server(tiny_tokenizer, latency=0.01)
+    failing = scripted_server(tiny_tokenizer, latency=0.01, fail=lambda number: number > 4)
+    done = openai_eval([failing.url, healthy.url], tiny_tokenizer, tmp_path / "run", "--concurrency", "4")
+    assert done.returncode == 0, done.stderr
+    assert f"replica {failing.url} taken out (HTTP 503" in done.stderr
+    trajectories = comparable_raw(tmp_path / "run")
+    assert {t["outcome"]["status"] for t in trajectories} == {"submitted"}
+    generations = [step["generation"] for t in trajectories for step in t["steps"]]
+    assert {g["replica"] for g in generations} == {failing.url, healthy.url}  # both served before it failed
+    failed_over = [g for g in generations if g.get("replica_errors")]
+    assert failed_over and all(g["replica"] == healthy.url for g in failed_over)
+    assert all("HTTP 503" in error for g in failed_over for error in g["replica_errors"])
+
+
+def comparable_raw(run) -> list[dict]:
+    return [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+
+
+def test_the_least_busy_replica_gets_the_request_and_a_failed_one_comes_back():
+    answers = {"a": 0, "b": 0}
+    broken = {"a": True}
+
+    def serve(name):
+        def respond(body):
+            if broken.get(name):
+                return 502, {"error": "bad gateway"}
+            answers[name] += 1
+            time.sleep(0.05)
+            return 200, {"ok": name}
+        return FakeServer(respond=respond)
+
+    first, second = serve("a"), serve("b")
+    lines = []
+    pool = ServerPool([first.url, second.url], "EMPTY", timeout=30, retries=2, backoff=0.01, cooldown=0.2, say=lines.append)
+    answer = pool.post("/completions", {})
+    assert answer.body == {"ok": "b"} and answer.retries == 1 and answer.failures[0].startswith(first.url + ": HTTP 502")
+    assert [event.event for event in pool.events] == ["out"] and "taken out" in lines[0]
+    broken["a"] = False
+    time.sleep(0.25)  # the cooldown ends: the next request tries it again
+    threads = [threading.Thread(target=pool.post, args=("/completions", {})) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(HANG_SECONDS)
+    assert [event.event for event in pool.events] == ["out", "back"] and "back in use" in lines[-1]
+    assert answers["a"] >= 2 and answers["b"] >= 2  # eight at once are spread over both
+    summary = {row["replica"]: row for row in pool.summary()}
+    assert summary[first.url]["failed"] == 1 and summary[first.url]["served"] + summary[second.url]["served"] == 9
+
+
+def test_the_same_replica_twice_is_refused():
+    with pytest.raises(AgentError, match="given twice"):
+        ServerPool(["http://h:1/v1", "http://h:1"], "EMPTY")
+
+
+def test_threads_return_every_result_and_carry_a_failure_to_the_caller():
+    assert sorted(EpisodeThreads(lambda n: n * n, 5).run(range(40))) == [n * n for n in range(40)]
+
+    def fails(n):
+        if n == 3:
+            raise RuntimeError("a bug")
+        return n
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        list(EpisodeThreads(fails, 4).run(range(10)))
+
+
+def test_closing_the_results_stops_new_episodes():
+    started = []
+
+    def slow(n):
+        started.append(n)
+        time.sleep(0.01)
+        return n
+
+    results = EpisodeThreads(slow, 2).run(range(1000))
+    next(results)
+    results.close()
+    time.sleep(0.1)
+    assert len(started) < 10
+
+
+def test_too_few_open_files_for_the_concurrency_is_one_clear_error(monkeypatch):
+    import resource
+
+    monkeypatch.setattr(resource, "getrlimit", lambda kind: (256, 512))
+    with pytest.raises(AgentError, match="--concurrency 512 needs about .* open files; this system allows 512"):
+        raise_descriptor_limit(512)
+
+
+def test_workers_and_concurrency_together_are_refused(tmp_path):
+    done = run_cli("eval", "--limit", "3", "--workers", "2", "--concurrency", "4", "--out", str(tmp_path / "run"))
+    assert done.returncode == 2 and done.stderr.startswith("error: --workers and --concurrency")
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+def test_a_killed_run_in_flight_resumes_with_every_episode_once(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer, latency=0.15)
+    out = tmp_path / "run"
+    command = explorer_command("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+                  "--limit", "60", "--max-steps", "4", "--concurrency", "8", "--out", str(out))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                               env=checkout_environment())
+    log = out / "trajectories.jsonl"
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 10):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(HANG_SECONDS)
+    written = log.read_text().count("\n")
+    assert 10 <= written < 60
+    done = run_cli("eval", "--out", str(out), "--resume", "--concurrency", "16")  # how episodes run may change on resume
+    assert done.returncode == 0, done.stderr
+    ids = [json.loads(line)["episode_id"] for line in log.read_text().splitlines()]
+    assert len(ids) == 60 == len(set(ids))
