@@ -11,10 +11,16 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
-# typer parses with its own copy of click: these, not the `click` package's, are what it raises.
-from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption
-from typer._click.exceptions import UsageError as ClickUsageError
 from typer.core import TyperGroup
+
+# Recent typer parses with its own copy of click: these, not the `click` package's, are what it
+# raises. Older releases parse with `click` itself.
+try:
+    from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:
+    from click.exceptions import NoArgsIsHelpError, NoSuchOption
+    from click.exceptions import UsageError as ClickUsageError
 
 from cli.errors import UsageError
 

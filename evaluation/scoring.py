@@ -112,6 +112,16 @@ def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
     return table
 
 
+def _per_question_f1(scored: list) -> list[float]:
+    """The unit the interval resamples: a question, not an episode. K samples of one question are
+    not K independent draws, so with --samples they are averaged first (one sample each: the
+    episodes' own F1, unchanged)."""
+    by_question: dict[str, list[float]] = defaultdict(list)
+    for position, score in enumerate(scored):
+        by_question[score.question_id or f"episode-{position}"].append(score.answer_f1)
+    return [fmean(values) for values in by_question.values()]
+
+
 def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> RunMetrics:
     scored = [s for s in scores if s.scored]
     table = abstention_table(scores)
@@ -132,7 +142,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         "episodes": len(scores),
         "scored": len(scored),
         "answer_f1": mean([s.answer_f1 for s in scored]),
-        "answer_f1_ci95": bootstrap_mean_ci([s.answer_f1 for s in scored]),
+        "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
         "exact_match": mean([s.exact_match for s in scored]),
         "sub_exact_match": mean([s.sub_exact_match for s in scored]),
         "evidence_f1": mean([s.evidence_f1 for s in scored]),

@@ -76,3 +76,18 @@ def test_discordant_pairs_count_yes_in_one_run_only():
 def test_format_p_bounds_tiny_p_and_never_prints_zero(p_value, shown):
     assert format_p(p_value) == shown
     assert format_p(1e-6, floor=1e-3) == "p < 1e-3"
+
+
+def test_the_answer_f1_interval_resamples_questions_not_the_samples_of_one():
+    from evaluation.scoring import EpisodeScore, run_metrics
+
+    def score(question: int, sample: int, f1: float) -> EpisodeScore:
+        return EpisodeScore(episode_id=f"q{question}#{sample}", question_id=f"q{question}", question="?", sample=sample,
+                            status="submitted", prediction="x", steps=2, tool_calls=1, tool_calls_before_end=1, flags=[],
+                            type="extractive", answerable=True, answer_f1=f1, exact_match=f1, sub_exact_match=f1,
+                            evidence_f1=0.0, evidence_f1_text_only=0.0, abstained=False)
+
+    f1s = [0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 0.5]
+    once = run_metrics([score(q, 0, f1) for q, f1 in enumerate(f1s)]).answer_f1_ci95
+    repeated = run_metrics([score(q, k, f1) for q, f1 in enumerate(f1s) for k in range(5)]).answer_f1_ci95
+    assert repeated == once  # five identical samples per question are one observation, not five
