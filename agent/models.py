@@ -96,9 +96,16 @@ def load_causal_lm(model: str, quantization: str = "auto", device_map: Any = Non
         arguments["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
         )
+    from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as transformers_logging
 
+    # transformers' bar over reading weights already on disk is noise in every log, but a download
+    # (16 GB for Qwen3-8B) must show its progress: transformers' switch turns both off, so the
+    # hub's bars are turned back on unless they were off before (HF_HUB_DISABLE_PROGRESS_BARS=1).
+    downloads_silent = hub_utils.are_progress_bars_disabled()
     transformers_logging.disable_progress_bar()
+    if not downloads_silent:
+        hub_utils.enable_progress_bars()
     try:
         loaded = AutoModelForCausalLM.from_pretrained(model, **arguments)
     except OSError as error:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -224,6 +226,8 @@ def train_command(
     max_length: Optional[int] = typer.Option(None, "--max-length", min=128),
     quantization: Optional[str] = typer.Option(None, "--quantization", help="auto (4-bit on CUDA), 4bit or none."),
     eval_steps: Optional[int] = typer.Option(None, "--eval-steps", min=1, help="Also validate every N optimizer steps."),
+    save_steps: Optional[int] = typer.Option(None, "--save-steps", min=1, help="Also save (and validate) a checkpoint every N optimizer steps, besides one per epoch."),
+    report_to: Optional[str] = typer.Option(None, "--report-to", help="Also send the loss and the validation figures (eval/direct_submit_rate, eval/answer_f1, ...) to tensorboard (OUT/runs), wandb, or none (default). Each needs its package installed."),
     validation_episodes: Optional[int] = typer.Option(None, "--validation-episodes", min=0, help="Greedy validation episodes per checkpoint."),
     max_direct_submit_rate: Optional[float] = typer.Option(None, "--max-direct-submit-rate", min=0.0, max=1.0),
     resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in OUT."),
@@ -233,14 +237,23 @@ def train_command(
     """Train a QLoRA adapter on assistant tokens; choose the checkpoint by behaviour.
 
     The defaults are the reference recipe for Qwen3-8B on one 24 GB L4: a checkpoint per epoch,
-    each validated by loss and by greedy episodes."""
-    from sft.train import load_config
+    each validated by loss and by greedy episodes.
+
+    Progress goes to stderr: a bar on a terminal, else one line per step, with the loss, input
+    tokens per second (every token of the sequences read, padding left out, all processes
+    together; only about a quarter of them are trained) and the time left. Ctrl-C saves a
+    checkpoint at the end of the current step and exits with code 130 (resume with --resume);
+    a second Ctrl-C exits at once."""
+    from sft.train import REPORTERS, load_config
+
+    if report_to is not None and report_to not in REPORTERS:
+        raise UsageError(f"unknown --report-to {report_to!r}; choose one of {', '.join(REPORTERS)}")
 
     overrides = {
         "model": model, "epochs": epochs, "max_steps": max_steps, "learning_rate": learning_rate, "lora_r": lora_r,
         "lora_alpha": lora_alpha, "gradient_accumulation_steps": gradient_accumulation_steps, "max_length": max_length,
         "quantization": quantization, "eval_steps": eval_steps, "validation_episodes": validation_episodes,
-        "max_direct_submit_rate": max_direct_submit_rate,
+        "max_direct_submit_rate": max_direct_submit_rate, "save_steps": save_steps, "report_to": report_to,
     }
     config = load_config(config_file, overrides)
     if dry_run:
@@ -255,13 +268,23 @@ def train_command(
     if resume and not any(out.glob("checkpoint-*")):
         raise UsageError(f"{out}: no checkpoint to resume from; drop --resume to start training")
     from agent.policies import require_llm_extra
+    from sft.train import check_reporter
 
+    check_reporter(config)
     require_llm_extra()
-    from sft.train import train
+    from sft.train import TrainingInterrupted, train
 
     corpus = open_corpus(corpus_path, splits=split_of(split_of_values))
-    summary = train(config, data, out, corpus, log=console.print, resume=resume)
-    print_training_summary(summary, out)
+    try:
+        summary = train(config, data, out, corpus, log=console.print, resume=resume)
+    except TrainingInterrupted as stop:
+        if stop.main:
+            again = shlex.join(["explorer", *sys.argv[1:]] + ([] if resume else ["--resume"]))
+            typer.echo(f"interrupted at step {stop.step} of {stop.max_steps}: checkpoint saved to {stop.checkpoint} "
+                       f"(not validated); resume with: {again}", err=True)
+        raise typer.Exit(130) from None
+    if summary is not None:  # None on the processes other than the main one (accelerate launch)
+        print_training_summary(summary, out)
 
 
 def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:

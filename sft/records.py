@@ -138,7 +138,12 @@ class TrainingSummary(Selection):
 
 
 class CheckpointManifest(Record):
-    """``explorer_manifest.json`` in every checkpoint: what it was trained from, its validation, its files."""
+    """``explorer_manifest.json`` in every checkpoint: what it was trained from, its validation, its files.
+
+    Written last, after every process has saved its part: a checkpoint directory without it was
+    cut off while saving and is never resumed from. A checkpoint saved because training was
+    interrupted (Ctrl-C) says so and carries no validation (it was not run); it can be resumed
+    from with ``explorer train --resume`` but is never selected."""
 
     base_model: str
     quantized: bool
@@ -146,5 +151,7 @@ class CheckpointManifest(Record):
     data: str
     data_build_report_sha256: str
     data_tokenizer_sha256: str | None = None
-    validation: ValidationRecord
+    validation: ValidationRecord | None  # None: not validated (an interrupted checkpoint)
+    interrupted: bool = False  # saved at the end of the step during which Ctrl-C came
+    step: int | None = None  # None in manifests written before the field existed
     files: dict[str, str]  # SHA-256 of every file, by path relative to the checkpoint

@@ -3,7 +3,7 @@
 * The data comes pre-tokenised by ``explorer sft build`` through the shared renderer; labels are
   -100 everywhere but assistant tokens, and the loss is computed only at those positions (the
   language-model head runs on them alone, which keeps an 8,192-token step within an L4).
-* Every checkpoint (one per epoch) holds the adapter, tokenizer, trainer state, optimizer,
+* Every checkpoint (one per epoch, and every ``save_steps`` steps) holds the adapter, tokenizer, trainer state, optimizer,
   scheduler, RNG state, the training arguments and ``explorer_manifest.json`` with the SHA-256
   of every file and the checkpoint's validation; it loads with plain ``PeftModel.from_pretrained``.
 * Validation per checkpoint: loss and token accuracy on assistant tokens by turn type, the
@@ -13,21 +13,32 @@
   direct-submit rate is below 25%), and a loud warning marks validation loss improving while
   the direct-submit rate rises - the shortcut this project exists to catch.
 
+* Progress: loss, input tokens/s and ETA, a bar on a terminal and one line per step otherwise;
+  the loss and the validation figures go to ``report_to`` (TensorBoard, Weights & Biases) too.
+* Ctrl-C: the first saves a checkpoint at the end of the step and stops (``TrainingInterrupted``;
+  ``resume=True`` continues from it), the second exits at once.
+
 Because it is the plain Trainer, ``accelerate launch -m cli.main train ...`` runs the same
-command on several GPUs.
+command on several GPUs. The main process alone validates and writes manifests, validation
+records, validation episodes and logs, while the others wait for it.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import shutil
+import signal
+import threading
 import time
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models import file_sha256, load_causal_lm, load_renderer, tokenizer_file
+from corpus.atomic import atomic_file
 from sft.dataset import IGNORE
 from sft.records import (
     Behaviour,
@@ -42,6 +53,10 @@ from sft.records import (
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 MANIFEST = "explorer_manifest.json"
+REPORTERS = ("none", "tensorboard", "wandb")
+# Validation runs on the main process while the others wait in a collective; the default 30-minute
+# timeout of the process group would kill a long validation of a large model.
+DISTRIBUTED_TIMEOUT_SECONDS = 6 * 3600
 
 
 class TrainConfig(BaseModel):
@@ -63,6 +78,8 @@ class TrainConfig(BaseModel):
     epochs: float = Field(2, gt=0)
     max_steps: int = -1
     eval_steps: int | None = Field(None, ge=1)  # also validate every N optimizer steps (logged, not checkpointed)
+    save_steps: int | None = Field(None, ge=1)  # also save (and validate) a checkpoint every N optimizer steps
+    report_to: Literal["none", "tensorboard", "wandb"] = "none"  # where the loss and validation figures go too
     seed: int = 0
     validation_examples: int = Field(64, ge=1)  # teacher-forced metrics on at most this many validation examples
     validation_episodes: int = Field(16, ge=0)  # K greedy episodes per validation
@@ -97,17 +114,18 @@ def load_model(config: TrainConfig):
 
 
 def assistant_loss(model, input_ids, labels, attention_mask=None, reduction: str = "mean"):
-    """Cross-entropy at the labelled (assistant) positions only: the LM head runs on those
-    hidden states alone instead of on all of them. Equal to the usual shifted loss."""
+    """Cross-entropy at the labelled (assistant) positions only: the LM head runs on those hidden
+    states alone (``logits_to_keep`` as a mask) instead of on all of them. Equal to the usual shifted
+    loss. It calls the model's own forward, so under several processes DDP synchronises the gradients."""
     import torch.nn.functional as F
 
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    hidden = base.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).last_hidden_state
     targets = labels[:, 1:]
     keep = targets != IGNORE
-    logits = base.lm_head(hidden[:, :-1][keep]).float()
+    positions = F.pad(keep, (0, 1))  # the hidden state at p predicts token p + 1; the last one predicts nothing
+    logits = model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, logits_to_keep=positions).logits
+    logits = logits.reshape(-1, logits.shape[-1]).float()
     if logits.shape[0] == 0:
-        return hidden.sum() * 0.0, logits, targets[keep]
+        return logits.sum() * 0.0, logits, targets[keep]
     loss = F.cross_entropy(logits, targets[keep], reduction=reduction)
     return loss, logits, targets[keep]
 
@@ -168,8 +186,9 @@ def _first_action_end_probability(model, example: Example, renderer, submit_ids:
     return total
 
 
-def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainConfig) -> dict:
-    """K greedy validation episodes with the current weights, scored like ``explorer eval``."""
+def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainConfig) -> tuple[Behaviour, list]:
+    """K greedy validation episodes with the current weights, scored like ``explorer eval``; the
+    figures and the trajectories."""
     from agent.policies.hf import HFPolicy
     from agent.runner import EpisodeRunner
     from agent.trajectory import EpisodeConfig
@@ -179,18 +198,19 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     questions = {q.id: q for q in corpus.questions}
     chosen = [questions[qid] for qid in question_ids if qid in questions][: config.validation_episodes]
     if not chosen:
-        return Behaviour()
+        return Behaviour(), []
     policy = HFPolicy(model, renderer, name=config.model, quantization="in-memory", dtype=next(model.parameters()).dtype,
                       max_new_tokens=config.validation_max_new_tokens)
     runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, EpisodeConfig(max_steps=config.validation_max_steps))
-    scores = [score_episode(runner.run(q.text, q), q) for q in chosen]
+    trajectories = [runner.run(q.text, q) for q in chosen]
+    scores = [score_episode(trajectory, q) for trajectory, q in zip(trajectories, chosen)]
     metrics = run_metrics(scores)
     before = [s.tool_calls_before_end for s in scores if s.status in ("submitted", "abstained")]
     return Behaviour(
         episodes=len(scores), answer_f1=metrics.answer_f1, exact_match=metrics.exact_match,
         direct_submit_rate=metrics.verdict.direct_submit_rate, abstention=metrics.abstention,
         tool_calls_before_submit=sum(before) / len(before) if before else None, status=metrics.status,
-    )
+    ), trajectories
 
 
 # -- selection --------------------------------------------------------------------------------------
@@ -225,7 +245,8 @@ def select_checkpoint(records: list[ValidationRecord], config: TrainConfig) -> S
 
 class Validator:
     """Judges the weights being trained: teacher-forced loss on validation examples and greedy
-    episodes on validation questions, logged to validation.jsonl and into each checkpoint."""
+    episodes on validation questions, logged to validation.jsonl (the episodes to
+    validation-episodes/step-N.jsonl) and into each checkpoint. Used on the main process only."""
 
     def __init__(self, model, renderer, corpus, config: TrainConfig, data: Path, out: Path, examples: list[Example],
                  quantized: bool, log=print) -> None:
@@ -236,25 +257,33 @@ class Validator:
             self.question_ids = [q.id for q in corpus.split("validation").questions]
             log(f"no validation examples in {data}: validation episodes ask the corpus's validation questions")
         self.path = out / "validation.jsonl"
+        self.episodes = out / "validation-episodes"
         self.started = time.perf_counter()
 
     def run(self, step: int, epoch: float) -> ValidationRecord:
         was_training = self.model.training
         self.model.eval()
         config = self.config
+        seen, trajectories = (behaviour(self.model, self.renderer, self.corpus, self.question_ids, config)
+                              if config.validation_episodes else (Behaviour(), []))
         record = ValidationRecord(
             step=step, epoch=epoch, seconds=round(time.perf_counter() - self.started, 1),
             teacher_forced=teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else TeacherForced(),
-            behaviour=behaviour(self.model, self.renderer, self.corpus, self.question_ids, config) if config.validation_episodes else Behaviour(),
+            behaviour=seen,
         )
+        if trajectories:  # written whole: a validation cut off by a kill and run again on resume leaves one file
+            with atomic_file(self.episodes / f"step-{step}.jsonl") as handle:
+                handle.writelines(t.model_dump_json() + "\n" for t in trajectories)
         if was_training:
             self.model.train()
         return record
 
-    def checkpoint(self, output_dir: str, step: int, record: ValidationRecord) -> None:
-        """Complete a saved checkpoint: the tokenizer, and a manifest with every file's SHA-256 and its validation."""
+    def checkpoint(self, output_dir: str, step: int, record: ValidationRecord | None, interrupted: bool = False) -> None:
+        """Complete a saved checkpoint: the tokenizer, and a manifest with every file's SHA-256 and its
+        validation (None: not validated). The manifest is written last and whole: it marks the checkpoint complete."""
         checkpoint = Path(output_dir) / f"checkpoint-{step}"
-        record = record.model_copy(update={"checkpoint": checkpoint.name})
+        if record is not None:
+            record = record.model_copy(update={"checkpoint": checkpoint.name})
         for name in ("tokenizer.json", "tokenizer_config.json"):
             source = Path(self.config.model) / name
             if source.exists():
@@ -263,10 +292,12 @@ class Validator:
         manifest = CheckpointManifest(
             base_model=self.config.model, quantized=self.quantized, config=self.config.model_dump(mode="json"), data=str(self.data),
             data_build_report_sha256=file_sha256(self.data / "build_report.json"), data_tokenizer_sha256=self.renderer.fingerprint,
-            validation=record, files=files,
+            validation=record, interrupted=interrupted, step=step, files=files,
         )
-        (checkpoint / MANIFEST).write_text(manifest.model_dump_json(indent=2))
-        self.write(record)
+        with atomic_file(checkpoint / MANIFEST) as handle:
+            handle.write(manifest.model_dump_json(indent=2))
+        if record is not None:
+            self.write(record)
 
     def write(self, record: ValidationRecord) -> None:
         with open(self.path, "a") as handle:
@@ -279,6 +310,55 @@ class Validator:
         if not self.path.exists():
             return []
         return [ValidationRecord.model_validate_json(line) for line in self.path.read_text().splitlines() if line.strip()]
+
+
+def scalars(record: ValidationRecord) -> dict[str, float]:
+    """A validation's figures as tracker scalars. The ``eval_`` prefix is what the Trainer's
+    reporters file under ``eval/`` (TensorBoard and W&B show eval/direct_submit_rate beside train/loss)."""
+    tf, seen = record.teacher_forced, record.behaviour
+    figures = {
+        "eval_direct_submit_rate": seen.direct_submit_rate, "eval_tool_calls_before_submit": seen.tool_calls_before_submit,
+        "eval_answer_f1": seen.answer_f1, "eval_exact_match": seen.exact_match,
+        "eval_first_action_end_probability": tf.first_action_end_probability,
+        "eval_loss": tf.loss_all, "eval_accuracy": tf.accuracy_all,
+    }
+    return {name: value for name, value in figures.items() if value is not None}
+
+
+class Interrupt:
+    """Ctrl-C while training: the first asks for a checkpoint at the end of the current step and a
+    stop (the callbacks read ``requested``), the second raises KeyboardInterrupt at once. Installed
+    only in the main thread (the only one Python delivers signals to)."""
+
+    def __init__(self, announce: bool) -> None:
+        self.requested = False
+        self.announce = announce
+        self.previous = None
+
+    def __enter__(self) -> Interrupt:
+        if threading.current_thread() is threading.main_thread():
+            self.previous = signal.signal(signal.SIGINT, self.handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+    def handle(self, signum, frame) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        if self.announce:  # os.write: a print could re-enter a stream the interrupted code is writing
+            os.write(2, b"\nCtrl-C: saving a checkpoint at the end of this step, then stopping "
+                        b"(Ctrl-C again to exit at once, without it)\n")
+
+
+class TrainingInterrupted(Exception):
+    """Training stopped on Ctrl-C after saving a resumable (not validated) checkpoint."""
+
+    def __init__(self, checkpoint: Path, step: int, max_steps: int, main: bool) -> None:
+        super().__init__(f"interrupted at step {step} of {max_steps}; checkpoint saved to {checkpoint}")
+        self.checkpoint, self.step, self.max_steps, self.main = checkpoint, step, max_steps, main
 
 
 def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Example], list[Example]]:
@@ -307,43 +387,96 @@ def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Exa
     return report, train_examples, validation_examples
 
 
+def check_reporter(config: TrainConfig) -> None:
+    """A tracker's package must be installed before anything heavy is loaded."""
+    from sft.errors import TrainingError
+
+    if config.report_to != "none" and find_spec(config.report_to) is None:
+        raise TrainingError(f"--report-to {config.report_to} needs the {config.report_to} package, which is not installed; "
+                            f"pip install {config.report_to}, or pass --report-to none")
+
+
+def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path:
+    """The newest checkpoint in OUT that has its manifest (the last thing a save writes). A newer one
+    without it was cut off while saving: it is removed, saying so, never resumed from."""
+    from sft.errors import TrainingError
+
+    def number(path: Path) -> int:
+        return int(path.name.removeprefix("checkpoint-"))
+
+    found = sorted((p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()), key=number)
+    complete = [p for p in found if (p / MANIFEST).exists()]
+    if not complete:
+        raise TrainingError(f"{out}: no complete checkpoint to resume from (none has its {MANIFEST}); drop --resume to start training")
+    for partial in (p for p in found if number(p) > number(complete[-1])):
+        if main:
+            log(f"{partial}: cut off while saving (no {MANIFEST}); removed, resuming from {complete[-1].name}")
+            shutil.rmtree(partial)
+    return complete[-1]
+
+
 def training_arguments(config: TrainConfig, out: Path, cuda: bool):
     from transformers import TrainingArguments
 
     return TrainingArguments(
         output_dir=str(out), num_train_epochs=config.epochs, max_steps=config.max_steps,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.gradient_accumulation_steps,
-        learning_rate=config.learning_rate, save_strategy="epoch", logging_steps=1, report_to=[], seed=config.seed,
+        # A checkpoint per epoch; with save_steps every N steps as well (the callback adds the epoch ends).
+        learning_rate=config.learning_rate, save_strategy="steps" if config.save_steps else "epoch",
+        save_steps=config.save_steps or 500, logging_steps=1, seed=config.seed,
+        report_to=[] if config.report_to == "none" else [config.report_to], run_name=out.name,
+        include_num_input_tokens_seen="non_padding",  # summed over processes: the progress line's tokens/s
         bf16=cuda, gradient_checkpointing=config.gradient_checkpointing,
         gradient_checkpointing_kwargs={"use_reentrant": False}, remove_unused_columns=False,
         dataloader_num_workers=0, use_cpu=not cuda, disable_tqdm=True, save_only_model=False,
+        ddp_timeout=DISTRIBUTED_TIMEOUT_SECONDS,
     )
 
 
-def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume: bool = False) -> dict:
-    """Check the data, load the model, train with a validation per checkpoint, select one by behaviour."""
+def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume: bool = False) -> TrainingSummary | None:
+    """Check the data, load the model, train with a validation per checkpoint, select one by behaviour.
+    The summary on the main process, None on the others (under accelerate launch). Raises
+    TrainingInterrupted after a Ctrl-C (a checkpoint saved), TrainingError on bad input."""
+    import sys
+
     import torch
 
-    from sft.trainer import AssistantLossTrainer, Collator, ValidationCallback
+    from sft.trainer import AssistantLossTrainer, Collator, Progress, ValidationCallback, barrier
 
+    check_reporter(config)
     _, train_examples, validation_examples = checked_data(config, data)
+    args = training_arguments(config, out, torch.cuda.is_available())  # under accelerate launch: joins the process group
+    main = args.process_index == 0
+    log = log if main else (lambda *_: None)
+    checkpoint = resumable_checkpoint(out, log, main) if resume else None
     renderer = load_renderer(config.model)
     torch.manual_seed(config.seed)
     model, quantized = load_model(config)
     validator = Validator(model, renderer, corpus, config, data, out, validation_examples, quantized, log)
-    if validator.path.exists() and not resume:
+    if main and validator.path.exists() and not resume:
         validator.path.unlink()
+    barrier()  # nobody trains before the main process has cleared what a previous run left
     trainer = AssistantLossTrainer(
-        model=model, args=training_arguments(config, out, torch.cuda.is_available()), train_dataset=train_examples,
+        model=model, args=args, train_dataset=train_examples,
         data_collator=Collator(renderer.tokenizer.token_to_id("<|endoftext|>") or 0),
-        callbacks=[ValidationCallback(validator, config.eval_steps)],
     )
-    result = trainer.train(resume_from_checkpoint=resume or None)
+    with Interrupt(announce=main) as interrupt:
+        validation = ValidationCallback(validator, config.eval_steps, trainer.log, interrupt, main)
+        trainer.remove_callback(Progress.replaces)
+        trainer.add_callback(Progress(terminal=sys.stderr.isatty()))
+        trainer.add_callback(validation)
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
+    if validation.interrupted_step is not None:
+        step = validation.interrupted_step
+        raise TrainingInterrupted(out / f"checkpoint-{step}", step, trainer.state.max_steps, main)
+    if not main:
+        return None
     records = validator.records()
     summary = TrainingSummary(
         train_loss=result.training_loss, steps=result.global_step, seconds=round(time.perf_counter() - validator.started, 1),
         losses=[entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
         **select_checkpoint(records, config).model_dump(), checkpoints=[r for r in records if r.checkpoint],
     )
-    (out / "training_summary.json").write_text(summary.model_dump_json(indent=2))
+    with atomic_file(out / "training_summary.json") as handle:
+        handle.write(summary.model_dump_json(indent=2))
     return summary

@@ -1,14 +1,20 @@
-"""What training needs from transformers' Trainer: the assistant-only loss, batching, and the hook
-that validates each checkpoint. Imported only when training runs (transformers is heavy)."""
+"""What training needs from transformers' Trainer: the assistant-only loss, batching, the hook
+that validates and completes each checkpoint (and stops on Ctrl-C), and the progress display.
+Imported only when training runs (transformers is heavy)."""
 
 from __future__ import annotations
 
+import datetime
+import sys
+import time
+
 import torch
-from transformers import Trainer, TrainerCallback
+from tqdm import tqdm
+from transformers import PrinterCallback, Trainer, TrainerCallback
 
 from sft.dataset import IGNORE
-from sft.records import Example
-from sft.train import Validator, assistant_loss
+from sft.records import Example, ValidationRecord
+from sft.train import Interrupt, Validator, assistant_loss, scalars
 
 
 class AssistantLossTrainer(Trainer):
@@ -38,22 +44,101 @@ class Collator:
         return {"input_ids": torch.tensor(ids), "labels": torch.tensor(labels), "attention_mask": torch.tensor(mask)}
 
 
-class ValidationCallback(TrainerCallback):
-    """Validates at the end of each epoch (and every ``eval_steps``), and records it with the checkpoint."""
+def barrier() -> None:
+    """Wait for every process of the group (a no-op in a single process)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
 
-    def __init__(self, validator: Validator, eval_steps: int | None) -> None:
-        self.validator = validator
-        self.eval_steps = eval_steps
-        self.pending: dict | None = None
+
+def anyone(flag: bool, device) -> bool:
+    """True on every process when it is true on any: Ctrl-C may reach the processes between
+    different steps, and they must stop at the same one or the next collective waits forever."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()) or torch.distributed.get_world_size() == 1:
+        return flag
+    value = torch.tensor([int(flag)], device=device)
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return bool(value.item())
+
+
+class ValidationCallback(TrainerCallback):
+    """Validates every checkpoint (and every ``eval_steps`` steps) on the main process while the
+    others wait, logs the figures through the Trainer beside the loss (so every reporter gets
+    them), completes each checkpoint with its manifest, and turns a Ctrl-C into a checkpoint at
+    the end of the step."""
+
+    def __init__(self, validator: Validator, eval_steps: int | None, log_scalars, interrupt: Interrupt, main: bool) -> None:
+        self.validator, self.eval_steps, self.log_scalars = validator, eval_steps, log_scalars
+        self.interrupt, self.main = interrupt, main
+        self.validated: dict[int, ValidationRecord] = {}
+        self.saved_step: int | None = None
+        self.interrupted_step: int | None = None
+
+    def validate(self, state) -> ValidationRecord:
+        """Once per step: a step validated for eval_steps and then checkpointed is not run twice."""
+        if state.global_step not in self.validated:
+            record = self.validator.run(state.global_step, state.epoch)
+            self.validated[state.global_step] = record
+            self.log_scalars(scalars(record))
+        return self.validated[state.global_step]
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.eval_steps and state.global_step % self.eval_steps == 0:
-            self.validator.write(self.validator.run(state.global_step, state.epoch))
+        # The last step ends training anyway: Ctrl-C there lets its checkpoint be validated.
+        if state.global_step < state.max_steps and anyone(self.interrupt.requested, args.device):
+            control.should_save = control.should_training_stop = True
+            self.interrupted_step = state.global_step
+        elif self.eval_steps and state.global_step % self.eval_steps == 0 and not control.should_save and self.main:
+            self.validator.write(self.validate(state))
 
     def on_epoch_end(self, args, state, control, **kwargs):
-        self.pending = self.validator.run(state.global_step, state.epoch)
+        # A checkpoint at every epoch end, once: with save_steps the Trainer saves by steps only, and
+        # it would save a step twice when the epoch ends on a save step or after a Ctrl-C.
+        control.should_save = state.global_step != self.saved_step
 
     def on_save(self, args, state, control, **kwargs):
-        record = self.pending or self.validator.run(state.global_step, state.epoch)
-        self.pending = None
-        self.validator.checkpoint(args.output_dir, state.global_step, record)
+        barrier()  # every process has written its part (rng_state_N.pth) before the manifest hashes the files
+        if self.main:
+            interrupted = state.global_step == self.interrupted_step
+            record = None if interrupted else self.validate(state)
+            self.validator.checkpoint(args.output_dir, state.global_step, record, interrupted)
+        barrier()
+        self.saved_step = state.global_step
+
+
+class Progress(TrainerCallback):
+    """Loss, input tokens per second (every process's, padding left out) and the time left: a bar on
+    a terminal, one plain line per logged step otherwise (CI logs). Replaces the Trainer's printer
+    of raw dicts; only the main process shows it."""
+
+    replaces = PrinterCallback
+
+    def __init__(self, terminal: bool) -> None:
+        self.terminal = terminal
+        self.bar = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started, self.first_step, self.first_tokens = time.perf_counter(), state.global_step, state.num_input_tokens_seen
+        if self.terminal and state.is_world_process_zero:
+            self.bar = tqdm(total=state.max_steps, initial=state.global_step, unit="step", dynamic_ncols=True, file=sys.stderr)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.update(state.global_step - self.bar.n)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or "loss" not in (logs or {}):
+            return
+        elapsed = time.perf_counter() - self.started
+        steps, tokens = state.global_step - self.first_step, state.num_input_tokens_seen - self.first_tokens
+        speed = tokens / elapsed if elapsed > 0 else 0.0
+        if self.bar is not None:  # tqdm shows the steps, their rate and the time left itself
+            self.bar.set_postfix_str(f"loss {logs['loss']:.4f}, {speed:,.0f} input tok/s")
+            return
+        left = (state.max_steps - state.global_step) * elapsed / steps if steps else None
+        eta = "?" if left is None else str(datetime.timedelta(seconds=round(left)))
+        print(f"step {state.global_step}/{state.max_steps} | epoch {state.epoch or 0:.2f} | loss {logs['loss']:.4f} | "
+              f"{speed:,.0f} input tokens/s | ETA {eta}", file=sys.stderr, flush=True)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None

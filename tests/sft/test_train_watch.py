@@ -1,0 +1,193 @@
+"""Training you can watch and interrupt: progress on stderr (a bar on a terminal, lines in a log),
+Ctrl-C that saves a checkpoint --resume finishes (and a save cut off by a kill that it skips), --save-steps, the validation figures in
+TensorBoard beside the loss, and two processes under accelerate launch."""
+
+import fcntl
+import json
+import os
+import pty
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import termios
+import threading
+from importlib.util import find_spec
+
+import pytest
+
+from agent.models import file_sha256
+from sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
+from sft.train import TrainConfig, training_arguments
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.sft import test_train
+
+data = test_train.data  # the dataset built for the tiny model, a fixture shared with test_train.py
+
+pytest.importorskip("torch")
+
+RECIPE = ("quantization = 'none'\nepochs = 1\ngradient_accumulation_steps = 1\nmax_length = 4096\nlearning_rate = 0.001\n"
+          "validation_episodes = 1\nvalidation_examples = 1\nvalidation_max_steps = 2\nvalidation_max_new_tokens = 8\n")
+PROGRESS_LINE = re.compile(r"^step (\d+)/(\d+) \| epoch \d+\.\d\d \| loss \d+\.\d{4} \| [\d,]+ input tokens/s \| ETA (\d+:\d\d:\d\d|\?)$")
+
+
+def repeated_data(data, directory, copies: int):
+    """The dataset's first training example `copies` times: one step each, all the same length."""
+    directory.mkdir()
+    first = (data / "data" / "train.jsonl").read_text().splitlines()[0]
+    (directory / "train.jsonl").write_text((first + "\n") * copies)
+    (directory / "validation.jsonl").write_text(first + "\n")
+    (directory / "build_report.json").write_text((data / "data" / "build_report.json").read_text())
+    return directory
+
+
+def train_arguments(tiny_model, data, tmp_path, copies: int, *extra: str) -> list[str]:
+    (tmp_path / "recipe.toml").write_text(RECIPE)
+    return ["train", "--model", str(tiny_model), "--data", str(repeated_data(data, tmp_path / "data", copies)),
+            "--out", str(tmp_path / "out"), "--config", str(tmp_path / "recipe.toml"), "--corpus", str(data / "corpus.jsonl"), *extra]
+
+
+def manifest(checkpoint) -> CheckpointManifest:
+    found = CheckpointManifest.model_validate_json((checkpoint / "explorer_manifest.json").read_text())
+    assert all(file_sha256(checkpoint / name) == digest for name, digest in found.files.items())
+    return found
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, data, tmp_path):
+    arguments = train_arguments(tiny_model, data, tmp_path, 12, "--save-steps", "5")
+    with open(tmp_path / "stdout", "w") as stdout:
+        process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                   env=checkout_environment())
+        watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
+        watchdog.start()
+        try:
+            seen = []
+            for line in process.stderr:
+                seen.append(line)
+                if line.startswith("step 1/"):  # training is under way: Ctrl-C, as a user would
+                    process.send_signal(signal.SIGINT)
+                    break
+            _, rest = process.communicate(timeout=HANG_SECONDS)
+        finally:
+            watchdog.cancel()
+    stderr = "".join(seen) + rest
+    assert process.returncode == 130, stderr
+    assert PROGRESS_LINE.match(seen[-1].rstrip("\n")), seen[-1]
+    stopped = re.search(r"interrupted at step (\d+) of 12: checkpoint saved to (\S+) \(not validated\); resume with: explorer train .* --resume$",
+                        stderr, re.M)
+    assert stopped, stderr
+    step = int(stopped.group(1))
+    checkpoint = tmp_path / "out" / f"checkpoint-{step}"
+    assert 1 <= step < 12 and stopped.group(2) == str(checkpoint)
+    saved = manifest(checkpoint)
+    assert saved.interrupted and saved.validation is None and saved.step == step
+    assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
+    assert not (tmp_path / "out" / "training_summary.json").exists()
+    # a later save that a kill cut off before its manifest: never resumed from
+    cut = tmp_path / "out" / f"checkpoint-{step + 1}"
+    shutil.copytree(checkpoint, cut)
+    (cut / "explorer_manifest.json").unlink()
+    (cut / "adapter_model.safetensors").write_bytes(b"torn")
+
+    resumed = run_cli(*arguments, "--resume", env={"COLUMNS": "400"})
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{cut}: cut off while saving (no explorer_manifest.json); removed, resuming from {checkpoint.name}" in resumed.stdout
+    steps = [int(m.group(1)) for m in map(PROGRESS_LINE.match, resumed.stderr.splitlines()) if m]
+    assert steps == list(range(step + 1, 13))  # continues after the checkpoint, to the end
+    summary = TrainingSummary.model_validate_json((tmp_path / "out" / "training_summary.json").read_text())
+    assert summary.steps == 12 and len(summary.losses) == 12
+    expected = [s for s in (5, 10, 12) if s > step]  # every --save-steps step and the epoch's end
+    assert [c.checkpoint for c in summary.checkpoints] == [f"checkpoint-{s}" for s in expected]
+    for s in expected:
+        complete = manifest(tmp_path / "out" / f"checkpoint-{s}")
+        assert not complete.interrupted and complete.validation.behaviour.episodes == 1
+        assert len((tmp_path / "out" / "validation-episodes" / f"step-{s}.jsonl").read_text().splitlines()) == 1
+    assert summary.best_checkpoint is None or summary.best_checkpoint in {c.checkpoint for c in summary.checkpoints}
+
+
+def test_progress_is_a_bar_on_a_terminal_and_tensorboard_gets_the_behaviour_beside_the_loss(tiny_model, data, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    arguments = train_arguments(tiny_model, data, tmp_path, 3, "--report-to", "tensorboard")
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    with open(tmp_path / "stdout", "w") as stdout:
+        process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=terminal, env=checkout_environment())
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the process closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    assert process.wait(timeout=HANG_SECONDS) == 0, shown.decode(errors="replace")
+    bar = shown.decode(errors="replace")
+    assert "3/3" in bar and re.search(r"loss \d+\.\d{4}, [\d,]+ input tok/s", bar), bar
+    assert not re.search(r"^step \d+/3 \|", bar, re.M)  # the line format is for logs, not terminals
+
+    (record,) = [ValidationRecord.model_validate_json(line) for line in (tmp_path / "out" / "validation.jsonl").read_text().splitlines()]
+    (run,) = (tmp_path / "out" / "runs").iterdir()
+    events = EventAccumulator(str(run))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
+    figures = {"direct_submit_rate": record.behaviour.direct_submit_rate, "answer_f1": record.behaviour.answer_f1,
+               "tool_calls_before_submit": record.behaviour.tool_calls_before_submit,
+               "first_action_end_probability": record.teacher_forced.first_action_end_probability, "loss": record.teacher_forced.loss_all}
+    assert None not in (figures["direct_submit_rate"], figures["answer_f1"], figures["first_action_end_probability"])
+    for name, value in figures.items():
+        if value is None:  # no episode ended by submit or abstain: there is no count before it to log
+            assert f"eval/{name}" not in tags
+            continue
+        (logged,) = events.Scalars(f"eval/{name}")
+        assert logged.step == 3 and logged.value == pytest.approx(value, rel=1e-6), name
+
+
+def test_a_reporter_whose_package_is_missing_is_one_line_before_loading_anything(tmp_path):
+    if find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here: the missing-package message cannot be shown")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "build_report.json").write_text("{}")
+    done = run_cli("train", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
+                   "--report-to", "wandb")
+    assert done.returncode == 2 and done.stderr.strip() == (
+        "error: --report-to wandb needs the wandb package, which is not installed; pip install wandb, or pass --report-to none")
+    assert not (tmp_path / "out").exists()
+    unknown = run_cli("train", "--dry-run", "--report-to", "mlflow")
+    assert unknown.returncode == 2 and "unknown --report-to 'mlflow'" in unknown.stderr
+
+
+def test_the_trainer_is_told_the_reporter_and_the_save_steps(tmp_path):
+    """The wiring of --report-to wandb, checked without wandb installed (WANDB_MODE=offline is wandb's own)."""
+    wandb = training_arguments(TrainConfig(report_to="wandb", save_steps=7), tmp_path, cuda=False)
+    assert wandb.report_to == ["wandb"] and wandb.save_strategy == "steps" and wandb.save_steps == 7
+    quiet = training_arguments(TrainConfig(), tmp_path, cuda=False)
+    assert quiet.report_to == [] and quiet.save_strategy == "epoch"
+
+
+@pytest.mark.slow
+def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(tiny_model, data, tmp_path):
+    arguments = train_arguments(tiny_model, data, tmp_path, 8)
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+              "--mixed_precision", "no", "--dynamo_backend", "no", "--num_cpu_threads_per_process", "1",
+              "--main_process_port", "0", "-m", "cli.main", *arguments]
+    done = subprocess.run(launch, capture_output=True, text=True, env=checkout_environment({"COLUMNS": "200"}), timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "out"
+    # 8 examples over 2 processes: 4 steps, one checkpoint at the epoch's end
+    assert [p.name for p in out.glob("checkpoint-*")] == ["checkpoint-4"]
+    saved = manifest(out / "checkpoint-4")
+    assert {"rng_state_0.pth", "rng_state_1.pth"} <= set(saved.files)  # each process's RNG, for an exact resume
+    assert saved.validation.behaviour.episodes == 1
+    assert len((out / "validation.jsonl").read_text().splitlines()) == 1  # validated once, by the first process
+    assert len((out / "validation-episodes" / "step-4.jsonl").read_text().splitlines()) == 1
+    assert TrainingSummary.model_validate_json((out / "training_summary.json").read_text()).steps == 4
+    assert done.stdout.count("selection (highest") == 1  # the summary, printed once
+    assert [m.group(1) for m in map(PROGRESS_LINE.match, done.stderr.splitlines()) if m] == ["1", "2", "3", "4"]
