@@ -67,6 +67,12 @@ class EpisodeThreads(Generic[Unit, Result]):
         self.run_one, self.concurrency = run_one, concurrency
 
     def run(self, units: Iterable[Unit]) -> Iterator[Result]:
+        for finished in self.run_batches(units):
+            yield from finished
+
+    def run_batches(self, units: Iterable[Unit]) -> Iterator[list[Result]]:
+        """As ``run``, but each time the results that have finished since the last batch (at
+        least one): the caller can write them with one disk flush."""
         pending: queue.SimpleQueue = queue.SimpleQueue()
         count = 0
         for unit in units:
@@ -83,13 +89,20 @@ class EpisodeThreads(Generic[Unit, Result]):
         running = len(threads)
         try:
             while running:
-                item = finished.get()
-                if item is _DONE:
-                    running -= 1
-                elif isinstance(item, _Failed):
-                    raise item.error
-                else:
-                    yield item
+                batch, item = [], finished.get()
+                while True:
+                    if item is _DONE:
+                        running -= 1
+                    elif isinstance(item, _Failed):
+                        raise item.error
+                    else:
+                        batch.append(item)
+                    try:
+                        item = finished.get_nowait()
+                    except queue.Empty:
+                        break
+                if batch:
+                    yield batch
         finally:
             stop.set()
 

@@ -33,8 +33,10 @@ its ``reasoning`` beside its ``content`` and is rendered exactly so.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +46,7 @@ IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 END_OF_TEXT_TOKEN = "<|endoftext|>"
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 SPECIAL_TOKENS = (IM_START, IM_END, "<think>", "</think>")
+TEXT_CACHE = 4096  # texts whose ids a renderer remembers (8 bytes an id: at most ~35 MB for 1k-token texts)
 
 
 @dataclass
@@ -71,6 +74,7 @@ class ChatRenderer:
         self.im_start = tokenizer.token_to_id(IM_START)
         self.think, self.end_think = tokenizer.token_to_id("<think>"), tokenizer.token_to_id("</think>")
         self.im_end = tokenizer.token_to_id(IM_END)
+        self._remembered = functools.lru_cache(maxsize=TEXT_CACHE)(self._text)  # thread-safe; ids kept compactly
 
     @classmethod
     def from_directory(cls, path: Path) -> ChatRenderer:
@@ -93,14 +97,24 @@ class ChatRenderer:
 
     def text(self, text: str) -> list[int]:
         """Plain text to ids, as one piece. A special token's spelling inside text (a paper or an
-        action that quotes ``<|im_end|>``) is encoded as ordinary characters, never as the control token."""
+        action that quotes ``<|im_end|>``) is encoded as ordinary characters, never as the control token.
+
+        Remembered for the last ``TEXT_CACHE`` texts: every step re-renders the conversation, whose
+        system prompt is the same in every episode and whose earlier turns were encoded at the
+        step before (half of an openai policy's host time per step went to encoding them again)."""
+        return list(self._remembered(text))
+
+    def _text(self, text: str) -> array:
+        return array("l", self._pieces(text))
+
+    def _pieces(self, text: str) -> list[int]:
         if not any(token in text for token in self._specials):
             return self._encode(text)
         ids: list[int] = []
         for piece in self._special_spelling.split(text):
             if piece in self._specials:
                 ids += self._encode(piece[0])
-                ids += self.text(piece[1:])
+                ids += self._pieces(piece[1:])
             elif piece:
                 ids += self._encode(piece)
         return ids

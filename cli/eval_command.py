@@ -384,25 +384,27 @@ def _run_all(units: list, config: EvalConfig, log: TrajectoryLog, already: int, 
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
         if config.concurrency > 1 and len(units) > 1:
-            trajectories = EpisodeThreads(_run_one_in_flight, config.concurrency).run(units)
+            batches = EpisodeThreads(_run_one_in_flight, config.concurrency).run_batches(units)
         elif config.workers == 1 or len(units) <= 1:
-            trajectories = (_run_one(unit) for unit in units)
+            batches = ([_run_one(unit)] for unit in units)
         else:  # fork: workers inherit the corpus, index and policy without pickling them
             pool = multiprocessing.get_context("fork").Pool(min(config.workers, len(units)))
-            trajectories = pool.imap_unordered(_run_one, units)
+            batches = ([trajectory] for trajectory in pool.imap_unordered(_run_one, units))
         try:
-            for trajectory in trajectories:
-                log.append(trajectory)
-                progress.advance(task)
-                errors = errors + 1 if trajectory.outcome.status == "policy_error" else 0
-                if errors >= max_errors:
-                    return trajectory.outcome.reason or "policy_error"
+            for batch in batches:
+                for count, trajectory in enumerate(batch, 1):
+                    errors = errors + 1 if trajectory.outcome.status == "policy_error" else 0
+                    if errors >= max_errors:  # what finished before the stop is written; the rest runs on resume
+                        log.append_all(batch[:count])
+                        return trajectory.outcome.reason or "policy_error"
+                log.append_all(batch)
+                progress.advance(task, len(batch))
         finally:
             if pool is not None:
                 pool.terminate()
                 pool.join()
-            if hasattr(trajectories, "close"):
-                trajectories.close()  # stops the episode threads from starting more
+            if hasattr(batches, "close"):
+                batches.close()  # stops the episode threads from starting more
     return None
 
 
