@@ -191,3 +191,14 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
     assert TrainingSummary.model_validate_json((out / "training_summary.json").read_text()).steps == 4
     assert done.stdout.count("selection (highest") == 1  # the summary, printed once
     assert [m.group(1) for m in map(PROGRESS_LINE.match, done.stderr.splitlines()) if m] == ["1", "2", "3", "4"]
+
+
+def test_loading_a_model_leaves_the_download_progress_bars_on(tiny_model):
+    """transformers' own switch turns the hub's download bars off with its loading bar; ours turns
+    them back on. (A switch, not a download: nothing may be fetched from a hub in tests.) In a fresh
+    process, as the CLI loads a model: this test process's tiny-model builder turned them off."""
+    script = ("from huggingface_hub import utils\nfrom agent.models import load_causal_lm\n"
+              f"load_causal_lm({str(tiny_model)!r}, 'none')\nprint('disabled' if utils.are_progress_bars_disabled() else 'shown')")
+    environment = {k: v for k, v in checkout_environment().items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=HANG_SECONDS)
+    assert done.returncode == 0 and done.stdout.split() == ["shown"], done.stderr
