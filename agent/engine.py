@@ -89,12 +89,12 @@ class EpisodeThreads(Generic[Unit, Result]):
         running = len(threads)
         try:
             while running:
-                batch, item = [], finished.get()
+                batch, failure, item = [], None, finished.get()
                 while True:
                     if item is _DONE:
                         running -= 1
                     elif isinstance(item, _Failed):
-                        raise item.error
+                        failure = failure or item.error
                     else:
                         batch.append(item)
                     try:
@@ -102,7 +102,9 @@ class EpisodeThreads(Generic[Unit, Result]):
                     except queue.Empty:
                         break
                 if batch:
-                    yield batch
+                    yield batch  # what finished is written before a failure ends the run
+                if failure is not None:
+                    raise failure
         finally:
             stop.set()
 

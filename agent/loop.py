@@ -8,6 +8,8 @@ import uuid
 from datetime import datetime, timezone
 from typing import Callable
 
+from pydantic import ValidationError
+
 from agent.actions import extract_code
 from agent.environment import versions
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
@@ -92,11 +94,15 @@ def run_episode(
             outcome = Outcome(status="policy_error", reason=f"{type(error).__name__}: {error}")
             break
         policy_seconds = time.perf_counter() - policy_started
+        try:
+            generation, info = _step_records(reply)
+        except ValueError as error:  # a policy's record that cannot be written: this episode ends, not the run
+            outcome = Outcome(status="policy_error", reason=str(error))
+            break
         step, ended = _execute(len(steps), reply.text, sandbox, config)
         step.reasoning = reply.reasoning
         step.served, last_prompt = _served(policy, reply, messages, config, last_prompt)
-        step.generation = Generation.model_validate(reply.generation) if reply.generation else None
-        step.policy_info = StepPolicyInfo.model_validate(reply.info) if reply.info else None
+        step.generation, step.policy_info = generation, info
         step.timings.policy_seconds = policy_seconds
         steps.append(step)
         if on_step is not None:
@@ -128,6 +134,26 @@ def episode_seed(run_seed: int, question: str, sample: int) -> int:
     number, so that a config gives the same trajectories in any order, on any worker."""
     digest = hashlib.sha256(f"{run_seed}:{question}:{sample}".encode()).digest()
     return int.from_bytes(digest[:4], "big")
+
+
+def _step_records(reply) -> tuple[Generation | None, StepPolicyInfo | None]:
+    """The reply's generation and info as records, checked before its action runs; ValueError
+    (pydantic's included) says what cannot be recorded: a lone surrogate (no UTF-8 log holds it)
+    or a field of the wrong type."""
+    for name, text in (("action", reply.text), ("reasoning", reply.reasoning)):
+        try:
+            (text or "").encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise ValueError(f"the policy's {name} holds a lone surrogate (at character {error.start}); it cannot be "
+                             "tokenised or logged") from None
+    try:
+        generation = Generation.model_validate(reply.generation) if reply.generation else None
+        info = StepPolicyInfo.model_validate(reply.info) if reply.info else None
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise ValueError(f"the policy recorded {'.'.join(map(str, first['loc']))} as {str(first.get('input'))[:60]!r}: "
+                         f"{first['msg']}") from None
+    return generation, info
 
 
 def _served(policy: Policy, reply, messages: list[dict[str, str]], config: EpisodeConfig,

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from agent.config import EvalConfig
-from agent.trajectory import Hashes
+from agent.trajectory import Hashes, Trajectory
 
 MANIFEST_VERSION = 2  # 2: the config is an EvalConfig; isolation recorded
 
@@ -34,3 +34,30 @@ class RunManifest(BaseModel):
     versions: dict[str, str]
     git_commit: str | None
     hardware: dict[str, Any]
+
+
+# Policy settings that say where and how patiently a server was asked, not what acted: a resumed
+# run or another shard may differ in them.
+CONNECTION_SETTINGS = ("url", "replicas", "timeout", "retries")
+
+
+def acting_settings(trajectory: Trajectory) -> dict[str, Any]:
+    return {key: value for key, value in trajectory.policy.settings.items() if key not in CONNECTION_SETTINGS}
+
+
+def stranger(trajectory: Trajectory, manifest: RunManifest, settings: dict[str, Any] | None) -> str | None:
+    """Why a log line was not made by the run ``manifest`` describes (another policy, other
+    episode settings or hashes, other policy ``settings`` than the run's other lines), or None."""
+    if trajectory.hashes != manifest.hashes:
+        changed = sorted(key for key, value in manifest.hashes.model_dump().items() if trajectory.hashes.model_dump()[key] != value)
+        return f"its {', '.join(changed)} differ from the run's"
+    if trajectory.policy.name != manifest.config.policy.name:
+        return f"it was made by policy {trajectory.policy.name!r}; the run's is {manifest.config.policy.name!r}"
+    if trajectory.config != manifest.config.episode:
+        ours, theirs = manifest.config.episode.model_dump(), trajectory.config.model_dump()
+        return f"its episode settings differ from the run's ({', '.join(sorted(k for k in ours if ours[k] != theirs.get(k)))})"
+    if settings is not None and acting_settings(trajectory) != settings:
+        theirs = acting_settings(trajectory)
+        changed = sorted(key for key in set(settings) | set(theirs) if settings.get(key) != theirs.get(key))
+        return f"its policy settings differ from the run's other episodes ({', '.join(changed)})"
+    return None

@@ -22,7 +22,7 @@ from agent.config import SPLITS, EvalConfig, build_config, load_config, read_tom
 from agent.engine import EpisodeThreads, raise_descriptor_limit
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
-from agent.manifest import RunManifest
+from agent.manifest import RunManifest, acting_settings, stranger
 from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner, sandbox_isolation
@@ -158,6 +158,8 @@ def eval_command(
         record_prompt_ids=record_prompt_ids,
     )
     manifest = _read_manifest(out) if resume else None
+    if manifest is not None and (workers is None) != (concurrency is None):  # the way given replaces the recorded one
+        overrides |= {"workers": workers or 1, "concurrency": concurrency or 1}
     config = _resolve_config(config_file, overrides, manifest)
     if manifest is not None:
         _refuse_changed_config(out, config, manifest)
@@ -192,22 +194,26 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     hashes = corpus_hashes(corpus).model_dump()
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
     _check_run_directory(out, manifest_path, log_path, resume, recorded, hashes)
-    note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
-    if note:
-        console.print(f"[yellow]note: {note}[/yellow]")
+    units = [(q, sample) for q in questions for sample in range(config.samples)]
+    written = _written_episodes(out, log_path, retry_errors) if resume else set()
+    if config.concurrency > 1:
+        raise_descriptor_limit(config.concurrency, len(config.policy.base_url or ()) or 1)
+    if all((q.id, sample) in written for q, sample in units):
+        console.print("note: every episode is written; the policy's server is not asked")  # rescoring needs no server
+    else:
+        note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
+        if note:
+            console.print(f"[yellow]note: {note}[/yellow]")
     _make_run_directory(out)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
         write_manifest(manifest_path, corpus, recorded, hashes, sandbox_isolation(corpus, index, config.episode))
-    if config.concurrency > 1:
-        raise_descriptor_limit(config.concurrency, len(config.policy.base_url or ()) or 1)
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
     with TrajectoryLog(log_path) as log:
         latest = {(t.question_id, t.sample): t for t in read_trajectories(log_path)}
         done = {key for key, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
-        units = [(q, sample) for q in questions for sample in range(config.samples)]
         remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
         if log.torn_bytes:
             console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
@@ -229,6 +235,22 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
         typer.echo(f"error: the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}", err=True)
         raise typer.Exit(1)
+
+
+def _written_episodes(out: Path, log_path: Path, retry_errors: bool) -> set[tuple]:
+    """The (question, sample) pairs the log already holds (those to retry aside), each line checked
+    to be an episode of this run: a line from another run would be kept and scored as this one's."""
+    if not log_path.exists():
+        return set()
+    manifest = _read_manifest(out)
+    numbered, _ = read_whole_lines(log_path)  # a torn last line is cut off when the log is opened
+    settings = acting_settings(numbered[0][1]) if numbered else None
+    for number, trajectory in numbered:
+        reason = stranger(trajectory, manifest, settings)
+        if reason is not None:
+            raise UsageError(f"{log_path}:{number}: not an episode of this run: {reason}; remove that line, or start "
+                             "a new run with another --out")
+    return {(t.question_id, t.sample) for _, t in numbered if not (retry_errors and t.outcome.status == "policy_error")}
 
 
 # Fields of a manifest's config that the run derived rather than was given.
@@ -392,13 +414,12 @@ def _run_all(units: list, config: EvalConfig, log: TrajectoryLog, already: int, 
             batches = ([trajectory] for trajectory in pool.imap_unordered(_run_one, units))
         try:
             for batch in batches:
-                for count, trajectory in enumerate(batch, 1):
-                    errors = errors + 1 if trajectory.outcome.status == "policy_error" else 0
-                    if errors >= max_errors:  # what finished before the stop is written; the rest runs on resume
-                        log.append_all(batch[:count])
-                        return trajectory.outcome.reason or "policy_error"
-                log.append_all(batch)
+                log.append_all(batch)  # whatever finished is kept, even past a stop
                 progress.advance(task, len(batch))
+                for trajectory in batch:
+                    errors = errors + 1 if trajectory.outcome.status == "policy_error" else 0
+                    if errors >= max_errors:  # what is still in flight runs again on resume
+                        return trajectory.outcome.reason or "policy_error"
         finally:
             if pool is not None:
                 pool.terminate()

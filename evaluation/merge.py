@@ -30,7 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from agent.manifest import RecordedEvalConfig, RunManifest
+from agent.manifest import RecordedEvalConfig, RunManifest, acting_settings, stranger
 from agent.trajectory import Hashes
 from agent.writer import read_whole_lines
 from corpus.atomic import atomic_file
@@ -83,6 +83,7 @@ class ShardRun:
     count: int  # N
     lines: dict[Key, bytes]  # per (question, sample), the log line write_metrics would score, as written
     left_out: int  # lines of the log not kept (superseded policy_error lines, repeats)
+    settings: dict[str, Any] | None = None  # the policy settings its episodes were made with (connection aside)
 
     @property
     def shard(self) -> str:
@@ -116,9 +117,13 @@ def read_run(directory: Path) -> ShardRun:
         raise EvaluationError(f"{log_path}:{torn.number}: unfinished: a torn last line (the run was interrupted); {resume}")
     raw = log_path.read_bytes().split(b"\n")  # line N is raw[N - 1], as read_whole_lines numbers them
     last: dict[Key, int] = {}
+    settings = acting_settings(numbered[0][1]) if numbered else None
     for number, trajectory in numbered:
         if trajectory.question_id is None:
             raise EvaluationError(f"{log_path}:{number}: an episode without a question id is not one explorer eval writes")
+        reason = stranger(trajectory, manifest, settings)
+        if reason is not None:  # a line copied in from another run would change the merged metrics unseen
+            raise EvaluationError(f"{log_path}:{number}: not an episode of this run: {reason}; rerun the shard")
         last[(trajectory.question_id, trajectory.sample)] = number
     lines: dict[Key, bytes] = {}
     for number, trajectory in numbered:  # exactly write_metrics's rule: the first line that no later line supersedes
@@ -130,7 +135,7 @@ def read_run(directory: Path) -> ShardRun:
     if len(lines) < expected:
         raise EvaluationError(f"{directory}: unfinished: {len(lines)} of {expected} episodes ({manifest.config.questions} "
                               f"questions x {manifest.config.samples} samples); {resume}")
-    return ShardRun(directory, manifest, index, count, lines, len(numbered) - len(lines))
+    return ShardRun(directory, manifest, index, count, lines, len(numbered) - len(lines), settings)
 
 
 def check_agreement(runs: list[ShardRun]) -> None:
@@ -138,6 +143,11 @@ def check_agreement(runs: list[ShardRun]) -> None:
     first = runs[0]
     base = _flat(first.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
     for run in runs[1:]:
+        if run.settings != first.settings:
+            changed = sorted(key for key in set(run.settings or {}) | set(first.settings or {})
+                             if (run.settings or {}).get(key) != (first.settings or {}).get(key))
+            raise EvaluationError(f"{run.directory}: its episodes were made with other policy settings than {first.directory}'s "
+                                  f"({', '.join(changed)}); rerun this shard with the same policy")
         config = _flat(run.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
         changed = sorted(key for key in set(base) | set(config) if base.get(key) != config.get(key) and key not in EXECUTION_FIELDS)
         if changed:

@@ -220,3 +220,150 @@ def test_a_killed_run_in_flight_resumes_with_every_episode_once(tiny_tokenizer, 
     assert done.returncode == 0, done.stderr
     ids = [json.loads(line)["episode_id"] for line in log.read_text().splitlines()]
     assert len(ids) == 60 == len(set(ids))
+
+
+# -- servers that lie: each fails one replica or one episode, never the run ----------------------------
+
+
+def answering(body_or_status, tiny_tokenizer=None) -> FakeServer:
+    """A server whose every completion is ``body_or_status`` (status, body)."""
+    return FakeServer(models=["served"], respond=lambda body: body_or_status)
+
+
+def test_malformed_answers_go_to_another_replica_and_wrong_types_are_not_recorded(tiny_tokenizer, tmp_path):
+    healthy = scripted_server(tiny_tokenizer)
+    not_an_answer = answering((200, [1, 2, 3]))
+    redirecting = answering((302, {}))
+    done = openai_eval([not_an_answer.url, redirecting.url, healthy.url], tiny_tokenizer, tmp_path / "run",
+                       "--concurrency", "4", "--limit", "6")
+    assert done.returncode == 0, done.stderr
+    trajectories = comparable_raw(tmp_path / "run")
+    assert {t["outcome"]["status"] for t in trajectories} == {"submitted"}
+    errors = [e for t in trajectories for s in t["steps"] for e in s["generation"].get("replica_errors") or []]
+    assert any(e.startswith(not_an_answer.url + ": an answer without choices[0].text") for e in errors)
+    assert any(e.startswith(redirecting.url + ": HTTP 302") for e in errors)
+
+    typed = answering((200, {"choices": [{"text": SUBMIT, "finish_reason": 5}], "usage": {"completion_tokens": "lots", "prompt_tokens": -3}}))
+    done = openai_eval([typed.url], tiny_tokenizer, tmp_path / "typed", "--limit", "2")
+    assert done.returncode == 0, done.stderr
+    generation = comparable_raw(tmp_path / "typed")[0]["steps"][0]["generation"]
+    assert "generated_tokens" not in generation and "finish_reason" not in generation and "server_prompt_tokens" not in generation
+
+
+def test_a_lone_surrogate_or_an_echoed_key_never_reaches_the_log(tiny_tokenizer, tmp_path):
+    key = "sk-SECRETSECRETSECRET123456"
+    surrogate = answering((200, {"choices": [{"text": '```python\nsubmit("\ud800", evidence=[])\n```', "finish_reason": "stop"}]}))
+    done = openai_eval([surrogate.url], tiny_tokenizer, tmp_path / "surrogate", "--limit", "2", "--retries", "0",
+                       "--max-consecutive-errors", "5")
+    assert done.returncode == 0, done.stderr
+    (first, _) = comparable_raw(tmp_path / "surrogate")
+    assert first["outcome"]["status"] == "policy_error" and "lone surrogate" in first["outcome"]["reason"]
+
+    echoed = answering((200, {"choices": [{"text": f"```python\nsubmit('{key}', evidence=[])\n```", "finish_reason": "stop"}]}))
+    cut = answering((500, {"error": "x" * 149 + f"Bearer {key}"}))  # the key across the 200-character cut of an error
+    for server, name in ((echoed, "echoed"), (cut, "cut")):
+        done = run_cli("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+                       "--limit", "1", "--retries", "0", "--out", str(tmp_path / name), env={"OPENAI_API_KEY": key})
+        assert done.returncode in (0, 1), done.stderr
+        written = (tmp_path / name / "trajectories.jsonl").read_text() + done.stderr + done.stdout
+        assert "SECRET" not in written and "[OPENAI_API_KEY]" in written
+
+
+def test_a_server_that_drips_its_headers_is_cut_off_at_the_timeout(tiny_tokenizer, tmp_path):
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def drip():
+        while True:
+            connection, _ = listener.accept()
+            threading.Thread(target=send_slowly, args=(connection,), daemon=True).start()
+
+    def send_slowly(connection):
+        request = connection.recv(1 << 20)
+        models = b"GET /v1/models" in request
+        head = b'HTTP/1.1 200 OK\r\nContent-Length: 46\r\n\r\n{"object": "list", "data": [{"id": "served"}]}'
+        try:
+            if models:
+                connection.sendall(head)
+                connection.recv(1 << 20)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 10_000:
+                connection.sendall(bytes([byte]))
+                time.sleep(0.2)
+        except OSError:
+            pass
+        finally:
+            connection.close()
+
+    threading.Thread(target=drip, daemon=True).start()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    done = openai_eval([url], tiny_tokenizer, tmp_path / "run", "--limit", "1", "--retries", "0", "--timeout", "2")
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = comparable_raw(tmp_path / "run")
+    assert trajectory["outcome"]["status"] == "policy_error" and "within the timeout of 2 s" in trajectory["outcome"]["reason"]
+
+
+@pytest.mark.parametrize("url, said", [
+    ("http://[::1", "is not a URL"), ("http://localhost:8000/v1?x=1", "without ?query"),
+    ("http://user:pw@localhost:8000/v1", "no user or password"), ("ftp://localhost/v1", "must start with http"),
+])
+def test_a_bad_base_url_is_one_line(tiny_tokenizer, tmp_path, url, said):
+    done = openai_eval([url], tiny_tokenizer, tmp_path / "run")
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_an_ipv6_replica_is_reached(tiny_tokenizer, tmp_path):
+    from http.server import ThreadingHTTPServer
+
+    try:
+        probe = socket.socket(socket.AF_INET6)
+        probe.bind(("::1", 0))
+        probe.close()
+    except OSError:
+        pytest.skip("this machine has no IPv6 loopback")
+    server = scripted_server(tiny_tokenizer)
+    handler = server.server.RequestHandlerClass
+
+    class Six(ThreadingHTTPServer):
+        address_family = socket.AF_INET6
+
+    six = Six(("::1", 0), handler)
+    threading.Thread(target=six.serve_forever, daemon=True).start()
+    done = openai_eval([f"http://[::1]:{six.server_address[1]}/v1"], tiny_tokenizer, tmp_path / "run", "--limit", "2")
+    six.shutdown()
+    assert done.returncode == 0, done.stderr
+    assert {t["outcome"]["status"] for t in comparable_raw(tmp_path / "run")} == {"submitted"}
+
+
+def test_every_failed_attempt_is_named_when_all_replicas_fail(tiny_tokenizer, tmp_path):
+    first, second = answering((503, {"error": "one"})), answering((503, {"error": "two"}))
+    done = openai_eval([first.url, second.url], tiny_tokenizer, tmp_path / "run", "--limit", "1", "--retries", "1")
+    assert done.returncode == 0, done.stderr
+    reason = comparable_raw(tmp_path / "run")[0]["outcome"]["reason"]
+    assert first.url in reason and second.url in reason and "after 2 attempt(s)" in reason
+
+
+def test_resuming_changes_how_episodes_run_and_a_finished_run_needs_no_server(tiny_tokenizer, tmp_path):
+    out = tmp_path / "run"
+    assert run_cli("eval", "--limit", "8", "--concurrency", "4", "--out", str(out)).returncode == 0
+    log = out / "trajectories.jsonl"
+    log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))
+    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "2")  # replaces the recorded --concurrency
+    assert done.returncode == 0, done.stderr
+    assert len(log.read_text().splitlines()) == 8
+
+    server = scripted_server(tiny_tokenizer)
+    served = tmp_path / "served"
+    assert openai_eval([server.url], tiny_tokenizer, served, "--limit", "2").returncode == 0
+    server.server.shutdown()
+    server.server.server_close()
+    done = run_cli("eval", "--out", str(served), "--resume")
+    assert done.returncode == 0 and "the policy's server is not asked" in done.stderr, done.stderr
+
+
+def test_a_line_from_another_run_is_refused_on_resume(tmp_path):
+    assert run_cli("eval", "--limit", "4", "--out", str(tmp_path / "mine")).returncode == 0
+    assert run_cli("eval", "--limit", "4", "--policy", "direct-submit", "--out", str(tmp_path / "other")).returncode == 0
+    mine, other = tmp_path / "mine" / "trajectories.jsonl", tmp_path / "other" / "trajectories.jsonl"
+    mine.write_text("".join(mine.read_text().splitlines(keepends=True)[:2] + other.read_text().splitlines(keepends=True)[2:3]))
+    done = run_cli("eval", "--out", str(tmp_path / "mine"), "--resume")
+    assert done.returncode == 2 and "trajectories.jsonl:3: not an episode of this run: it was made by policy 'direct-submit'" in done.stderr

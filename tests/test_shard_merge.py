@@ -257,3 +257,19 @@ def test_a_preregistered_run_in_shards_is_judged_once_merged(runs, tmp_path):
     merged = _cli(cache, "merge", *(str(tmp_path / f"shard-{index}") for index in (1, 2, 3)), "--out", str(tmp_path / "merged"))
     _ok(merged)
     assert _json(tmp_path / "merged" / "metrics.json")["preregistration"]["pass"] is True
+
+
+def test_a_line_made_by_another_run_is_refused(runs, tmp_path):
+    """A shard's log holding an episode of another policy (copied in, or a run mixed up) would
+    change the merged metrics unseen; the line is named."""
+    root, cache, _ = runs
+    other = tmp_path / "direct"
+    _ok(_cli(cache, "eval", "--out", str(other), *LIMIT, "--shard", "1/3", "--policy", "direct-submit"))
+    forged = tmp_path / "shard-1-forged"
+    shutil.copytree(root / "shard-1", forged)
+    lines = (forged / "trajectories.jsonl").read_bytes().split(b"\n")
+    lines[1] = (other / "trajectories.jsonl").read_bytes().split(b"\n")[1]
+    (forged / "trajectories.jsonl").write_bytes(b"\n".join(lines))
+    _refused(_cli(cache, "merge", str(forged), str(root / "shard-2"), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
+             "trajectories.jsonl:2: not an episode of this run: it was made by policy 'direct-submit'")
+    assert not (tmp_path / "merged").exists()

@@ -15,15 +15,14 @@ completion tokens as the API counts them) is recorded on each step.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 from typing import Any
 
 from agent.actions import FENCED
-from agent.policies.base import PolicyError, Reply, Sampling
-from agent.policies.openai_server import OpenAIPolicy
+from agent.policies.base import Reply, Sampling
+from agent.policies.openai_server import OpenAIPolicy, answer_problem, count, label
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 
@@ -62,22 +61,17 @@ class OpenAIChatPolicy(OpenAIPolicy):
             if self.sampling.top_k:
                 body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; a hosted API may refuse it
         started = time.perf_counter()
-        answer = self.servers.post(self.endpoint, body)
+        answer = self.servers.post(self.endpoint, body, accept=lambda response: answer_problem(response, "message"))
         response = answer.body
-        try:
-            choice = response["choices"][0]
-            text = choice["message"]["content"]
-        except (KeyError, IndexError, TypeError):
-            raise PolicyError(f"{self.url}: answer without choices[0].message.content: {json.dumps(response)[:200]}") from None
-        if not isinstance(text, str):
-            raise PolicyError(f"{self.url}: choices[0].message.content is not a string: {json.dumps(response)[:200]}")
+        choice = response["choices"][0]
+        text = choice["message"]["content"]
         action = FENCED.search(text)  # the block extract_code runs: what follows it is another action
         kept = text[: action.end()] if action else text
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
-        counted = {name: usage.get(name) for name in ("prompt_tokens", "completion_tokens") if isinstance(usage.get(name), int)}
+        counted = {name: count(usage.get(name)) for name in ("prompt_tokens", "completion_tokens")}
         generation: dict[str, Any] = {
             "api": "chat", "generated_tokens": counted.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": choice.get("finish_reason"), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
+            "finish_reason": label(choice.get("finish_reason")), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
             "usage_prompt_tokens": counted.get("prompt_tokens"), "cut_chars": len(text) - len(kept), **self._replica_record(answer),
         }
         return Reply(kept, generation=generation)

@@ -41,6 +41,35 @@ MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a 
 __all__ = ["OpenAIPolicy", "api_base", "read_capped"]
 
 
+def answer_problem(response: Any, field: str) -> str | None:
+    """What makes ``response`` no answer of the completions (``field`` "text") or chat
+    (``field`` "message") API, or None: such an answer is retried on another replica, like one
+    that is not JSON."""
+    choices = response.get("choices") if isinstance(response, dict) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    value = choice.get(field) if isinstance(choice, dict) else None
+    if field == "message":
+        value = value.get("content") if isinstance(value, dict) else None
+    where = "choices[0].text" if field == "text" else "choices[0].message.content"
+    if not isinstance(value, str):
+        return f"an answer without {where} as a string: {json.dumps(response)[:160]}"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"{where} holds a lone surrogate (at character {error.start}), which no tokenizer reads"
+    return None
+
+
+def count(value: Any) -> int | None:
+    """A token count as the server reported it, or None when it is not a count at all."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def label(value: Any) -> str | None:
+    """A short string field (finish_reason), or None when it is not one."""
+    return value[:64] if isinstance(value, str) else None
+
+
 class ReplicaDown(Exception):
     """One of several replicas did not answer the preflight."""
 
@@ -150,23 +179,18 @@ class OpenAIPolicy(Policy):
         if self.thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()
-        answer = self.servers.post(self.endpoint, body)
+        answer = self.servers.post(self.endpoint, body, accept=lambda response: answer_problem(response, "text"))
         response = answer.body
-        try:
-            choice = response["choices"][0]
-            text = choice["text"]
-        except (KeyError, IndexError, TypeError):
-            raise PolicyError(f"{self.url}: answer without choices[0].text: {json.dumps(response)[:200]}") from None
-        if not isinstance(text, str):
-            raise PolicyError(f"{self.url}: choices[0].text is not a string: {json.dumps(response)[:200]}")
+        choice = response["choices"][0]
+        text = choice["text"]
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         server_ids = choice.get("prompt_token_ids")
-        server_ids = list(server_ids) if isinstance(server_ids, list) and all(isinstance(i, int) for i in server_ids) else None
-        server_tokens = usage.get("prompt_tokens") if isinstance(usage.get("prompt_tokens"), int) else None
+        server_ids = list(server_ids) if isinstance(server_ids, list) and all(count(i) is not None for i in server_ids) else None
+        server_tokens = count(usage.get("prompt_tokens"))
         generation: dict[str, Any] = {
             "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens,
-            "generated_tokens": usage.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": choice.get("finish_reason"), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
+            "generated_tokens": count(usage.get("completion_tokens")), "hit_cap": choice.get("finish_reason") == "length",
+            "finish_reason": label(choice.get("finish_reason")), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
             **self._replica_record(answer),
         }
         warning = self._parity_warning(prompt, server_tokens, server_ids)

@@ -18,9 +18,12 @@ Redirects are not followed, and no proxy is used: the replicas are the servers n
 
 from __future__ import annotations
 
+import contextlib
+import heapq
 import http.client
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -31,6 +34,9 @@ from agent.errors import AgentError
 from agent.policies.base import PolicyError
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+# Answers that say the replica, not the request, is wrong (a redirect, no such endpoint): with
+# another replica to go to, it is taken out like one that failed; alone, the request fails.
+MISPLACED_STATUS = {301, 302, 303, 307, 308, 404, 405, 501}
 ANSWER_BYTES = 64 << 20  # a completion this large (prompt ids echoed back included) is not one
 REFUSED_DETAIL_BYTES = 4096  # what is kept of an error answer's body
 STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
@@ -172,10 +178,12 @@ class ServerPool:
 
     # -- requests ------------------------------------------------------------------------------
 
-    def post(self, endpoint: str, body: dict) -> Answer:
+    def post(self, endpoint: str, body: dict, accept=None) -> Answer:
         """POST ``body`` as JSON to ``endpoint`` (e.g. ``/completions``) of a replica; the parsed
-        answer. 429, 5xx and network failures are retried (on another replica first); a request
-        that still fails raises PolicyError, which ends the episode as policy_error."""
+        answer. 429, 5xx and network failures are retried (on another replica first), as is an
+        answer that is not JSON or that ``accept`` (answer -> what is wrong, or None) refuses; a
+        request that still fails raises PolicyError, which ends the episode as policy_error and
+        names every failed attempt."""
         data = json.dumps(body).encode()
         failures: list[str] = []
         failed: _Replica | None = None
@@ -185,11 +193,13 @@ class ServerPool:
                 time.sleep(self.backoff * 2 ** (attempt - 1))  # nowhere else to go: give the server time
             try:
                 answer = self._request(replica, "POST", endpoint, data)
+                wrong = accept(answer) if accept is not None else None
             except HTTPStatus as error:
-                message = self._redact(str(error))
-                self._release(replica, message if error.status >= 500 else None, answered=False)
+                misplaced = error.status in MISPLACED_STATUS and len(self.replicas) > 1
+                message = str(error)
+                self._release(replica, message if error.status >= 500 or misplaced else None, answered=False)
                 failures.append(f"{replica.base}: {message}")
-                if error.status not in RETRIED_STATUS:
+                if error.status not in RETRIED_STATUS and not misplaced:
                     break
                 failed = replica
                 continue
@@ -201,13 +211,20 @@ class ServerPool:
                 continue
             except ValueError as error:  # not JSON, not UTF-8, or too large: the server answered, wrongly
                 self._release(replica, None, answered=False)
-                failures.append(f"{replica.base}: the answer was not JSON ({str(error)[:80]})")
+                what = f"the answer was not JSON ({error})" if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)) else str(error)
+                failures.append(f"{replica.base}: {self._redact(what)[:200]}")
+                failed = replica
+                continue
+            if wrong is not None:  # JSON, but not an answer of this API
+                self._release(replica, None, answered=False)
+                failures.append(f"{replica.base}: {self._redact(wrong)[:200]}")
                 failed = replica
                 continue
             self._release(replica, None)
             return Answer(answer, replica.base, attempt, failures)
-        raise PolicyError(f"{replica.base}{endpoint}: request failed after {attempt + 1} attempt(s): "
-                          f"{failures[-1].partition(': ')[2]}", retries=attempt)
+        tried = "; ".join(failure[:240] for failure in failures[-4:])
+        earlier = f" ({len(failures) - 4} earlier not shown)" if len(failures) > 4 else ""
+        raise PolicyError(f"{endpoint}: request failed after {attempt + 1} attempt(s): {tried}{earlier}", retries=attempt)
 
     def get(self, base: str, endpoint: str, limit: int, timeout: float) -> dict:
         """One GET to one replica, no retry (preflight); raises HTTPStatus, OSError, ValueError."""
@@ -216,37 +233,48 @@ class ServerPool:
 
     def _request(self, replica: _Replica, method: str, endpoint: str, data: bytes | None, limit: int = ANSWER_BYTES,
                  timeout: float | None = None) -> dict:
+        """One request on this thread's kept connection, bounded as a whole by ``timeout``: from
+        sending to the last byte of the answer, headers included (a server that drips its status
+        line is cut off by the watchdog, not only one that drips its body)."""
         timeout = timeout or self.timeout
         headers = {"Authorization": f"Bearer {self.api_key}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
+        deadline = time.monotonic() + timeout
         for fresh in (False, True):
             connection, reused = self._connection(replica, timeout, fresh)
             try:
-                connection.request(method, replica.prefix + endpoint, body=data, headers=headers)
-                response = connection.getresponse()
+                if connection.sock is None:
+                    connection.connect()
+                with _WATCHDOG.guard(connection.sock, deadline) as guard:
+                    try:
+                        connection.request(method, replica.prefix + endpoint, body=data, headers=headers)
+                        response = connection.getresponse()
+                        if response.status != 200:
+                            detail = self._redact(read_capped(response, REFUSED_DETAIL_BYTES, deadline).decode(errors="replace"))
+                            response.close()
+                            raise HTTPStatus(response.status, detail[:200])
+                        raw = read_capped(response, limit, deadline)
+                    except (OSError, http.client.HTTPException, HTTPStatus):
+                        if guard.fired:
+                            raise TimeoutError(f"no whole answer within the timeout of {timeout:g} s") from None
+                        raise
+                if guard.fired:  # the socket was shut at the deadline: what was read may end there, not at the answer's end
+                    raise TimeoutError(f"no whole answer within the timeout of {timeout:g} s")
             except STALE_CONNECTION:
                 connection.close()
                 if reused and not fresh:
                     continue  # the server closed a kept connection: once more on a new one
                 raise
             except BaseException:
-                connection.close()
+                connection.close()  # a half-read answer leaves the connection unusable
                 raise
             break
-        deadline = time.monotonic() + timeout
-        try:
-            if response.status != 200:
-                detail = read_capped(response, REFUSED_DETAIL_BYTES, deadline)[:200].decode(errors="replace")
-                response.close()
-                raise HTTPStatus(response.status, detail)
-            raw = read_capped(response, limit, deadline)
-        except BaseException:
-            connection.close()  # a half-read answer leaves the connection unusable
-            raise
         response.close()  # read to its end (read1 does not mark it so): the connection may carry the next request
         if response.will_close:
             connection.close()
+        if self.api_key not in ("", "EMPTY"):  # nothing a server echoes of the key is recorded
+            raw = raw.replace(self.api_key.encode(), b"[OPENAI_API_KEY]")
         return json.loads(raw)
 
     def _connection(self, replica: _Replica, timeout: float, fresh: bool) -> tuple[http.client.HTTPConnection, bool]:
@@ -265,8 +293,14 @@ class ServerPool:
         return connection, False
 
     def _redact(self, text: str) -> str:
-        if self.api_key not in ("", "EMPTY"):  # a server may echo the key back in its error
-            return text.replace(self.api_key, "[OPENAI_API_KEY]")
+        """Without the key, whole or cut at the end of ``text`` (a server may echo it back)."""
+        key = self.api_key
+        if key in ("", "EMPTY"):
+            return text
+        text = text.replace(key, "[OPENAI_API_KEY]")
+        for length in range(len(key) - 1, 5, -1):  # a prefix the server's or our cut left at the end
+            if text.endswith(key[:length]):
+                return text[:-length] + "[OPENAI_API_KEY]"
         return text
 
     def summary(self) -> list[dict]:
@@ -276,12 +310,76 @@ class ServerPool:
 
 
 def _replica(base: str) -> _Replica:
-    parts = urllib.parse.urlsplit(base)
+    try:
+        parts = urllib.parse.urlsplit(base)
+        port = parts.port
+    except ValueError as error:
+        raise AgentError(f"--base-url {base!r} is not a URL ({error}); e.g. http://localhost:8000/v1") from None
     if not parts.hostname:
         raise AgentError(f"--base-url {base!r} names no host")
-    try:
-        port = parts.port
-    except ValueError:
-        raise AgentError(f"--base-url {base!r}: the port is not a number from 0 to 65535") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return _Replica(base, parts.scheme, host, port, parts.path)
+    if parts.query or parts.fragment or "?" in base or "#" in base:
+        raise AgentError(f"--base-url {base!r}: give the server's root, without ?query or #fragment")
+    if parts.username is not None or parts.password is not None:
+        raise AgentError(f"--base-url {base!r}: no user or password in the URL; the key comes from OPENAI_API_KEY")
+    return _Replica(base, parts.scheme, parts.hostname, port, parts.path)  # IPv6 without its brackets: http.client wants it so
+
+
+class _Guard:
+    def __init__(self, sock, deadline: float) -> None:
+        self.sock, self.deadline, self.fired, self.done = sock, deadline, False, False
+
+
+class _Watchdog:
+    """One thread for every request in flight: it shuts down the socket of a request still
+    running at its deadline (the socket timeout bounds each read, not their sum). Deadlines wait
+    in a heap; the thread is woken only by one earlier than all it waits for."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._heap: list[tuple[float, int, _Guard]] = []
+        self._count = 0
+        self._finished = 0  # guards done but still in the heap
+        self._pid: int | None = None
+
+    @contextlib.contextmanager
+    def guard(self, sock, deadline: float):
+        guard = _Guard(sock, deadline)
+        with self._condition:
+            if self._pid != os.getpid():  # first use, or a forked child: its own thread
+                self._heap, self._finished, self._pid = [], 0, os.getpid()
+                threading.Thread(target=self._watch, name="request-deadlines", daemon=True).start()
+            self._count += 1
+            earliest = self._heap[0][0] if self._heap else None
+            heapq.heappush(self._heap, (deadline, self._count, guard))
+            if earliest is None or deadline < earliest:
+                self._condition.notify()
+        try:
+            yield guard
+        finally:
+            with self._condition:
+                guard.done, guard.sock = True, None
+                self._finished += 1
+                if self._finished > 1024 and 2 * self._finished > len(self._heap):  # a heap of mostly finished requests
+                    self._heap = [entry for entry in self._heap if not entry[2].done]
+                    heapq.heapify(self._heap)
+                    self._finished = 0
+
+    def _watch(self) -> None:
+        with self._condition:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._heap[0][0] <= now:
+                    _, _, guard = heapq.heappop(self._heap)
+                    if guard.done:
+                        self._finished -= 1
+                    else:
+                        guard.fired = True
+                        try:
+                            guard.sock.shutdown(socket.SHUT_RDWR)
+                        except OSError:
+                            pass
+                self._condition.wait(timeout=self._heap[0][0] - now if self._heap else None)
+
+
+_WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG.__init__)  # a lock held by the parent's watchdog thread at the fork would never be released
