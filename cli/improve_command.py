@@ -223,8 +223,13 @@ def _load_into_server(base_url: str, name: str, adapter: str) -> str:
 
 
 def _train(run: Path, data: Path, settings: ImproveSettings, corpus):
+    """The round's training run; one an earlier try left (even with only a checkpoint a kill cut off) is resumed.
+    Ctrl-C saves a checkpoint, says so and exits 130, as explorer train does: the same command resumes it."""
+    import sys
+
+    from cli.sft_commands import exit_interrupted
     from sft.records import TrainingSummary
-    from sft.train import TrainConfig, train
+    from sft.train import TrainConfig, TrainingInterrupted, train
 
     summary_path = run / "training_summary.json"
     if summary_path.exists():
@@ -232,7 +237,10 @@ def _train(run: Path, data: Path, settings: ImproveSettings, corpus):
     config = TrainConfig(model=settings.model, quantization=settings.quantization, seed=settings.seed,
                          validation_episodes=settings.validation_episodes, validation_max_steps=settings.max_steps,
                          **({"max_steps": settings.train_max_steps} if settings.train_max_steps else {}))
-    return train(config, data, run, corpus, log=lambda *_: None, resume=any(run.glob("checkpoint-*")))
+    try:
+        return train(config, data, run, corpus, log=lambda *_: None, resume=run.is_dir() and any(run.iterdir()))
+    except TrainingInterrupted as stop:
+        exit_interrupted(stop, ["explorer", *sys.argv[1:]])
 
 
 def _finish(path: Path, record: RoundRecord) -> RoundRecord:

@@ -230,7 +230,7 @@ def train_command(
     report_to: Optional[str] = typer.Option(None, "--report-to", help="Also send the loss and the validation figures (eval/direct_submit_rate, eval/answer_f1, ...) to tensorboard (OUT/runs), wandb, or none (default). Each needs its package installed."),
     validation_episodes: Optional[int] = typer.Option(None, "--validation-episodes", min=0, help="Greedy validation episodes per checkpoint."),
     max_direct_submit_rate: Optional[float] = typer.Option(None, "--max-direct-submit-rate", min=0.0, max=1.0),
-    resume: bool = typer.Option(False, "--resume", help="Continue from the last checkpoint in OUT."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the newest complete checkpoint in OUT, with the same settings and data (only --report-to, --save-steps, --eval-steps and --max-direct-submit-rate may change); from step 0 if a kill left none."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the estimated peak GPU memory and whether it fits; train nothing."),
     card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, help="GPU memory of the card to check against (an L4 has 24 GB)."),
 ) -> None:
@@ -243,7 +243,9 @@ def train_command(
     tokens per second (every token of the sequences read, padding left out, all processes
     together; only about a quarter of them are trained) and the time left. Ctrl-C saves a
     checkpoint at the end of the current step and exits with code 130 (resume with --resume);
-    a second Ctrl-C exits at once."""
+    a second Ctrl-C exits at once. Under accelerate launch / torchrun, set
+    TORCH_ELASTIC_SHUTDOWN_TIMEOUT (seconds, default 30) above a step plus a save, or the
+    launcher kills the processes before the checkpoint is written."""
     from sft.train import REPORTERS, load_config
 
     if report_to is not None and report_to not in REPORTERS:
@@ -265,12 +267,12 @@ def train_command(
         raise UsageError(f"{data}: no build_report.json; build the data with explorer sft build")
     if out.exists() and any(out.iterdir()) and not resume:
         raise UsageError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
-    if resume and not any(out.glob("checkpoint-*")):
-        raise UsageError(f"{out}: no checkpoint to resume from; drop --resume to start training")
+    if resume and not (out.is_dir() and any(out.iterdir())):
+        raise UsageError(f"{out}: no training run to resume; drop --resume to start training")
     from agent.policies import require_llm_extra
     from sft.train import check_reporter
 
-    check_reporter(config)
+    check_reporter(config, out)
     require_llm_extra()
     from sft.train import TrainingInterrupted, train
 
@@ -278,13 +280,19 @@ def train_command(
     try:
         summary = train(config, data, out, corpus, log=console.print, resume=resume)
     except TrainingInterrupted as stop:
-        if stop.main:
-            again = shlex.join(["explorer", *sys.argv[1:]] + ([] if resume else ["--resume"]))
-            typer.echo(f"interrupted at step {stop.step} of {stop.max_steps}: checkpoint saved to {stop.checkpoint} "
-                       f"(not validated); resume with: {again}", err=True)
-        raise typer.Exit(130) from None
+        exit_interrupted(stop, ["explorer", *sys.argv[1:]] + ([] if resume else ["--resume"]))
     if summary is not None:  # None on the processes other than the main one (accelerate launch)
         print_training_summary(summary, out)
+
+
+def exit_interrupted(stop, again: list[str]) -> None:
+    """After a Ctrl-C that saved a checkpoint: where it is and the command that resumes it (main
+    process only), exit 130."""
+    if stop.main:
+        judged = "validated" if stop.validated else "not validated"
+        typer.echo(f"interrupted at step {stop.step} of {stop.max_steps}: checkpoint saved to {stop.checkpoint} "
+                   f"({judged}); resume with: {shlex.join(again)}", err=True)
+    raise typer.Exit(130)
 
 
 def dry_run_report(config, data: Optional[Path], card_gib: float) -> None:
@@ -334,4 +342,5 @@ def print_training_summary(summary, out: Path) -> None:
     for warning in summary.warnings:
         console.print(f"[bold red]WARNING: {warning}[/bold red]")
     console.print(f"selection ({summary.criterion}): {summary.best_checkpoint or 'none'}")
-    console.print(f"{summary.steps} steps, {summary.seconds} s; written to {out} (validation.jsonl, training_summary.json)")
+    session = f"steps {summary.resumed_from_step + 1}-{summary.steps} in {summary.seconds} s (resumed)" if summary.resumed_from_step else f"{summary.seconds} s"
+    console.print(f"{summary.steps} steps, mean loss {summary.train_loss:.4f}, {session}; written to {out} (validation.jsonl, training_summary.json)")

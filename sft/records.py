@@ -130,11 +130,16 @@ class Selection(BaseModel):
 
 
 class TrainingSummary(Selection):
+    """The whole run, across every --resume: ``losses`` holds the loss of each step 1..``steps``
+    (the Trainer's log history, which a checkpoint carries) and ``train_loss`` is their mean;
+    ``seconds`` is the last session's wall time, which trained steps ``resumed_from_step`` + 1 .. ``steps``."""
+
     train_loss: float
     steps: int
     seconds: float
     losses: list[float]
     checkpoints: list[ValidationRecord]
+    resumed_from_step: int = 0  # 0: the last session started the run
 
 
 class CheckpointManifest(Record):

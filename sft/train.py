@@ -16,7 +16,9 @@
 * Progress: loss, input tokens/s and ETA, a bar on a terminal and one line per step otherwise;
   the loss and the validation figures go to ``report_to`` (TensorBoard, Weights & Biases) too.
 * Ctrl-C: the first saves a checkpoint at the end of the step and stops (``TrainingInterrupted``;
-  ``resume=True`` continues from it), the second exits at once.
+  ``resume=True`` continues from it), the second exits at once. A resume refuses settings that
+  would change what is trained (``resume_conflicts``), and validation never draws from the random
+  streams training uses, so a resumed run trains exactly what an uninterrupted one would.
 
 Because it is the plain Trainer, ``accelerate launch -m cli.main train ...`` runs the same
 command on several GPUs. The main process alone validates and writes manifests, validation
@@ -27,10 +29,12 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import shutil
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from importlib.util import find_spec
 from pathlib import Path
 from typing import Any, Literal
@@ -57,6 +61,12 @@ REPORTERS = ("none", "tensorboard", "wandb")
 # Validation runs on the main process while the others wait in a collective; the default 30-minute
 # timeout of the process group would kill a long validation of a large model.
 DISTRIBUTED_TIMEOUT_SECONDS = 6 * 3600
+# Settings a resumed run may change: where the figures go, which steps are saved, validated or
+# selected - never the weights. Any other field of TrainConfig differing from the checkpoint's is refused.
+RESUMABLE_CHANGES = ("report_to", "save_steps", "eval_steps", "max_direct_submit_rate", "selection_metric")
+# torchrun (and accelerate launch) kill their workers this many seconds after forwarding a Ctrl-C,
+# unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT (or torchrun --shutdown-timeout) says otherwise.
+LAUNCHER_SHUTDOWN_SECONDS = 30
 
 
 class TrainConfig(BaseModel):
@@ -264,13 +274,14 @@ class Validator:
         was_training = self.model.training
         self.model.eval()
         config = self.config
-        seen, trajectories = (behaviour(self.model, self.renderer, self.corpus, self.question_ids, config)
-                              if config.validation_episodes else (Behaviour(), []))
-        record = ValidationRecord(
-            step=step, epoch=epoch, seconds=round(time.perf_counter() - self.started, 1),
-            teacher_forced=teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else TeacherForced(),
-            behaviour=seen,
-        )
+        with rng_untouched(next(self.model.parameters()).device):
+            seen, trajectories = (behaviour(self.model, self.renderer, self.corpus, self.question_ids, config)
+                                  if config.validation_episodes else (Behaviour(), []))
+            record = ValidationRecord(
+                step=step, epoch=epoch, seconds=round(time.perf_counter() - self.started, 1),
+                teacher_forced=teacher_forced(self.model, self.examples[: config.validation_examples], self.renderer) if self.examples else TeacherForced(),
+                behaviour=seen,
+            )
         if trajectories:  # written whole: a validation cut off by a kill and run again on resume leaves one file
             with atomic_file(self.episodes / f"step-{step}.jsonl") as handle:
                 handle.writelines(t.model_dump_json() + "\n" for t in trajectories)
@@ -312,6 +323,25 @@ class Validator:
         return [ValidationRecord.model_validate_json(line) for line in self.path.read_text().splitlines() if line.strip()]
 
 
+@contextmanager
+def rng_untouched(device):
+    """Run a validation on copies of every random stream training draws from (Python's, NumPy's,
+    torch's CPU generator and this process's CUDA device's): the episodes seed torch's global
+    generator (HFPolicy.start), and the Trainer saved the checkpoint's RNG state before validating
+    it, so without this a run validated at a step trains differently from one resumed there."""
+    import numpy
+    import torch
+
+    python_state, numpy_state = random.getstate(), numpy.random.get_state()
+    devices = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python_state)
+        numpy.random.set_state(numpy_state)
+
+
 def scalars(record: ValidationRecord) -> dict[str, float]:
     """A validation's figures as tracker scalars. The ``eval_`` prefix is what the Trainer's
     reporters file under ``eval/`` (TensorBoard and W&B show eval/direct_submit_rate beside train/loss)."""
@@ -351,14 +381,31 @@ class Interrupt:
         if self.announce:  # os.write: a print could re-enter a stream the interrupted code is writing
             os.write(2, b"\nCtrl-C: saving a checkpoint at the end of this step, then stopping "
                         b"(Ctrl-C again to exit at once, without it)\n")
+            warning = launcher_warning(os.environ)
+            if warning:
+                os.write(2, warning.encode() + b"\n")
+
+
+def launcher_warning(environment) -> str | None:
+    """Under torchrun / accelerate launch the launcher SIGKILLs every worker some seconds after it
+    forwards a Ctrl-C: a step and a save that take longer are lost. Said at interrupt time, unless
+    the timeout was raised through the environment (torchrun's --shutdown-timeout is not visible here)."""
+    if int(environment.get("WORLD_SIZE", "1")) <= 1 or "TORCHELASTIC_RUN_ID" not in environment:
+        return None
+    if environment.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT") or environment.get("PET_SHUTDOWN_TIMEOUT"):
+        return None
+    return (f"warning: the launcher kills these {environment['WORLD_SIZE']} processes {LAUNCHER_SHUTDOWN_SECONDS} s after Ctrl-C; "
+            "if this step and its save take longer, the checkpoint is lost and --resume continues from the one before. "
+            "Launch with TORCH_ELASTIC_SHUTDOWN_TIMEOUT=3600 in the environment to give them an hour")
 
 
 class TrainingInterrupted(Exception):
-    """Training stopped on Ctrl-C after saving a resumable (not validated) checkpoint."""
+    """Training stopped on Ctrl-C after saving a resumable checkpoint: not validated, unless the
+    step was one that saves a checkpoint anyway (a --save-steps multiple or an epoch's end)."""
 
-    def __init__(self, checkpoint: Path, step: int, max_steps: int, main: bool) -> None:
+    def __init__(self, checkpoint: Path, step: int, max_steps: int, main: bool, validated: bool = False) -> None:
         super().__init__(f"interrupted at step {step} of {max_steps}; checkpoint saved to {checkpoint}")
-        self.checkpoint, self.step, self.max_steps, self.main = checkpoint, step, max_steps, main
+        self.checkpoint, self.step, self.max_steps, self.main, self.validated = checkpoint, step, max_steps, main, validated
 
 
 def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Example], list[Example]]:
@@ -387,32 +434,97 @@ def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Exa
     return report, train_examples, validation_examples
 
 
-def check_reporter(config: TrainConfig) -> None:
-    """A tracker's package must be installed before anything heavy is loaded."""
+def check_reporter(config: TrainConfig, out: Path | None = None) -> None:
+    """A tracker's package must be installed, and TensorBoard's log directory (OUT/runs, or
+    TENSORBOARD_LOGGING_DIR) writable, before anything heavy is loaded."""
     from sft.errors import TrainingError
 
     if config.report_to != "none" and find_spec(config.report_to) is None:
         raise TrainingError(f"--report-to {config.report_to} needs the {config.report_to} package, which is not installed; "
                             f"pip install {config.report_to}, or pass --report-to none")
+    if config.report_to == "tensorboard" and out is not None:
+        logs = Path(os.environ.get("TENSORBOARD_LOGGING_DIR") or out / "runs").expanduser()
+        existing = next(p for p in (logs, *logs.parents) if p.exists())
+        if not existing.is_dir():
+            raise TrainingError(f"--report-to tensorboard writes its logs under {logs}, but {existing} is a file; "
+                                "move it away, or choose another --out")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise TrainingError(f"--report-to tensorboard writes its logs under {logs}, but {existing} is not writable; "
+                                "fix its permissions, or choose another --out")
 
 
-def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path:
-    """The newest checkpoint in OUT that has its manifest (the last thing a save writes). A newer one
-    without it was cut off while saving: it is removed, saying so, never resumed from."""
+def _number(checkpoint: Path) -> int:
+    return int(checkpoint.name.removeprefix("checkpoint-"))
+
+
+def _checkpoints(out: Path) -> list[Path]:
+    """OUT's checkpoint directories, oldest first."""
+    return sorted((p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()), key=_number)
+
+
+def newest_complete(out: Path) -> Path | None:
+    """The newest checkpoint that has its manifest (the last thing a save writes)."""
+    return next((p for p in reversed(_checkpoints(out)) if (p / MANIFEST).exists()), None)
+
+
+def finished(checkpoint: Path) -> int | None:
+    """The checkpoint's step when it is the run's last (its trainer state says so), else None."""
+    import json
+
+    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    return state["global_step"] if state.get("max_steps") and state["global_step"] >= state["max_steps"] else None
+
+
+def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path | None:
+    """The newest complete checkpoint in OUT, or None when there is none: training starts from
+    step 0, saying so. A newer one without its manifest was cut off while saving: it is removed,
+    saying so, never resumed from."""
+    newest = newest_complete(out)
+    for partial in (p for p in _checkpoints(out) if newest is None or _number(p) > _number(newest)):
+        if main:
+            log(f"{partial}: cut off while saving (no {MANIFEST}); removed, resuming from {newest.name if newest else 'step 0'}")
+            shutil.rmtree(partial)
+    if newest is None:
+        log(f"{out}: no complete checkpoint to resume from; training starts from step 0")
+    return newest
+
+
+def checkpoint_manifest(checkpoint: Path) -> CheckpointManifest:
+    from pydantic import ValidationError
+
     from sft.errors import TrainingError
 
-    def number(path: Path) -> int:
-        return int(path.name.removeprefix("checkpoint-"))
+    try:
+        return CheckpointManifest.model_validate_json((checkpoint / MANIFEST).read_text())
+    except ValidationError as error:
+        raise TrainingError(f"{checkpoint / MANIFEST}: not a checkpoint manifest ({error.errors()[0]['msg']}); "
+                            "remove the checkpoint to resume from the one before") from None
 
-    found = sorted((p for p in out.glob("checkpoint-*") if p.is_dir() and p.name.removeprefix("checkpoint-").isdigit()), key=number)
-    complete = [p for p in found if (p / MANIFEST).exists()]
-    if not complete:
-        raise TrainingError(f"{out}: no complete checkpoint to resume from (none has its {MANIFEST}); drop --resume to start training")
-    for partial in (p for p in found if number(p) > number(complete[-1])):
-        if main:
-            log(f"{partial}: cut off while saving (no {MANIFEST}); removed, resuming from {complete[-1].name}")
-            shutil.rmtree(partial)
-    return complete[-1]
+
+def resume_conflicts(manifest: CheckpointManifest, config: TrainConfig, data: Path) -> list[str]:
+    """What differs between the run a checkpoint belongs to and the one asked to resume it, as
+    ``field then -> now``: the settings (but RESUMABLE_CHANGES), the data directory and its build report.
+    Fields added to TrainConfig since the manifest was written count as their defaults."""
+    now = config.model_dump(mode="json")
+    then = {**TrainConfig().model_dump(mode="json"), **manifest.config}
+    changed = [f"{key} {then[key]!r} -> {value!r}" for key, value in now.items() if then[key] != value and key not in RESUMABLE_CHANGES]
+    changed += [f"{key} (not a setting of this version)" for key in then if key not in now]
+    if Path(manifest.data).resolve() != data.resolve():
+        changed.append(f"data {manifest.data} -> {data}")
+    elif manifest.data_build_report_sha256 != file_sha256(data / "build_report.json"):
+        changed.append(f"data (its build_report.json is not the one {data} held then: rebuilt)")
+    return changed
+
+
+def check_resume(checkpoint: Path, config: TrainConfig, data: Path) -> None:
+    """Refuse (one line, before the model loads) to continue a run with settings that change what is trained."""
+    from sft.errors import TrainingError
+
+    changed = resume_conflicts(checkpoint_manifest(checkpoint), config, data)
+    if changed:
+        raise TrainingError(f"{checkpoint.parent}: refusing to resume: {checkpoint.name} was trained with other settings "
+                            f"({'; '.join(changed)}); resume with the original ones (its {MANIFEST} holds them), "
+                            f"or start a new run with another --out (only {', '.join(RESUMABLE_CHANGES)} may change)")
 
 
 def training_arguments(config: TrainConfig, out: Path, cuda: bool):
@@ -443,8 +555,14 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
 
     from sft.trainer import AssistantLossTrainer, Collator, Progress, ValidationCallback, barrier
 
-    check_reporter(config)
+    check_reporter(config, out)
     _, train_examples, validation_examples = checked_data(config, data)
+    if resume and (checkpoint := newest_complete(out)) is not None:
+        check_resume(checkpoint, config, data)
+        if finished(checkpoint) and (out / "training_summary.json").exists():
+            if os.environ.get("RANK", "0") == "0":  # under accelerate launch: said once
+                log(f"{out}: training already finished at step {finished(checkpoint)}; nothing to train, its training_summary.json is kept")
+            return TrainingSummary.model_validate_json((out / "training_summary.json").read_text())
     args = training_arguments(config, out, torch.cuda.is_available())  # under accelerate launch: joins the process group
     main = args.process_index == 0
     log = log if main else (lambda *_: None)
@@ -453,8 +571,9 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
     torch.manual_seed(config.seed)
     model, quantized = load_model(config)
     validator = Validator(model, renderer, corpus, config, data, out, validation_examples, quantized, log)
-    if main and validator.path.exists() and not resume:
-        validator.path.unlink()
+    if main and checkpoint is None:  # a run from step 0: what an earlier start left is not its own
+        validator.path.unlink(missing_ok=True)
+        shutil.rmtree(validator.episodes, ignore_errors=True)
     barrier()  # nobody trains before the main process has cleared what a previous run left
     trainer = AssistantLossTrainer(
         model=model, args=args, train_dataset=train_examples,
@@ -466,15 +585,17 @@ def train(config: TrainConfig, data: Path, out: Path, corpus, log=print, resume:
         trainer.add_callback(Progress(terminal=sys.stderr.isatty()))
         trainer.add_callback(validation)
         result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
-    if validation.interrupted_step is not None:
-        step = validation.interrupted_step
-        raise TrainingInterrupted(out / f"checkpoint-{step}", step, trainer.state.max_steps, main)
+    if validation.stopped_step is not None:
+        step = validation.stopped_step
+        raise TrainingInterrupted(out / f"checkpoint-{step}", step, trainer.state.max_steps, main, validated=not validation.unscheduled)
     if not main:
         return None
     records = validator.records()
+    # The log history comes back with a resumed checkpoint: the losses of every session, step 1 on.
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     summary = TrainingSummary(
-        train_loss=result.training_loss, steps=result.global_step, seconds=round(time.perf_counter() - validator.started, 1),
-        losses=[entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+        train_loss=sum(losses) / len(losses) if losses else result.training_loss, steps=result.global_step,
+        seconds=round(time.perf_counter() - validator.started, 1), losses=losses, resumed_from_step=validation.first_step,
         **select_checkpoint(records, config).model_dump(), checkpoints=[r for r in records if r.checkpoint],
     )
     with atomic_file(out / "training_summary.json") as handle:

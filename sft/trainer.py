@@ -24,10 +24,18 @@ class AssistantLossTrainer(Trainer):
         # a sum over that count is the token-weighted mean of the optimizer step.
         if num_items_in_batch is not None:
             total, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"), reduction="sum")
-            loss = total / num_items_in_batch
+            loss = total / num_items_in_batch * self.token_average_scale()
         else:
             loss, _, _ = assistant_loss(model, inputs["input_ids"], inputs["labels"], inputs.get("attention_mask"))
         return (loss, None) if return_outputs else loss
+
+    def token_average_scale(self) -> int:
+        """Trainer.compute_loss's own compensation, for the same case: with average_tokens_across_devices
+        the count is summed over every process, while DDP averages the gradients (and the logged
+        loss is averaged) over them, so each process's share is multiplied back by their number."""
+        if not (self.args.average_tokens_across_devices and (self.model_accepts_loss_kwargs or self.compute_loss_func)):
+            return 1
+        return self.args.n_gpu if self.args.n_gpu > 1 else self.accelerator.num_processes // self.get_tp_size()
 
 
 class Collator:
@@ -71,7 +79,12 @@ class ValidationCallback(TrainerCallback):
         self.interrupt, self.main = interrupt, main
         self.validated: dict[int, ValidationRecord] = {}
         self.saved_step: int | None = None
-        self.interrupted_step: int | None = None
+        self.first_step = 0  # the step this session started from (a resumed checkpoint's)
+        self.stopped_step: int | None = None  # where Ctrl-C stopped training
+        self.unscheduled = False  # ... at a step that saves no checkpoint of its own: it is saved unvalidated
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.first_step = state.global_step
 
     def validate(self, state) -> ValidationRecord:
         """Once per step: a step validated for eval_steps and then checkpointed is not run twice."""
@@ -82,10 +95,13 @@ class ValidationCallback(TrainerCallback):
         return self.validated[state.global_step]
 
     def on_step_end(self, args, state, control, **kwargs):
-        # The last step ends training anyway: Ctrl-C there lets its checkpoint be validated.
+        # The last step ends training anyway: Ctrl-C there lets its checkpoint be validated. So does a
+        # step that saves one in any case (a save_steps multiple, set by the Trainer's own callback
+        # before this one, or an epoch's end): it is validated as it would have been without Ctrl-C.
         if state.global_step < state.max_steps and anyone(self.interrupt.requested, args.device):
+            self.unscheduled = not (control.should_save or float(state.epoch or 0).is_integer())
             control.should_save = control.should_training_stop = True
-            self.interrupted_step = state.global_step
+            self.stopped_step = state.global_step
         elif self.eval_steps and state.global_step % self.eval_steps == 0 and not control.should_save and self.main:
             self.validator.write(self.validate(state))
 
@@ -97,7 +113,7 @@ class ValidationCallback(TrainerCallback):
     def on_save(self, args, state, control, **kwargs):
         barrier()  # every process has written its part (rng_state_N.pth) before the manifest hashes the files
         if self.main:
-            interrupted = state.global_step == self.interrupted_step
+            interrupted = state.global_step == self.stopped_step and self.unscheduled
             record = None if interrupted else self.validate(state)
             self.validator.checkpoint(args.output_dir, state.global_step, record, interrupted)
         barrier()

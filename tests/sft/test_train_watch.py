@@ -55,9 +55,9 @@ def manifest(checkpoint) -> CheckpointManifest:
     return found
 
 
-@pytest.mark.slow
-def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, data, tmp_path):
-    arguments = train_arguments(tiny_model, data, tmp_path, 12, "--save-steps", "5")
+def interrupted(arguments: list[str], tmp_path, steps: int) -> tuple[int, str]:
+    """Ctrl-C, as a user would, once the first step's progress line shows; the step training stopped
+    at (its checkpoint's, said on stderr with the command that resumes it) and whether it was validated."""
     with open(tmp_path / "stdout", "w") as stdout:
         process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True,
                                    env=checkout_environment())
@@ -67,7 +67,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, dat
             seen = []
             for line in process.stderr:
                 seen.append(line)
-                if line.startswith("step 1/"):  # training is under way: Ctrl-C, as a user would
+                if line.startswith("step 1/"):  # training is under way
                     process.send_signal(signal.SIGINT)
                     break
             _, rest = process.communicate(timeout=HANG_SECONDS)
@@ -76,14 +76,24 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, dat
     stderr = "".join(seen) + rest
     assert process.returncode == 130, stderr
     assert PROGRESS_LINE.match(seen[-1].rstrip("\n")), seen[-1]
-    stopped = re.search(r"interrupted at step (\d+) of 12: checkpoint saved to (\S+) \(not validated\); resume with: explorer train .* --resume$",
-                        stderr, re.M)
+    stopped = re.search(rf"interrupted at step (\d+) of {steps}: checkpoint saved to (\S+) \((not validated|validated)\); "
+                        "resume with: explorer train .* --resume$", stderr, re.M)
     assert stopped, stderr
     step = int(stopped.group(1))
+    assert 1 <= step < steps and stopped.group(2) == str(tmp_path / "out" / f"checkpoint-{step}")
+    return step, stopped.group(3)
+
+
+@pytest.mark.slow
+def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, data, tmp_path):
+    arguments = train_arguments(tiny_model, data, tmp_path, 12, "--save-steps", "5")
+    step, judged = interrupted(arguments, tmp_path, 12)
     checkpoint = tmp_path / "out" / f"checkpoint-{step}"
-    assert 1 <= step < 12 and stopped.group(2) == str(checkpoint)
     saved = manifest(checkpoint)
-    assert saved.interrupted and saved.validation is None and saved.step == step
+    if step % 5:  # the usual case: Ctrl-C during step 2
+        assert judged == "not validated" and saved.interrupted and saved.validation is None and saved.step == step
+    else:  # a slow machine stopped on a --save-steps step: validated as it would have been
+        assert judged == "validated" and not saved.interrupted and saved.validation.behaviour.episodes == 1
     assert json.loads((checkpoint / "trainer_state.json").read_text())["global_step"] == step
     assert not (tmp_path / "out" / "training_summary.json").exists()
     # a later save that a kill cut off before its manifest: never resumed from
@@ -98,7 +108,8 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, dat
     steps = [int(m.group(1)) for m in map(PROGRESS_LINE.match, resumed.stderr.splitlines()) if m]
     assert steps == list(range(step + 1, 13))  # continues after the checkpoint, to the end
     summary = TrainingSummary.model_validate_json((tmp_path / "out" / "training_summary.json").read_text())
-    assert summary.steps == 12 and len(summary.losses) == 12
+    assert summary.steps == 12 and len(summary.losses) == 12 and summary.resumed_from_step == step  # the whole run's losses
+    assert summary.train_loss == pytest.approx(sum(summary.losses) / 12)
     expected = [s for s in (5, 10, 12) if s > step]  # every --save-steps step and the epoch's end
     assert [c.checkpoint for c in summary.checkpoints] == [f"checkpoint-{s}" for s in expected]
     for s in expected:
@@ -106,6 +117,17 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_trains_to_the_end(tiny_model, dat
         assert not complete.interrupted and complete.validation.behaviour.episodes == 1
         assert len((tmp_path / "out" / "validation-episodes" / f"step-{s}.jsonl").read_text().splitlines()) == 1
     assert summary.best_checkpoint is None or summary.best_checkpoint in {c.checkpoint for c in summary.checkpoints}
+
+
+@pytest.mark.slow
+def test_ctrl_c_on_a_step_that_saves_anyway_validates_its_checkpoint(tiny_model, data, tmp_path):
+    """With --save-steps 1 every step saves a checkpoint: the one Ctrl-C stops at is validated, never
+    written off as interrupted (and so lost to the selection)."""
+    step, judged = interrupted(train_arguments(tiny_model, data, tmp_path, 4, "--save-steps", "1"), tmp_path, 4)
+    saved = manifest(tmp_path / "out" / f"checkpoint-{step}")
+    assert judged == "validated" and not saved.interrupted and saved.validation.behaviour.episodes == 1
+    records = [ValidationRecord.model_validate_json(line) for line in (tmp_path / "out" / "validation.jsonl").read_text().splitlines()]
+    assert [r.checkpoint for r in records] == [f"checkpoint-{s}" for s in range(1, step + 1)]
 
 
 def test_progress_is_a_bar_on_a_terminal_and_tensorboard_gets_the_behaviour_beside_the_loss(tiny_model, data, tmp_path):
@@ -188,9 +210,23 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
     assert saved.validation.behaviour.episodes == 1
     assert len((out / "validation.jsonl").read_text().splitlines()) == 1  # validated once, by the first process
     assert len((out / "validation-episodes" / "step-4.jsonl").read_text().splitlines()) == 1
-    assert TrainingSummary.model_validate_json((out / "training_summary.json").read_text()).steps == 4
+    summary = TrainingSummary.model_validate_json((out / "training_summary.json").read_text())
+    assert summary.steps == 4
     assert done.stdout.count("selection (highest") == 1  # the summary, printed once
     assert [m.group(1) for m in map(PROGRESS_LINE.match, done.stderr.splitlines()) if m] == ["1", "2", "3", "4"]
+    # The first step's loss is the one process would log: every example is the same, and a fresh
+    # adapter (LoRA's B is zero) leaves the base model's loss - not half of it (the token count is
+    # summed over both processes, DDP averages their gradients).
+    import torch
+
+    from sft.dataset import load_examples
+    from sft.train import assistant_loss, load_model
+
+    model, _ = load_model(TrainConfig(model=str(tiny_model), quantization="none", gradient_checkpointing=False))
+    example = load_examples(tmp_path / "data" / "train.jsonl")[0]
+    with torch.no_grad():
+        alone, _, _ = assistant_loss(model.eval(), torch.tensor([example.input_ids]), torch.tensor([example.labels]))
+    assert summary.losses[0] == pytest.approx(alone.item(), rel=0.02)
 
 
 def test_loading_a_model_leaves_the_download_progress_bars_on(tiny_model):
