@@ -29,6 +29,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/search.py
 	$(BIN)/python bench/sandbox.py
 	$(BIN)/python bench/episodes.py
+	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/kv_cache.py
 
 clean:
