@@ -82,3 +82,36 @@ def test_bad_settings_are_one_line_and_write_nothing(tiny_model, tmp_path, flag,
     done = run_cli("improve", "--model", str(tiny_model), "--out", str(tmp_path / "improve"), flag, value)
     assert done.returncode == 2 and done.stderr.startswith("error: ") and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "improve").exists()
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_a_round_trains_saves_a_checkpoint_and_says_how_to_resume(tiny_model, tmp_path):
+    import signal
+    import subprocess
+    import threading
+
+    from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command
+
+    args = improve_args(tiny_model, tmp_path, rounds=1, samples=1, limit=2, max_steps=2, max_new_tokens=6)
+    args[args.index("--train-max-steps") + 1] = "3"
+    process = subprocess.Popen(explorer_command(*args), env=checkout_environment(), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
+    watchdog.start()
+    try:
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith("step 1/3"):  # the round's training is under way: Ctrl-C, as a user would
+                process.send_signal(signal.SIGINT)
+                break
+        _, rest = process.communicate(timeout=HANG_SECONDS)
+    finally:
+        watchdog.cancel()
+    stderr = "".join(seen) + rest
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    train = tmp_path / "improve" / "round-1" / "train"
+    assert f"checkpoint saved to {train}/checkpoint-" in stderr and "resume with: explorer improve --model" in stderr, stderr
+    done = run_cli(*args)
+    assert done.returncode == 0, done.stderr
+    assert json.loads((train / "training_summary.json").read_text())["steps"] == 3

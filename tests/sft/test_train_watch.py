@@ -20,7 +20,7 @@ import pytest
 
 from agent.models import file_sha256
 from sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
-from sft.train import TrainConfig, training_arguments
+from sft.train import TrainConfig, launcher_warning, training_arguments
 from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
 from tests.sft import test_train
 
@@ -227,6 +227,16 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
     with torch.no_grad():
         alone, _, _ = assistant_loss(model.eval(), torch.tensor([example.input_ids]), torch.tensor([example.labels]))
     assert summary.losses[0] == pytest.approx(alone.item(), rel=0.02)
+
+
+def test_ctrl_c_under_torchrun_warns_of_its_kill_unless_the_timeout_was_raised():
+    """torchrun SIGKILLs its workers TORCH_ELASTIC_SHUTDOWN_TIMEOUT seconds (30 by default) after it
+    forwards a Ctrl-C; a step and a save that take longer are lost, so the interrupt says so."""
+    launched = {"WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "none"}
+    assert "kills these 2 processes 30 s after Ctrl-C" in launcher_warning(launched)
+    assert "TORCH_ELASTIC_SHUTDOWN_TIMEOUT=3600" in launcher_warning(launched)
+    assert launcher_warning({**launched, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "3600"}) is None
+    assert launcher_warning({**launched, "WORLD_SIZE": "1"}) is None and launcher_warning({}) is None
 
 
 def test_loading_a_model_leaves_the_download_progress_bars_on(tiny_model):
