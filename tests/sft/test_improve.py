@@ -86,30 +86,14 @@ def test_bad_settings_are_one_line_and_write_nothing(tiny_model, tmp_path, flag,
 
 @pytest.mark.slow
 def test_ctrl_c_while_a_round_trains_saves_a_checkpoint_and_says_how_to_resume(tiny_model, tmp_path):
-    import signal
     import subprocess
-    import threading
 
-    from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command
+    from tests.sft.test_train_watch import ctrl_c_at
 
     args = improve_args(tiny_model, tmp_path, rounds=1, samples=1, limit=2, max_steps=2, max_new_tokens=6)
     args[args.index("--train-max-steps") + 1] = "3"
-    process = subprocess.Popen(explorer_command(*args), env=checkout_environment(), stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True)
-    watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
-    watchdog.start()
-    try:
-        seen = []
-        for line in process.stderr:
-            seen.append(line)
-            if line.startswith("step 1/3"):  # the round's training is under way: Ctrl-C, as a user would
-                process.send_signal(signal.SIGINT)
-                break
-        _, rest = process.communicate(timeout=HANG_SECONDS)
-    finally:
-        watchdog.cancel()
-    stderr = "".join(seen) + rest
-    assert process.returncode == 130 and "Traceback" not in stderr, stderr
+    returncode, _, stderr = ctrl_c_at(args, "step 1/3", subprocess.DEVNULL)  # the round's training is under way
+    assert returncode == 130 and "Traceback" not in stderr, stderr
     train = tmp_path / "improve" / "round-1" / "train"
     assert f"checkpoint saved to {train}/checkpoint-" in stderr and "resume with: explorer improve --model" in stderr, stderr
     done = run_cli(*args)

@@ -55,26 +55,32 @@ def manifest(checkpoint) -> CheckpointManifest:
     return found
 
 
+def ctrl_c_at(arguments: list[str], prefix: str, stdout) -> tuple[int, list[str], str]:
+    """`explorer ARGUMENTS`, and Ctrl-C as a user would type it once a stderr line starts with PREFIX:
+    the exit code, the stderr lines read until then and the whole stderr."""
+    process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True,
+                               env=checkout_environment())
+    watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
+    watchdog.start()
+    try:
+        seen = []
+        for line in process.stderr:
+            seen.append(line)
+            if line.startswith(prefix):
+                process.send_signal(signal.SIGINT)
+                break
+        _, rest = process.communicate(timeout=HANG_SECONDS)
+    finally:
+        watchdog.cancel()
+    return process.returncode, seen, "".join(seen) + rest
+
+
 def interrupted(arguments: list[str], tmp_path, steps: int) -> tuple[int, str]:
-    """Ctrl-C, as a user would, once the first step's progress line shows; the step training stopped
-    at (its checkpoint's, said on stderr with the command that resumes it) and whether it was validated."""
+    """Ctrl-C once the first step's progress line shows (training is under way); the step training
+    stopped at (its checkpoint's, said on stderr with the command that resumes it) and whether it was validated."""
     with open(tmp_path / "stdout", "w") as stdout:
-        process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True,
-                                   env=checkout_environment())
-        watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
-        watchdog.start()
-        try:
-            seen = []
-            for line in process.stderr:
-                seen.append(line)
-                if line.startswith("step 1/"):  # training is under way
-                    process.send_signal(signal.SIGINT)
-                    break
-            _, rest = process.communicate(timeout=HANG_SECONDS)
-        finally:
-            watchdog.cancel()
-    stderr = "".join(seen) + rest
-    assert process.returncode == 130, stderr
+        returncode, seen, stderr = ctrl_c_at(arguments, "step 1/", stdout)
+    assert returncode == 130, stderr
     assert PROGRESS_LINE.match(seen[-1].rstrip("\n")), seen[-1]
     stopped = re.search(rf"interrupted at step (\d+) of {steps}: checkpoint saved to (\S+) \((not validated|validated)\); "
                         "resume with: explorer train .* --resume$", stderr, re.M)
