@@ -23,7 +23,7 @@ demo: $(VENV)/.installed
 	$(BIN)/explorer run --out runs/demo
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadscope  # one worker per core; a module's tests share one
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/search.py
