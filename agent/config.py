@@ -158,3 +158,15 @@ def load_config(kind: type[ConfigType], path: Path | None, overrides: dict[str, 
     """The config of ``kind`` from TOML file ``path`` (or the defaults), the flags winning."""
     base = read_toml(path) if path is not None else {}
     return build_config(kind, base, overrides, str(path) if path else "command line")
+
+
+def dotted(data: dict[str, Any], whole: tuple[str, ...] = (), prefix: str = "") -> dict[str, Any]:
+    """Nested config tables as dotted keys (``policy.model``), as the flags name them; the tables
+    named in ``whole`` stay one value."""
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key not in whole:
+            flat.update(dotted(value, whole, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from agent.config import SPLITS, EvalConfig, build_config, load_config, read_toml
+from agent.config import SPLITS, EvalConfig, build_config, dotted, load_config, read_toml
 from agent.engine import EpisodeThreads, raise_descriptor_limit
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
@@ -195,10 +195,12 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     manifest_path, log_path = out / "manifest.json", out / "trajectories.jsonl"
     _check_run_directory(out, manifest_path, log_path, resume, recorded, hashes)
     units = [(q, sample) for q in questions for sample in range(config.samples)]
-    written = _written_episodes(out, log_path, retry_errors) if resume else set()
+    latest = _logged_episodes(out, log_path) if resume else {}
+    done = {key for key, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
+    remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
     if config.concurrency > 1:
         raise_descriptor_limit(config.concurrency, len(config.policy.base_url or ()) or 1)
-    if all((q.id, sample) in written for q, sample in units):
+    if not remaining:
         console.print("note: every episode is written; the policy's server is not asked")  # rescoring needs no server
     else:
         note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
@@ -211,10 +213,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     global _RUNNER
     _RUNNER = EpisodeRunner(corpus, index, policy, config.episode)
     freeze_loaded_state()
-    with TrajectoryLog(log_path) as log:
-        latest = {(t.question_id, t.sample): t for t in read_trajectories(log_path)}
-        done = {key for key, t in latest.items() if not (retry_errors and t.outcome.status == "policy_error")}
-        remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
+    with TrajectoryLog(log_path) as log:  # cuts off the torn last line that reading the log stepped around
         if log.torn_bytes:
             console.print(f"[yellow]removed a torn last line ({log.torn_bytes} bytes) left by the interrupted run[/yellow]")
         if resume:
@@ -237,11 +236,11 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
         raise typer.Exit(1)
 
 
-def _written_episodes(out: Path, log_path: Path, retry_errors: bool) -> set[tuple]:
-    """The (question, sample) pairs the log already holds (those to retry aside), each line checked
-    to be an episode of this run: a line from another run would be kept and scored as this one's."""
+def _logged_episodes(out: Path, log_path: Path) -> dict[tuple, Trajectory]:
+    """The latest episode the log holds per (question, sample), each line checked to be an
+    episode of this run: a line from another run would be kept and scored as this one's."""
     if not log_path.exists():
-        return set()
+        return {}
     manifest = _read_manifest(out)
     numbered, _ = read_whole_lines(log_path)  # a torn last line is cut off when the log is opened
     settings = acting_settings(numbered[0][1]) if numbered else None
@@ -250,7 +249,7 @@ def _written_episodes(out: Path, log_path: Path, retry_errors: bool) -> set[tupl
         if reason is not None:
             raise UsageError(f"{log_path}:{number}: not an episode of this run: {reason}; remove that line, or start "
                              "a new run with another --out")
-    return {(t.question_id, t.sample) for _, t in numbered if not (retry_errors and t.outcome.status == "policy_error")}
+    return {(t.question_id, t.sample): t for _, t in numbered}
 
 
 # Fields of a manifest's config that the run derived rather than was given.
@@ -265,7 +264,7 @@ def _resolve_config(config_file: Optional[Path], overrides: dict, manifest: RunM
     if manifest is None:
         return load_config(EvalConfig, config_file, overrides)
     recorded = _recorded_config(manifest)
-    from_file = _flatten(read_toml(config_file)) if config_file is not None else {}
+    from_file = dotted(read_toml(config_file)) if config_file is not None else {}
     given = {key: value for key, value in overrides.items() if value is not None}
     return build_config(EvalConfig, recorded, from_file | given, "manifest.json")
 
@@ -284,16 +283,6 @@ def _recorded_config(manifest: RunManifest) -> dict:
     """The manifest's config without what the run derived; fields added since it was written
     have their defaults (the model filled them in), so that an older run still resumes."""
     return manifest.config.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
-
-
-def _flatten(data: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def recorded_corpus(manifest: RunManifest | None) -> Optional[Path]:

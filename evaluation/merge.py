@@ -30,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agent.config import dotted
 from agent.manifest import RecordedEvalConfig, RunManifest, acting_settings, stranger
 from agent.trajectory import Hashes
 from agent.writer import read_whole_lines
@@ -141,14 +142,14 @@ def read_run(directory: Path) -> ShardRun:
 def check_agreement(runs: list[ShardRun]) -> None:
     """The runs' manifests agree on all but the shard: config, hashes, isolation, code."""
     first = runs[0]
-    base = _flat(first.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
+    base = dotted(first.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS), whole=("split_of",))
     for run in runs[1:]:
         if run.settings != first.settings:
             changed = sorted(key for key in set(run.settings or {}) | set(first.settings or {})
                              if (run.settings or {}).get(key) != (first.settings or {}).get(key))
             raise EvaluationError(f"{run.directory}: its episodes were made with other policy settings than {first.directory}'s "
                                   f"({', '.join(changed)}); rerun this shard with the same policy")
-        config = _flat(run.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS))
+        config = dotted(run.manifest.config.model_dump(mode="json", exclude=SHARD_FIELDS), whole=("split_of",))
         changed = sorted(key for key in set(base) | set(config) if base.get(key) != config.get(key) and key not in EXECUTION_FIELDS)
         if changed:
             shown = ", ".join(f"{key} {config.get(key)!r} vs {base.get(key)!r}" for key in changed)
@@ -170,17 +171,6 @@ def check_agreement(runs: list[ShardRun]) -> None:
             shown = ", ".join(f"{key} {versions.get(key)} vs {other.get(key)}" for key in changed)
             raise EvaluationError(f"{run.directory}: its package versions differ from {first.directory}'s ({shown}); the shards "
                                   "of one run must run the same code: rerun this shard with the same packages")
-
-
-def _flat(data: dict, prefix: str = "") -> dict:
-    """Nested config tables as dotted keys, so that a difference is named as a flag would be (policy.model)."""
-    flat = {}
-    for key, value in data.items():
-        if isinstance(value, dict) and key != "split_of":  # split_of is one value: a table of files
-            flat.update(_flat(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
 
 
 def check_shards(runs: list[ShardRun]) -> int:
