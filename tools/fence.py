@@ -11,11 +11,34 @@ and before it runs the first action. In order:
 3. started as root: no supplementary groups, an unprivileged uid/gid (``nobody``); always: no
    capabilities (ambient ones included) and no processes of its own (RLIMIT_NPROC 0);
 4. the parent-death signal, so a worker never outlives its zygote;
-5. no-new-privs and a seccomp-bpf filter built once per zygote with libseccomp (``pyseccomp``):
-   an allow-list of what running Python needs - reading and writing descriptors it already has,
-   memory, futexes, signal masks and handlers, clocks, exit - and EPERM for everything else:
-   open/openat, stat of paths, socket/connect, execve, fork/clone, kill, ptrace, setrlimit,
-   ioctl, dup, pipe, mount, unshare ...
+5. no-new-privs and a seccomp-bpf filter built once per zygote with libseccomp (``pyseccomp``)
+   from ``SYSCALL_RULES``: each allowed syscall with the argument conditions it must meet and
+   why it is allowed. Everything else fails with EPERM.
+
+What the filter allows, and why that is all
+-------------------------------------------
+* **No path reaches the kernel.** Every syscall that takes a path is refused, whatever its
+  flags: open/openat, stat/lstat, and also newfstatat and statx, which glibc uses for
+  ``fstat(fd)`` with an empty path and AT_EMPTY_PATH - a flag the kernel ignores when the path
+  is not empty, and seccomp cannot read the path, so no flag test can tell the two apart. A
+  worker needs no stat once fenced (traced with strace over the sandbox tests: it reads, writes,
+  maps memory and asks ``getrusage``); the ``fstat`` syscall, which takes a descriptor and
+  nothing else, stays allowed. With glibc >= 2.33 ``os.fstat`` itself goes through newfstatat
+  and so fails with EPERM in a worker; the same holds on aarch64, which has an ``fstat``
+  syscall too (80) but whose glibc also calls newfstatat. Architectures with neither (older
+  loongarch64 kernels: statx only) simply have no stat in a worker.
+* **No process but itself.** Arguments that may name another process are pinned to the worker:
+  ``prlimit64`` only with pid 0 and no new limit (``getrlimit``); the clock calls only for the
+  standard clock ids (a negative id encodes another process's or thread's CPU clock, ``~pid <<
+  3``, or a descriptor's clock); ``getrusage`` only for itself or its thread (never
+  RUSAGE_CHILDREN); ``futex`` only process-private and never a priority-inheritance operation
+  (those look up the task id stored in the word: an oracle for which pids exist; a shared futex
+  on a file page, such as libc's, is a rendezvous with other processes mapping that file).
+* Seccomp compares the raw 64-bit register, so each condition tests ``argument & mask`` against
+  the allowed values over all 64 bits: a value the kernel would truncate to a forbidden 32-bit
+  int (say 0xFFFFFFFA, clock -6) differs from every allowed one and is refused too.
+* Syscalls of another ABI fail: a filter's default for a foreign architecture (i386 through
+  ``int 0x80``) is KILL, and x32 numbers (bit 30 set) match no allowed number.
 
 The zygote itself enters a new network namespace when the kernel lets it (``unshare_network``;
 without root, inside a new user namespace where unprivileged ones are allowed),
@@ -23,8 +46,14 @@ so a worker has no interface but a downed loopback even before seccomp.
 
 What still reaches a worker that has escaped the language layer: its own memory, the CPU it is
 allowed, its one channel to the host (which believes nothing it says), reads of its own
-descriptors, and time. The host verifies the fence from outside (``/proc/PID/status``) rather
-than trusting the worker's word, and records what held as the trajectory's ``isolation``.
+descriptors, the standard clocks, and a few facts about itself: its pid and its parent's (the
+zygote's; pids are global, so their growth says how many processes the machine starts), its
+uid, its own limits and resource usage. ``madvise`` is not restricted: KSM merging
+(MADV_MERGEABLE) can time whether another opted-in process holds a page, which needs a
+colluding process, as does timing the shared CPU. The host verifies the fence from outside
+(``/proc/PID/status``) rather than trusting the worker's word, and records what held as the
+trajectory's ``isolation``. ``tests/tools/test_fence_census.py`` holds the expected table: a
+new allowance, or a looser condition, fails it until it is argued in review.
 """
 
 from __future__ import annotations
@@ -33,10 +62,12 @@ import ctypes
 import ctypes.util
 import errno
 import functools
+import itertools
 import os
 import resource
 import signal
 import sys
+from typing import NamedTuple
 
 CHANNEL_FD = 3
 PR_SET_PDEATHSIG = 1
@@ -47,18 +78,103 @@ PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 CAPABILITY_VERSION_3 = 0x20080522
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
-AT_EMPTY_PATH = 0x1000
 NOBODY = 65534
 CPU_HARD_MARGIN = 5  # seconds between SIGXCPU (soft) and SIGKILL (hard) at the end of a worker's life
 
-ALLOWED_SYSCALLS = (
-    "read", "readv", "pread64", "write", "writev", "close", "lseek", "fstat",
-    "mmap", "munmap", "mremap", "mprotect", "brk", "madvise", "futex",
-    "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "sigaltstack", "restart_syscall",
-    "clock_gettime", "clock_getres", "gettimeofday", "time", "nanosleep", "clock_nanosleep",
-    "getpid", "gettid", "getppid", "getuid", "geteuid", "getgid", "getegid", "getresuid", "getresgid",
-    "getrusage", "getrandom", "sched_yield", "exit", "exit_group",
-)
+ALL_BITS = (1 << 64) - 1
+STANDARD_CLOCKS = 16  # CLOCK_REALTIME (0) .. CLOCK_TAI (11); 12-15 are unassigned (EINVAL)
+FUTEX_PRIVATE_FLAG, FUTEX_CLOCK_REALTIME = 0x80, 0x100
+# WAIT, WAKE, REQUEUE, CMP_REQUEUE, WAKE_OP, WAIT_BITSET, WAKE_BITSET: none reads a task id from memory
+FUTEX_PLAIN_OPERATIONS = (0, 1, 3, 4, 5, 9, 10)
+
+
+class Condition(NamedTuple):
+    """One argument test as seccomp makes it: ``(argument & mask)`` is one of ``values``, on all 64 bits."""
+
+    argument: int
+    name: str
+    mask: int
+    values: tuple[int, ...]
+
+    def __str__(self) -> str:
+        """As the census test's table spells it: ``pid == 0``, ``clockid < 16``, ``op & ~0x100 in {...}``."""
+        cleared = ~self.mask & ALL_BITS
+        if cleared == 0 and len(self.values) == 1:
+            return f"{self.name} == {self.values[0]}"
+        if self.values == (0,) and cleared & (cleared + 1) == 0:  # only low bits may be set: an unsigned bound
+            return f"{self.name} < {cleared + 1}"
+        return f"{self.name} & ~{cleared:#x} in {{{', '.join(f'{value:#x}' for value in self.values)}}}"
+
+
+def equals(argument: int, name: str, *values: int) -> Condition:
+    return Condition(argument, name, ALL_BITS, values)
+
+
+def below(argument: int, name: str, bound: int) -> Condition:
+    """``0 <= argument < bound`` as an unsigned 64-bit value (bound a power of two): no negative int passes."""
+    assert bound & (bound - 1) == 0, bound
+    return Condition(argument, name, ALL_BITS & ~(bound - 1), (0,))
+
+
+class Allowance(NamedTuple):
+    conditions: tuple[Condition, ...]  # all must hold; none: any arguments
+    reason: str
+
+
+def _any(reason: str) -> Allowance:
+    return Allowance((), reason)
+
+
+OWN_DESCRIPTORS = "descriptors 0-3 only (/dev/null and the channel): no open, dup or pipe, RLIMIT_NOFILE 4"
+OWN_MEMORY = "its own address space, within RLIMIT_AS"
+OWN_SIGNALS = "its own signal handlers, mask and stack"
+SYSCALL_RULES: dict[str, Allowance] = {
+    "read": _any(OWN_DESCRIPTORS),
+    "readv": _any(OWN_DESCRIPTORS),
+    "pread64": _any(OWN_DESCRIPTORS),
+    "write": _any(OWN_DESCRIPTORS),
+    "writev": _any(OWN_DESCRIPTORS),
+    "close": _any(OWN_DESCRIPTORS),
+    "lseek": _any(OWN_DESCRIPTORS),
+    "fstat": _any("a descriptor's metadata; it takes no path (newfstatat and statx, which do, are refused)"),
+    "mmap": _any(OWN_MEMORY + "; neither of its descriptors can be mapped (/dev/null, a socket)"),
+    "munmap": _any(OWN_MEMORY),
+    "mremap": _any(OWN_MEMORY),
+    "mprotect": _any(OWN_MEMORY),
+    "brk": _any(OWN_MEMORY),
+    "madvise": _any(OWN_MEMORY + "; KSM merging needs a colluding process (see the module docstring)"),
+    "futex": Allowance(
+        (Condition(1, "op", ALL_BITS & ~FUTEX_CLOCK_REALTIME, tuple(FUTEX_PRIVATE_FLAG | op for op in FUTEX_PLAIN_OPERATIONS)),),
+        "locks in its own memory: private (no key shared with other processes) and no PI operation (they look up a task id)"),
+    "rt_sigaction": _any(OWN_SIGNALS),
+    "rt_sigprocmask": _any(OWN_SIGNALS),
+    "rt_sigreturn": _any(OWN_SIGNALS),
+    "sigaltstack": _any(OWN_SIGNALS),
+    "restart_syscall": _any("resumes its own interrupted sleep"),
+    "clock_gettime": Allowance((below(0, "clockid", STANDARD_CLOCKS),),
+                               "the standard clocks, its own CPU clocks included; a negative id names another process's clock"),
+    "clock_getres": Allowance((below(0, "clockid", STANDARD_CLOCKS),), "as clock_gettime"),
+    "clock_nanosleep": Allowance((below(0, "clockid", STANDARD_CLOCKS),), "time.sleep(); as clock_gettime"),
+    "gettimeofday": _any("the wall clock"),
+    "time": _any("the wall clock"),
+    "nanosleep": _any("sleeps on its own"),
+    "getpid": _any("its own pid"),
+    "gettid": _any("its own thread id"),
+    "getppid": _any("its parent, the zygote, whose pid the worker was forked knowing"),
+    "getuid": _any("its own credentials"),
+    "geteuid": _any("its own credentials"),
+    "getgid": _any("its own credentials"),
+    "getegid": _any("its own credentials"),
+    "getresuid": _any("its own credentials"),
+    "getresgid": _any("its own credentials"),
+    "getrusage": Allowance((below(0, "who", 2),), "RUSAGE_SELF or RUSAGE_THREAD, never RUSAGE_CHILDREN (-1)"),
+    "prlimit64": Allowance((equals(0, "pid", 0), equals(2, "new_limit", 0)),
+                           "getrlimit(): its own limits (pid 0), read only (no new limit)"),
+    "getrandom": _any("random bytes from the kernel"),
+    "sched_yield": _any("gives up its own time slice"),
+    "exit": _any("ends itself"),
+    "exit_group": _any("ends itself"),
+}
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,24 +192,38 @@ def build_seccomp_filter():
     except (ImportError, OSError, AttributeError) as error:  # the binding, or libseccomp.so.2, is missing
         return None, f"libseccomp is not available ({type(error).__name__}: {error})"
     try:
-        syscall_filter = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
-        for name in ALLOWED_SYSCALLS:
-            try:
-                syscall_filter.add_rule(seccomp.ALLOW, name)
-            except (OSError, ValueError, RuntimeError):  # not a syscall on this architecture
-                continue
-        # fstat() is newfstatat(fd, "", AT_EMPTY_PATH) in glibc: allowed for descriptors, never for paths
-        for name, flags_argument in (("newfstatat", 3), ("statx", 2)):
-            try:
-                syscall_filter.add_rule(seccomp.ALLOW, name, seccomp.Arg(flags_argument, seccomp.MASKED_EQ, AT_EMPTY_PATH, AT_EMPTY_PATH))
-            except (OSError, ValueError, RuntimeError):
-                continue
-        # getrlimit() is prlimit64(0, resource, NULL, old): reading limits yes, setting them no
-        syscall_filter.add_rule(seccomp.ALLOW, "prlimit64", seccomp.Arg(2, seccomp.EQ, 0))
-        program = _export_bpf(syscall_filter)
+        program = _export_bpf(_syscall_filter(seccomp))
     except Exception as error:  # libseccomp refused to build it: run without, and say so
         return None, f"libseccomp could not build the filter ({type(error).__name__}: {error})"
     return program, None
+
+
+def filter_pseudocode() -> str:
+    """The filter as libseccomp compiles it, in its pseudo filter code (PFC): for tests and review.
+    Raises ImportError where libseccomp is missing."""
+    import tempfile
+
+    import pyseccomp as seccomp
+
+    with tempfile.TemporaryFile("w+") as handle:
+        _syscall_filter(seccomp).export_pfc(handle)
+        handle.seek(0)
+        return handle.read()
+
+
+def _syscall_filter(seccomp):
+    """``SYSCALL_RULES`` as a libseccomp filter: EPERM unless one rule admits the call. A condition
+    with several values becomes one rule per value (seccomp's rules for one syscall are alternatives)."""
+    syscall_filter = seccomp.SyscallFilter(seccomp.ERRNO(errno.EPERM))
+    for name, allowance in SYSCALL_RULES.items():
+        if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) < 0:  # not a syscall here (``time`` on aarch64)
+            continue
+        for values in itertools.product(*(condition.values for condition in allowance.conditions)):
+            arguments = [seccomp.Arg(condition.argument, seccomp.EQ, value) if condition.mask == ALL_BITS
+                         else seccomp.Arg(condition.argument, seccomp.MASKED_EQ, condition.mask, value)
+                         for condition, value in zip(allowance.conditions, values)]
+            syscall_filter.add_rule(seccomp.ALLOW, name, *arguments)
+    return syscall_filter
 
 
 class _SockFilterProgram(ctypes.Structure):

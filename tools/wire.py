@@ -14,6 +14,7 @@ with its own message. Only the standard library is imported here: the worker use
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import select
@@ -48,12 +49,36 @@ class FrameMalformed(Exception):
 
 
 def encode(payload: dict) -> bytes:
-    data = json.dumps(payload, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+    """One frame of strict JSON: a non-finite float raises ValueError here, at the sender's bug."""
+    data = json.dumps(payload, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
     return HEADER.pack(len(data)) + data
+
+
+# The largest integer a frame may carry: ``to_wire`` sends ints of at most 64 bits (either sign).
+WIRE_INT_BITS = 64
+WIRE_INT_DIGITS = len(str(2**WIRE_INT_BITS - 1))  # 20: a longer literal is refused before int() reads it
 
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(literal: str) -> float:
+    """A JSON number with a fraction or exponent; one too large for a float (1e999) would be infinity."""
+    number = float(literal)
+    if not math.isfinite(number):
+        raise ValueError("a number too large for a float")
+    return number
+
+
+def _bounded_int(literal: str) -> int:
+    """A JSON integer of at most 64 bits; a longer one is refused unparsed (int() of many digits is slow)."""
+    if len(literal.lstrip("-")) > WIRE_INT_DIGITS:
+        raise ValueError("an integer too large")
+    number = int(literal)
+    if abs(number).bit_length() > WIRE_INT_BITS:
+        raise ValueError("an integer too large")
+    return number
 
 
 # An escaped backslash, or a \\u escape of a surrogate: a high one with its low partner, or a lone one.
@@ -68,14 +93,16 @@ def _lone_surrogate_to_replacement(match: re.Match) -> str:
 
 
 def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dict:
-    """One strict JSON object in strict UTF-8: no NaN or Infinity, and no lone surrogates (their
-    escapes become U+FFFD before parsing), so whatever a worker sends can be written to a
-    trajectory and read back by any JSON parser."""
+    """One strict JSON object in strict UTF-8: no NaN or Infinity, no number that overflows into one
+    (1e999) and no integer beyond 64 bits, and no lone surrogates (their escapes become U+FFFD
+    before parsing), so whatever a worker sends can be written to a trajectory and read back by any
+    JSON parser."""
     try:
         text = body.decode("utf-8")
         if "\\u" in text:
             text = SURROGATE_ESCAPE.sub(_lone_surrogate_to_replacement, text)
-        value = json.loads(text, object_hook=object_hook, parse_constant=_refuse_constant)
+        value = json.loads(text, object_hook=object_hook, parse_constant=_refuse_constant, parse_float=_finite_float,
+                           parse_int=_bounded_int)
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameMalformed(f"not a JSON frame ({type(error).__name__})") from None
     if type(value) is not dict:

@@ -98,18 +98,21 @@ def test_only_the_channel_and_dev_null_are_open(escaped, small_demo, index, tmp_
     log = tmp_path / "trajectories.jsonl"
     with open(log, "a") as held_open, Sandbox(small_demo, LIMITS, index=index) as other:  # another episode's pipe
         other.execute("kept = 1")
+        # lseek, not fstat: glibc's fstat is newfstatat, which the fence refuses (it can take a path).
+        # An open descriptor seeks (/dev/null) or says ESPIPE (a socket); a closed one says EBADF.
         result = run(escaped, """
-            import os, stat
+            import errno, os
             open_fds = []
             for fd in range(4096):
                 try:
-                    mode = os.fstat(fd).st_mode
-                except OSError:
-                    continue
-                open_fds.append((fd, stat.S_ISCHR(mode), stat.S_ISSOCK(mode)))
+                    os.lseek(fd, 0, os.SEEK_CUR)
+                    open_fds.append((fd, "seekable"))
+                except OSError as error:
+                    if error.errno != errno.EBADF:
+                        open_fds.append((fd, errno.errorcode[error.errno]))
             print(open_fds)
         """)
-        assert result.stdout.strip() == "[(0, True, False), (1, True, False), (2, True, False), (3, False, True)]"
+        assert result.stdout.strip() == "[(0, 'seekable'), (1, 'seekable'), (2, 'seekable'), (3, 'ESPIPE')]"
         assert held_open.fileno() > 3
         assert other.execute("kept").value == "1"
     assert log.read_text() == ""
@@ -166,6 +169,10 @@ def test_forged_frames_claim_nothing(escaped):
 @pytest.mark.parametrize("body", [
     b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[NaN, Infinity]}}',
     b'{"op":"done","stdout":"","value":NaN,"error":null,"traceback":null,"deferred_output_chars":0}',
+    b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":1e999}}',
+    b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[[-1e400, 0, 0]]}}',
+    b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":123456789012345678901234567890}}',
+    b'{"op":"done","stdout":"","value":null,"error":null,"traceback":null,"deferred_output_chars":1e999}',
     b'[1, 2]',
     b'{"op":"call","tool":"open","args":[],"kwargs":{}}',
 ])
