@@ -2,11 +2,12 @@
 
 Against a served model an episode spends almost all its time waiting for the server's tokens. So
 each episode in flight gets a thread (which releases the interpreter lock while it waits on its
-socket) and its own sandbox worker, forked from the zygote like every other; its actions run there,
-its tool calls in the host, as always. What an episode in flight holds: its thread (a stack whose
-untouched pages cost nothing), its conversation (bounded by ``context_chars``), its policy's
-per-episode state (a shallow copy of the run's policy: the tokenizer and the server pool are
-shared), and one sandbox worker process. Finished trajectories go back to the caller's thread,
+socket) and its own sandbox: a worker, forked from the zygote like every other, where its actions
+run, and an episode host process, where its tool calls are served (``tools.episode_host``), so
+that no episode's tool work holds the interpreter lock the others' threads need. What an episode
+in flight holds: its thread (a stack whose untouched pages cost nothing), its conversation
+(bounded by ``context_chars``), its policy's per-episode state (a shallow copy of the run's policy:
+the tokenizer and the server pool are shared), and those two processes. Finished trajectories go back to the caller's thread,
 which alone writes the log, so the log stays append-only and one line per episode.
 
 The same config gives the same trajectories at any concurrency (order aside): an episode's seed
@@ -25,7 +26,7 @@ from agent.errors import AgentError
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
 
-DESCRIPTORS_PER_EPISODE = 4  # its sandbox channel, the worker's /proc stat, a kept server connection, a spare
+DESCRIPTORS_PER_EPISODE = 4  # its episode host's link, the worker's channel while it starts, a kept server connection, a spare
 DESCRIPTORS_BASE = 256  # the host's own: corpus files, the log, the zygote, Python's
 
 

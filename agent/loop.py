@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Callable
 
 from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 
 from agent.actions import extract_code
 from agent.environment import versions
@@ -33,7 +34,7 @@ from tools.sandbox import Limits, Sandbox
 
 def sandbox_limits(config: EpisodeConfig) -> Limits:
     return Limits(
-        wall_seconds=config.wall_seconds, cpu_seconds=config.cpu_seconds,
+        wall_seconds=config.wall_seconds, cpu_seconds=config.cpu_seconds, host_seconds=config.host_seconds,
         memory_bytes=config.memory_mb * 2**20, output_chars=config.output_chars,
     )
 
@@ -153,6 +154,11 @@ def _step_records(reply) -> tuple[Generation | None, StepPolicyInfo | None]:
         first = error.errors(include_url=False)[0]
         raise ValueError(f"the policy recorded {'.'.join(map(str, first['loc']))} as {str(first.get('input'))[:60]!r}: "
                          f"{first['msg']}") from None
+    for record in (generation, info):
+        try:
+            record is None or record.model_dump_json()
+        except PydanticSerializationError as error:  # text a server sent (a lone surrogate) that no log can hold
+            raise ValueError(f"the policy's {type(record).__name__.lower()} record cannot be logged ({str(error)[:120]})") from None
     return generation, info
 
 
@@ -185,6 +191,8 @@ def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> 
         index=index, action_text=text, code=code, observation=shown, observation_chars_cut=omitted,
         error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost,
         deferred_output_chars=result.deferred_output_chars, tool_calls=calls,
-        timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls)),
+        timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls),
+                        host_seconds=result.host_seconds, host_cpu_seconds=result.host_cpu_seconds,
+                        worker_cpu_seconds=result.worker_cpu_seconds),
     )
     return step, result.outcome  # the host's record of the call that ended the episode, if one did

@@ -8,7 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-SCHEMA_VERSION = 3  # 3: served prompts, reasoning; 2: isolation, deferred_output_chars; older files still load
+# 4: what each tool call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
+# deferred_output_chars. Older files still load: every field added since is optional.
+SCHEMA_VERSION = 4
 
 
 class Record(BaseModel):
@@ -94,6 +96,9 @@ class Timings(Record):
     policy_seconds: float = 0.0
     sandbox_seconds: float = 0.0
     tools_seconds: float = 0.0
+    host_seconds: float = 0.0  # the host's wall time serving this action's tool calls (its host_seconds budget)
+    host_cpu_seconds: float = 0.0  # the host's CPU for this action (counted in its cpu_seconds budget)
+    worker_cpu_seconds: float = 0.0  # the worker's CPU for this action (counted in its cpu_seconds budget)
 
 
 class Step(Record):
@@ -127,6 +132,7 @@ class EpisodeConfig(Record):
     seed: int = 0
     wall_seconds: float = Field(10.0, gt=0, allow_inf_nan=False)
     cpu_seconds: int = Field(10, ge=1)
+    host_seconds: float = Field(5.0, gt=0, allow_inf_nan=False)  # the host's time serving one action's tool calls
     memory_mb: int = Field(2_048, ge=64, le=2**20)  # at most 1 TiB: beyond that, no limit the kernel can set
     output_chars: int = Field(20_000, ge=100)
     record_prompt_ids: bool = False  # keep each served prompt's ids in the trajectory, not only their digest
@@ -139,7 +145,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str

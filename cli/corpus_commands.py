@@ -1,4 +1,7 @@
-"""``explorer corpus stats|search|generate|export``."""
+"""``explorer corpus stats|search|generate|export``.
+
+Paper text, section names and ids come from corpus files: shown as ``agent.terminal_text``
+data (JSON with its controls escaped), never as rich markup."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.terminal_text import json_visible, untrusted
 from cli.errors import UsageError
 from cli.options import CorpusOption, JsonOption, QuestionsOption, open_corpus
 from corpus import BM25Index, DemoConfig, generate
@@ -31,7 +35,7 @@ def _refuse_overwrite(out: Path, force: bool) -> None:
 
 
 def _print_json(value) -> None:
-    typer.echo(json.dumps(value, indent=2, ensure_ascii=False))
+    typer.echo(json_visible(json.dumps(value, indent=2, ensure_ascii=False)))
 
 
 @corpus_app.command("stats")
@@ -55,7 +59,7 @@ def stats(
             value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
         elif isinstance(value, list):
             value = ", ".join(value)
-        table.add_row(key.replace("_", " "), str(value))
+        table.add_row(key.replace("_", " "), untrusted(str(value)))
     console.print(table)
 
 
@@ -77,9 +81,9 @@ def search(
         _print_json([asdict(hit) for hit in hits])
         return
     if not hits:
-        console.print(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})")
+        console.print(untrusted(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})"))
         return
-    table = Table(title=f"{len(hits)} hits for {query!r}", title_justify="left")
+    table = Table(title=untrusted(f"{len(hits)} hits for {query!r}"), title_justify="left")
     table.add_column("#", no_wrap=True)
     table.add_column("score", no_wrap=True)
     table.add_column("paper", no_wrap=True)
@@ -88,8 +92,8 @@ def search(
     table.add_column("text", ratio=1, overflow="fold")
     for rank, hit in enumerate(hits, start=1):
         text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
-        table.add_row(str(rank), f"{hit.score:.3f}", hit.paper_id, f"{hit.section_index}: {hit.section or '-'}",
-                      str(hit.paragraph_index), text)
+        table.add_row(str(rank), f"{hit.score:.3f}", untrusted(hit.paper_id), untrusted(f"{hit.section_index}: {hit.section or '-'}"),
+                      str(hit.paragraph_index), untrusted(text))
     console.print(table)
 
 
@@ -115,8 +119,8 @@ def generate_command(
     if as_json:
         _print_json(summary)
     else:
-        console.print(f"wrote {summary['papers']} papers, {summary['questions']} questions, "
-                      f"{summary['paragraphs']} paragraphs to {out}")
+        console.print(untrusted(f"wrote {summary['papers']} papers, {summary['questions']} questions, "
+                                f"{summary['paragraphs']} paragraphs to {out}"))
 
 
 @corpus_app.command("export")
@@ -139,4 +143,4 @@ def export(
     if as_json:
         _print_json(summary)
     else:
-        console.print(f"wrote {summary['papers']} papers and {summary['questions']} questions to {out} ({to})")
+        console.print(untrusted(f"wrote {summary['papers']} papers and {summary['questions']} questions to {out} ({to})"))

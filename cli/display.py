@@ -1,4 +1,8 @@
-"""How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``)."""
+"""How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``).
+
+Everything an episode holds came from a model, a worker or a questions file: it is shown through
+``agent.terminal_text`` (rich ``Text``, controls made visible), never as markup. Only the
+labels and styles around it are ours."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
 
+from agent.terminal_text import untrusted, visible
 from agent.trajectory import Step, Trajectory
 
 OBSERVATION_LINES = 12
@@ -16,7 +21,9 @@ OBSERVATION_WIDTH = 300
 
 
 def shorten(observation: str) -> str:
-    lines = observation.splitlines()
+    """At most OBSERVATION_LINES lines of OBSERVATION_WIDTH characters; controls made visible first,
+    so only newlines split it (str.splitlines would break at U+2028, U+0085 and others too)."""
+    lines = visible(observation).split("\n")
     shown = [line if len(line) <= OBSERVATION_WIDTH else line[:OBSERVATION_WIDTH] + " ..." for line in lines[:OBSERVATION_LINES]]
     if len(lines) > OBSERVATION_LINES:
         shown.append(f"... ({len(lines) - OBSERVATION_LINES} more lines)")
@@ -29,18 +36,18 @@ def _short(value, width: int = 40) -> str:
 
 
 def print_question(console: Console, question: str, question_id: str | None, policy: str) -> None:
-    where = f" [dim]({question_id})[/dim]" if question_id else ""
-    console.print(f"[bold]Question[/bold]{where}: {question}")
-    console.print(f"[dim]policy: {policy}[/dim]")
+    where = Text.assemble(" (", untrusted(question_id), ")", style="dim") if question_id else ""
+    console.print(Text.assemble(("Question", "bold"), where, ": ", untrusted(question)))
+    console.print(Text.assemble("policy: ", untrusted(policy), style="dim"))
 
 
 def print_step(console: Console, step: Step) -> None:
     parts = []
     thought = step.action_text.split("```", 1)[0].strip() if step.code is not None else ""
     if thought:
-        parts.append(Text(thought, style="italic"))
-    if step.code is not None:
-        parts.append(Syntax(step.code, "python", theme="ansi_dark", background_color="default", word_wrap=True))
+        parts.append(untrusted(thought, style="italic"))
+    if step.code is not None:  # Syntax passes ESC and other controls through as they are: shown visibly first
+        parts.append(Syntax(visible(step.code), "python", theme="ansi_dark", background_color="default", word_wrap=True))
     else:
         shown = shorten(step.action_text.strip()) if step.action_text.strip() else f"(a blank reply: {len(step.action_text)} whitespace characters)"
         parts.append(Text(shown, style="red"))
@@ -50,7 +57,7 @@ def print_step(console: Console, step: Step) -> None:
         for call in step.tool_calls
     )
     if calls:
-        parts.append(Text(f"tools: {calls}", style="cyan"))
+        parts.append(untrusted(f"tools: {calls}", style="cyan"))
     if step.generation:
         g = step.generation
         tokens = f"tokens: prompt {g.prompt_tokens}" if g.prompt_tokens is not None else f"chat API: prompt {g.usage_prompt_tokens} (its tokens)"
@@ -59,7 +66,7 @@ def print_step(console: Console, step: Step) -> None:
         tokens += f", generated {g.generated_tokens}" + (" - hit the cap" if g.hit_cap else "")
         if g.parity_warning:
             tokens += f"; parity warning: {g.parity_warning}"
-        parts.append(Text(tokens, style="magenta"))
+        parts.append(untrusted(tokens, style="magenta"))  # a parity warning quotes the model's tokens
     flags = [flag for flag, on in (
         ("format error", step.format_error), (f"limit: {step.limit_hit}", step.limit_hit),
         (f"observation cut by {step.observation_chars_cut} characters", step.observation_chars_cut),
@@ -67,25 +74,27 @@ def print_step(console: Console, step: Step) -> None:
     observation = Text(shorten(step.observation), style="red" if step.error or step.format_error else "")
     parts.append(Panel(observation, title="observation", title_align="left", border_style="dim"))
     if flags:
-        parts.append(Text("; ".join(flags), style="yellow"))
+        parts.append(untrusted("; ".join(flags), style="yellow"))
     console.print(Panel(Group(*parts), title=f"step {step.index + 1}", title_align="left"))
 
 
 def print_outcome(console: Console, trajectory: Trajectory, written_to: Path | None = None) -> None:
     outcome = trajectory.outcome
     style = {"submitted": "green", "abstained": "yellow"}.get(outcome.status, "red")
-    line = f"[bold {style}]{outcome.status}[/bold {style}]"
+    line = Text(outcome.status, style=f"bold {style}")
     if outcome.answer is not None:
-        line += f": {outcome.answer!r}"
+        line.append(": ").append_text(untrusted(repr(outcome.answer)))
     if outcome.reason:
-        line += f" [dim]({outcome.reason})[/dim]"
+        line.append(" ").append_text(untrusted(f"({outcome.reason})", style="dim"))
     console.print(line)
     for item in outcome.evidence:
-        console.print(f"  evidence: {item.paper_id} section {item.section} paragraph {item.paragraph}: [dim]{item.text[:120]}...[/dim]")
+        console.print(Text.assemble("  evidence: ", untrusted(f"{item.paper_id} section {item.section} paragraph {item.paragraph}: "),
+                                    untrusted(f"{item.text[:120]}...", style="dim")))
     tools = sum(len(step.tool_calls) for step in trajectory.steps)
-    console.print(f"[dim]{len(trajectory.steps)} steps, {tools} tool calls, {trajectory.seconds:.2f} s; episode {trajectory.episode_id}[/dim]")
+    console.print(untrusted(f"{len(trajectory.steps)} steps, {tools} tool calls, {trajectory.seconds:.2f} s; episode {trajectory.episode_id}",
+                            style="dim"))
     if written_to is not None:
-        console.print(f"trajectory written to {written_to}")
+        console.print(untrusted(f"trajectory written to {written_to}"))
 
 
 def print_episode(console: Console, trajectory: Trajectory) -> None:

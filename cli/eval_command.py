@@ -26,8 +26,9 @@ from agent.manifest import RunManifest, acting_settings, stranger
 from agent.policies import make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner, sandbox_isolation
+from agent.terminal_text import untrusted, visible
 from agent.trajectory import Trajectory
-from agent.writer import TrajectoryLog, read_trajectories, read_whole_lines
+from agent.writer import TrajectoryLog, read_log, read_trajectories, read_whole_lines
 from cli.errors import UsageError
 from cli.options import (
     AdapterOption,
@@ -37,6 +38,7 @@ from cli.options import (
     ContextCharsOption,
     CorpusOption,
     CpuSecondsOption,
+    HostSecondsOption,
     MaxContextOption,
     MaxNewTokensOption,
     MaxStepsOption,
@@ -73,6 +75,7 @@ from cli.run_commands import ReplayOtherCorpusOption, refuse_other_corpus
 from corpus import BM25Index
 from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
+from corpus.jsonl import write_lines
 
 console = Console(stderr=True)
 
@@ -132,6 +135,7 @@ def eval_command(
     context_chars: Optional[int] = ContextCharsOption,
     wall_seconds: Optional[float] = WallSecondsOption,
     cpu_seconds: Optional[int] = CpuSecondsOption,
+    host_seconds: Optional[float] = HostSecondsOption,
     memory_mb: Optional[int] = MemoryMbOption,
     output_chars: Optional[int] = OutputCharsOption,
     preregistration: Optional[Path] = typer.Option(
@@ -155,7 +159,7 @@ def eval_command(
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
-        record_prompt_ids=record_prompt_ids,
+        record_prompt_ids=record_prompt_ids, host_seconds=host_seconds,
     )
     manifest = _read_manifest(out) if resume else None
     if manifest is not None and (workers is None) != (concurrency is None):  # the way given replaces the recorded one
@@ -205,7 +209,7 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     else:
         note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
         if note:
-            console.print(f"[yellow]note: {note}[/yellow]")
+            console.print(untrusted(f"note: {note}", style="yellow"))  # it may quote the server
     _make_run_directory(out)
     index = BM25Index.cached(corpus)
     if not manifest_path.exists():
@@ -226,10 +230,15 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
         console.print(f"replaced {superseded} episodes that had ended in policy_error")
     if stopped is not None:
         typer.echo(f"error: stopped after {config.max_consecutive_errors} consecutive episodes ended in policy_error (last: "
-                   f"{stopped}); fix the policy's server, then run explorer eval --out {out} --resume --retry-errors", err=True)
+                   f"{visible(stopped)}); fix the policy's server, then run explorer eval --out {out} --resume --retry-errors", err=True)
         raise typer.Exit(1)
 
     metrics = write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+    if metrics.episodes and metrics.status.get("policy_error", 0) == metrics.episodes:  # fewer than --max-consecutive-errors
+        typer.echo(f"error: every episode ({metrics.episodes}) ended in policy_error, so nothing was measured; see the reasons "
+                   f"with explorer inspect {out} --flag no_answer, fix the policy or its server (a server that takes no token "
+                   f"ids needs --api chat or --prompt-format text), then run explorer eval --out {out} --resume --retry-errors", err=True)
+        raise typer.Exit(1)
     if metrics.preregistration is not None and not metrics.preregistration.passed:
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
         typer.echo(f"error: the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}", err=True)
@@ -423,14 +432,13 @@ def drop_superseded_errors(log_path: Path) -> int:
     same question and sample replaced; returns how many were dropped. A crash before this leaves
     both lines, and the scoring keeps the later one all the same. Lines are handled as bytes,
     exactly as the log's reader splits them (text may hold U+2028, which str.splitlines splits)."""
-    numbered, _ = read_whole_lines(log_path)
-    last = {(t.question_id, t.sample): number for number, t in numbered}
-    dropped = {number for number, t in numbered if t.outcome.status == "policy_error" and last[(t.question_id, t.sample)] > number}
+    logged, _ = read_log(log_path)  # each line with its bytes, from one read: kept lines are copied as written
+    last = {(r.value.question_id, r.value.sample): r.number for r in logged}
+    dropped = {r.number for r in logged
+               if r.value.outcome.status == "policy_error" and last[(r.value.question_id, r.value.sample)] > r.number}
     if not dropped:
         return 0
-    raw = log_path.read_bytes().split(b"\n")  # line N is raw[N - 1]
-    with atomic_file(log_path, binary=True) as handle:
-        handle.writelines(raw[number - 1] + b"\n" for number, _ in numbered if number not in dropped)
+    write_lines(log_path, (r.data for r in logged if r.number not in dropped))
     return len(dropped)
 
 

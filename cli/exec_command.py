@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from agent.terminal_text import json_visible
 from cli.errors import UsageError
 from cli.options import CorpusOption, open_corpus
 from tools.modules import DEFAULT_MODULES, VETTED_MODULES
@@ -31,24 +32,20 @@ def read_action(path: Path) -> str:
         raise UsageError(f"{path}: cannot read ({error.strerror})") from None
 
 
-# Characters that str.splitlines() and some JSON-lines readers take for line breaks, though JSON
-# leaves them unescaped: escaped here so that one result is always exactly one line.
-LINE_BREAKS_JSON_KEEPS = {"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"}
-
-
 def json_line(result: dict, pretty: bool = False) -> str:
-    text = json.dumps(result, indent=2 if pretty else None, ensure_ascii=False)
-    for character, escaped in LINE_BREAKS_JSON_KEEPS.items():
-        text = text.replace(character, escaped)
-    # a lone surrogate cannot be written as UTF-8; as a \\uXXXX escape it is still valid JSON
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """One result as JSON whose strings escape every control, format character, line separator and
+    lone surrogate the worker printed (agent.terminal_text.json_visible): safe on a terminal, and one
+    result is exactly one line even for readers that split on U+2028 or U+0085."""
+    return json_visible(json.dumps(result, indent=2 if pretty else None, ensure_ascii=False, allow_nan=False))
 
 
-def build_limits(wall_seconds: float, cpu_seconds: int, memory_mb: int, output_chars: int, modules: list[str]) -> Limits:
+def build_limits(wall_seconds: float, cpu_seconds: int, memory_mb: int, output_chars: int, modules: list[str],
+                 host_seconds: float = 5.0) -> Limits:
     try:
         return Limits(
             wall_seconds=wall_seconds,
             cpu_seconds=cpu_seconds,
+            host_seconds=host_seconds,
             memory_bytes=memory_mb * 2**20,
             output_chars=output_chars,
             allowed_modules=tuple(modules) if modules else DEFAULT_MODULES,
@@ -61,7 +58,8 @@ def exec_command(
     files: List[Path] = typer.Argument(..., help="Action files, run in order in one sandbox; '-' reads standard input."),
     corpus_path: Optional[Path] = CorpusOption,
     wall_seconds: float = typer.Option(10.0, "--wall-seconds", help="Wall-clock limit per action."),
-    cpu_seconds: int = typer.Option(10, "--cpu-seconds", help="CPU-time limit per action."),
+    cpu_seconds: int = typer.Option(10, "--cpu-seconds", help="CPU-time limit per action, the worker's and the host's for its tool calls."),
+    host_seconds: float = typer.Option(5.0, "--host-seconds", help="Time the host may spend serving one action's tool calls."),
     memory_mb: int = typer.Option(2048, "--memory-mb", help="Memory an action may add to the worker, in MiB."),
     output_chars: int = typer.Option(20_000, "--output-chars", help="Printed characters allowed per action."),
     allow_module: List[str] = typer.Option(
@@ -77,7 +75,7 @@ def exec_command(
     """
     if sum(1 for path in files if str(path) == "-") > 1:
         raise UsageError("'-' (standard input) can be named only once")
-    limits = build_limits(wall_seconds, cpu_seconds, memory_mb, output_chars, allow_module)
+    limits = build_limits(wall_seconds, cpu_seconds, memory_mb, output_chars, allow_module, host_seconds)
     actions = [(str(path), read_action(path)) for path in files]  # every file read before any runs
     corpus = open_corpus(corpus_path)
     with Sandbox(corpus, limits) as sandbox:

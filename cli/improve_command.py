@@ -30,6 +30,7 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agent.models import tokenizer_file
+from agent.terminal_text import visible
 from cli.errors import UsageError
 from cli.options import CorpusOption, SplitOfOption, open_corpus, split_of
 
@@ -115,12 +116,12 @@ def improve_command(
     for number in range(1, rounds + 1):
         record = run_round(out / f"round-{number}", number, settings, corpus, corpus_path, current, previous)
         typer.echo(f"round {number}: {record.successful} of {record.episodes} attempts succeeded, {record.examples} examples; "
-                   f"answer F1 {_shown(record.answer_f1)}, direct-submit {_shown(record.direct_submit_rate)} - {record.reason}")
+                   f"answer F1 {_shown(record.answer_f1)}, direct-submit {_shown(record.direct_submit_rate)} - {visible(record.reason)}")
         if not record.kept:
-            typer.echo(f"stopped after round {number}; the result is {current or 'the base model'}")
+            typer.echo(visible(f"stopped after round {number}; the result is {current or 'the base model'}"))
             return
         current, previous = record.adapter, record
-    typer.echo(f"{rounds} rounds done; the result is {current}")
+    typer.echo(visible(f"{rounds} rounds done; the result is {current}"))
 
 
 def _check_out(out: Path, settings: ImproveSettings) -> None:

@@ -1,4 +1,7 @@
-"""``explorer preregister``, ``inspect``, ``compare`` and ``report``: what a run did, read back."""
+"""``explorer preregister``, ``inspect``, ``compare`` and ``report``: what a run did, read back.
+
+Questions, answers, ids and flag evidence come from the run's files: they reach the terminal as
+``agent.terminal_text.untrusted`` text (table cells included), never as rich markup."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ from typing import TYPE_CHECKING, List, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from agent.terminal_text import json_visible, untrusted
 from cli.errors import UsageError
 from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 
@@ -79,7 +84,7 @@ def inspect_command(
                 console.print(f"answer F1 {score.answer_f1:.3f}, exact match {score.exact_match:.0f}, evidence F1 {score.evidence_f1:.3f}")
             for item in score.flags:
                 step = "" if item.step is None else f" (step {item.step + 1})"
-                console.print(f"[red]flag {item.detector}{step}[/red]: {item.text}")
+                console.print(Text.assemble(untrusted(f"flag {item.detector}{step}", style="red"), ": ", untrusted(item.text)))
         _print_changed_observations(matches[-1])
         return
     if flag is not None:
@@ -87,7 +92,8 @@ def inspect_command(
         table = Table("episode", "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
         for score in flagged:
             for item in (f for f in score.flags if f.detector == flag):
-                table.add_row(score.episode_id, score.question[:50], "-" if item.step is None else str(item.step + 1), item.text[:80])
+                table.add_row(untrusted(score.episode_id), untrusted(score.question[:50]),
+                              "-" if item.step is None else str(item.step + 1), untrusted(item.text[:80]))
         console.print(table)
         return
     print_summary(console, run.metrics)
@@ -95,21 +101,21 @@ def inspect_command(
     table = Table("episode", "question", "status", "F1", "flags", title=f"worst {len(ranked)} episodes")
     for score in ranked:
         flags = ", ".join(sorted({f.detector for f in score.flags}))
-        table.add_row(score.episode_id, score.question[:50], score.status, f"{score.answer_f1 or 0:.2f}", flags)
+        table.add_row(untrusted(score.episode_id), untrusted(score.question[:50]), untrusted(score.status),
+                      f"{score.answer_f1 or 0:.2f}", untrusted(flags))
     console.print(table)
 
 
 def _print_changed_observations(trajectory: Trajectory) -> None:
     """A replayed episode's observations that differ from its recording (nothing for other policies)."""
-    from rich.markup import escape
-
     from evaluation.scoring import compared_observations
 
     for index, reproduced, drift in compared_observations(trajectory):
         if reproduced:
             continue
         where = "" if drift is None else f" at character {drift.position}: recorded {drift.recorded!r}, now {drift.current!r}"
-        console.print(f"[yellow]replay drift (step {index + 1})[/yellow]: " + escape(f"the observation differs from the recording{where}"))
+        console.print(Text.assemble((f"replay drift (step {index + 1})", "yellow"), ": ",
+                                    untrusted(f"the observation differs from the recording{where}")))
 
 
 def compare_command(
@@ -132,11 +138,11 @@ def compare_command(
         raise UsageError(f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
                          f"{result.unpaired.only_in_b} only in B); compare runs of the same split")
     if as_json:
-        typer.echo(result.model_dump_json(indent=2))
+        typer.echo(json_visible(result.model_dump_json(indent=2)))  # answers and questions are in it
         return
     if result.same_corpus is False:
         console.print("[yellow]warning: the runs used different corpora[/yellow]")
-    console.print(f"A: {result.run_a}\nB: {result.run_b}")
+    console.print(untrusted(f"A: {result.run_a}\nB: {result.run_b}"))
     console.print(f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, "
                   "except the unpaired table")
     for table in _compare_tables(result):
@@ -190,7 +196,7 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
     if result.largest_differences:
         moves = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
         for row in result.largest_differences:
-            moves.add_row(row.question[:50], row.a[:30], row.b[:30], f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
+            moves.add_row(untrusted(row.question[:50]), untrusted(row.a[:30]), untrusted(row.b[:30]), f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
     return [figures, abstention, mcnemar, fisher, rest, moves]
 
 

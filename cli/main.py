@@ -2,6 +2,8 @@
 
 Every command turns a bad input into one line on stderr and exit code 2; a traceback from our
 own code never reaches the user. Heavy modules are imported inside the commands that need them.
+Error and log lines may quote a server, a worker or a data file: they are written through
+``agent.terminal_text.visible``, so a control character in them is shown, never acted on.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from importlib.metadata import PackageNotFoundError, version
 import typer
 
 from agent.errors import AgentError
+from agent.terminal_text import visible
 from cli.corpus_commands import corpus_app
 from cli.errors import UsageError
 from cli.eval_command import eval_command
@@ -62,6 +65,13 @@ app.command("export")(export_command)
 app.command("merge")(merge_command)
 
 
+class VisibleFormatter(logging.Formatter):
+    """Log lines with their controls shown: a logged message may quote a server or a corpus file."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return visible(super().format(record))
+
+
 def _version(value: bool) -> None:
     if value:
         try:
@@ -76,21 +86,19 @@ def _root(
     show_version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also log informational messages (cache rebuilds)."),
 ) -> None:
-    logging.basicConfig(
-        level=logging.INFO if verbose else logging.WARNING,
-        format="%(levelname)s: %(message)s",
-        stream=sys.stderr,
-    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(VisibleFormatter("%(levelname)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
 def main() -> None:
     try:
         app(prog_name="explorer")
     except INPUT_ERRORS as error:
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {visible(str(error))}", err=True)
         sys.exit(2)
     except SandboxError as error:  # the machine, not the input: one line, exit 1
-        typer.echo(f"error: {error}", err=True)
+        typer.echo(f"error: {visible(str(error))}", err=True)
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

@@ -76,7 +76,8 @@ RetriesOption = typer.Option(None, "--retries", min=0, help="openai: retries wit
 ObservationCharsOption = typer.Option(None, "--observation-chars", min=200, help="An observation longer than this is cut, and says so (default 4000).")
 ContextCharsOption = typer.Option(None, "--context-chars", min=1000, help="A conversation longer than this ends with context_limit (default 100000).")
 WallSecondsOption = typer.Option(None, "--wall-seconds", min=0.1, help="Sandbox: wall-clock limit per action (default 10).")
-CpuSecondsOption = typer.Option(None, "--cpu-seconds", min=1, help="Sandbox: CPU-time limit per action (default 10).")
+CpuSecondsOption = typer.Option(None, "--cpu-seconds", min=1, help="Sandbox: CPU-time limit per action, the worker's and the host's for its tool calls (default 10).")
+HostSecondsOption = typer.Option(None, "--host-seconds", min=0.01, help="Sandbox: time the host may spend serving one action's tool calls (default 5).")
 MemoryMbOption = typer.Option(None, "--memory-mb", min=64, help="Sandbox: memory an action may add, in MiB (default 2048).")
 OutputCharsOption = typer.Option(None, "--output-chars", min=100, help="Sandbox: printed characters per action (default 20000).")
 
@@ -93,11 +94,11 @@ def policy_overrides(*, name, replay, model, adapter, quantization, max_new_toke
 
 
 def episode_overrides(*, max_steps, seed, observation_chars, context_chars, wall_seconds, cpu_seconds, memory_mb,
-                      output_chars, record_prompt_ids) -> dict:
+                      output_chars, record_prompt_ids, host_seconds=None) -> dict:
     """The episode and sandbox flags a user gave, as ``episode.FIELD`` overrides of a config."""
     given = dict(max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
-                 wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
-                 record_prompt_ids=record_prompt_ids)
+                 wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, host_seconds=host_seconds, memory_mb=memory_mb,
+                 output_chars=output_chars, record_prompt_ids=record_prompt_ids)
     return {f"episode.{key}": value for key, value in given.items()}
 
 

@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from agent.terminal_text import visible
 from cli.errors import UsageError
 
 
@@ -93,5 +94,5 @@ def _check_data(data: Path, episodes, renderer) -> int:
 
 
 def _broken(message: str) -> None:
-    typer.echo(f"parity broken: {message}", err=True)
+    typer.echo(f"parity broken: {visible(message)}", err=True)  # it quotes decoded tokens: model text
     raise typer.Exit(1)

@@ -13,6 +13,7 @@ from agent.config import RunConfig, load_config
 from agent.policies import Policy, make_policy
 from agent.policies.replay import Replay
 from agent.runner import EpisodeRunner
+from agent.terminal_text import untrusted, visible
 from agent.trajectory import Trajectory
 from agent.writer import TornLine, TrajectoryLog, read_whole_lines
 from cli.display import print_episode, print_outcome, print_question, print_step
@@ -25,6 +26,7 @@ from cli.options import (
     ContextCharsOption,
     CorpusOption,
     CpuSecondsOption,
+    HostSecondsOption,
     MaxContextOption,
     MaxNewTokensOption,
     MaxStepsOption,
@@ -126,6 +128,7 @@ def run_command(
     context_chars: Optional[int] = ContextCharsOption,
     wall_seconds: Optional[float] = WallSecondsOption,
     cpu_seconds: Optional[int] = CpuSecondsOption,
+    host_seconds: Optional[float] = HostSecondsOption,
     memory_mb: Optional[int] = MemoryMbOption,
     output_chars: Optional[int] = OutputCharsOption,
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
@@ -145,13 +148,13 @@ def run_command(
     ) | episode_overrides(
         max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
         wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
-        record_prompt_ids=record_prompt_ids,
+        record_prompt_ids=record_prompt_ids, host_seconds=host_seconds,
     )
     config = load_config(RunConfig, config_file, overrides)
     policy = make_policy(config.policy, config.episode.max_steps)
     note = policy.preflight()
     if note:
-        typer.echo(f"note: {note}", err=True)
+        typer.echo(f"note: {visible(note)}", err=True)  # it may quote the server
     corpus = open_corpus(corpus_path)
     refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     question = None
@@ -174,7 +177,7 @@ def run_command(
         print_replay_drift(console, replay_drift([trajectory]))
     if question is not None:
         gold = "; ".join(a.reference_text for a in question.answers if a.reference_text) or "(none)"
-        console.print(f"[dim]gold answer: {gold}[/dim]")
+        console.print(untrusted(f"gold answer: {gold}", style="dim"))
 
 
 def show_command(
@@ -215,9 +218,9 @@ def episode_table(numbered: list[tuple[int, Trajectory]]) -> Table:
     """Episodes with the file line each is on (what --line takes)."""
     # the id and time fold onto more lines, never cut short: they are what tells duplicates apart
     table = Table("line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer")
-    for number, item in numbered:
-        table.add_row(str(number), item.episode_id, item.question[:50], item.outcome.status, str(len(item.steps)), item.started_at,
-                      (item.outcome.answer or "")[:30])
+    for number, item in numbered:  # every cell but the line number came from the log: data, not markup
+        table.add_row(str(number), *(untrusted(cell) for cell in (
+            item.episode_id, item.question[:50], item.outcome.status, str(len(item.steps)), item.started_at, (item.outcome.answer or "")[:30])))
     return table
 
 

@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from agent.terminal_text import untrusted, visible
 from cli.errors import UsageError
 from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 
@@ -154,7 +155,7 @@ def parity_report(trajectories, renderer, allow_mismatch: bool):
         mismatches=len(mismatches), first_mismatch=str(mismatches[0]) if mismatches else None, allowed=allow_mismatch and bool(mismatches),
     )
     if mismatches and not allow_mismatch:
-        first = str(mismatches[0]).splitlines()[0]
+        first = visible(str(mismatches[0])).split("\n")[0]  # it quotes the decoded tokens: model text
         typer.echo(f"error: parity check failed on {len(mismatches)} of {len(trajectories)} trajectories, first {first}; "
                    "nothing written (see explorer check-parity; --allow-parity-mismatch builds anyway)", err=True)
         raise typer.Exit(1)
@@ -278,7 +279,7 @@ def train_command(
 
     corpus = open_corpus(corpus_path, splits=split_of(split_of_values))
     try:
-        summary = train(config, data, out, corpus, log=console.print, resume=resume)
+        summary = train(config, data, out, corpus, log=lambda line: console.print(untrusted(line)), resume=resume)
     except TrainingInterrupted as stop:
         exit_interrupted(stop, ["explorer", *sys.argv[1:]] + ([] if resume else ["--resume"]))
     if summary is not None:  # None on the processes other than the main one (accelerate launch)
@@ -336,11 +337,11 @@ def print_training_summary(summary, out: Path) -> None:
                   title="checkpoints")
     for record in summary.checkpoints:
         tf, seen = record.teacher_forced, record.behaviour
-        table.add_row(record.checkpoint, str(record.step), _shown(tf.loss_all), _shown(tf.first_action_end_probability),
+        table.add_row(untrusted(record.checkpoint), str(record.step), _shown(tf.loss_all), _shown(tf.first_action_end_probability),
                       _shown(seen.direct_submit_rate), _shown(seen.tool_calls_before_submit), _shown(seen.answer_f1))
     console.print(table)
     for warning in summary.warnings:
-        console.print(f"[bold red]WARNING: {warning}[/bold red]")
+        console.print(untrusted(f"WARNING: {warning}", style="bold red"))
     console.print(f"selection ({summary.criterion}): {summary.best_checkpoint or 'none'}")
     session = f"steps {summary.resumed_from_step + 1}-{summary.steps} in {summary.seconds} s (resumed)" if summary.resumed_from_step else f"{summary.seconds} s"
     console.print(f"{summary.steps} steps, mean loss {summary.train_loss:.4f}, {session}; written to {out} (validation.jsonl, training_summary.json)")

@@ -94,12 +94,19 @@ class BM25:
         """One float64 score per document, equal to ``BM25Okapi.get_scores(query_tokens)``."""
         return self._accumulate(query_tokens, None)
 
-    def _accumulate(self, query_tokens: Sequence[str], matched: np.ndarray | None) -> np.ndarray:
+    def _accumulate(
+        self, query_tokens: Sequence[str], matched: np.ndarray | None, within: slice | None = None
+    ) -> np.ndarray:
         scores = np.zeros(self.n_docs, dtype=np.float64)
         for token in query_tokens:
             term = self.vocabulary.get(token)
             if term is not None:
                 start, end = self.indptr[term], self.indptr[term + 1]
+                if within is not None:
+                    # Postings are sorted by document: keep those in range. Each kept document gets
+                    # the same additions in the same order, so its score is the same float.
+                    low, high = np.searchsorted(self.indices[start:end], (within.start, within.stop))
+                    start, end = start + low, start + high
                 postings = self.indices[start:end]
                 # A term's postings name each document once, so fancy-index += is exact here.
                 scores[postings] += self.weights[start:end]
@@ -114,7 +121,7 @@ class BM25:
         the ranking to a contiguous range of documents (one paper's paragraphs).
         """
         matched = np.zeros(self.n_docs, dtype=bool)
-        scores = self._accumulate(query_tokens, matched)
+        scores = self._accumulate(query_tokens, matched, within)
         candidates = np.flatnonzero(matched)
         if within is not None:
             candidates = candidates[(candidates >= within.start) & (candidates < within.stop)]

@@ -14,6 +14,7 @@ that names the file, the line or paper, and the field.
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -24,6 +25,7 @@ from pydantic import ValidationError
 
 from corpus.collection import Corpus
 from corpus.errors import CorpusError, LoadWarning, from_validation_error, where
+from corpus.jsonl import every_line
 from corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
 from corpus.schema import Items, Paper, Question, Record
 from corpus.splits import ALIASES, SPLITS, split_from_name
@@ -47,7 +49,8 @@ class _Duplicates:
         return result
 
 
-def _read_text(path: Path) -> str:
+def _read_text(path: Path) -> tuple[bytes, str]:
+    """The file's bytes without a UTF-8 byte order mark, and its text; one line if it is not UTF-8."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -57,7 +60,7 @@ def _read_text(path: Path) -> str:
     except OSError as error:
         raise CorpusError(f"{path}: cannot read ({error.strerror})") from None
     try:
-        return data.decode("utf-8-sig")
+        return data.removeprefix(codecs.BOM_UTF8), data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = data.count(b"\n", 0, error.start) + 1
         raise CorpusError(
@@ -89,7 +92,7 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> object:
 
 def _json_documents(path: Path) -> Iterator[tuple[int | None, object]]:
     """(line number or None, parsed value): one value for a JSON file, one per line for JSONL."""
-    text = _read_text(path)
+    data, text = _read_text(path)
     if not text.strip():
         raise CorpusError(f"{path}: the file is empty; expected {SUPPORTED}")
     if path.suffix != ".jsonl":
@@ -100,9 +103,8 @@ def _json_documents(path: Path) -> Iterator[tuple[int | None, object]]:
         else:
             yield None, value
             return
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            yield number, _parse_json(path, line, number)
+    for line in every_line(data):  # bytes split on \n only: a paper's text may hold U+2028, which splitlines() splits
+        yield line.number, _parse_json(path, line.data.decode("utf-8"), line.number)
 
 
 def _records(path: Path) -> Iterator[tuple[int | None, str | None, object]]:

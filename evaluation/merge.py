@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from agent.config import dotted
 from agent.manifest import RecordedEvalConfig, RunManifest, acting_settings, stranger
 from agent.trajectory import Hashes
-from agent.writer import read_whole_lines
+from agent.writer import read_log
 from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
 from corpus.splits import parse_shard, shard_of
@@ -113,13 +113,13 @@ def read_run(directory: Path) -> ShardRun:
     resume = f"finish it with explorer eval --out {directory} --resume"
     if not log_path.exists():
         raise EvaluationError(f"{directory}: unfinished: no trajectories.jsonl yet; {resume}")
-    numbered, torn = read_whole_lines(log_path)
+    numbered, torn = read_log(log_path)  # each line with its bytes, from one read: copied exactly as written
     if torn is not None:
         raise EvaluationError(f"{log_path}:{torn.number}: unfinished: a torn last line (the run was interrupted); {resume}")
-    raw = log_path.read_bytes().split(b"\n")  # line N is raw[N - 1], as read_whole_lines numbers them
     last: dict[Key, int] = {}
-    settings = acting_settings(numbered[0][1]) if numbered else None
-    for number, trajectory in numbered:
+    settings = acting_settings(numbered[0].value) if numbered else None
+    for record in numbered:
+        number, trajectory = record.number, record.value
         if trajectory.question_id is None:
             raise EvaluationError(f"{log_path}:{number}: an episode without a question id is not one explorer eval writes")
         reason = stranger(trajectory, manifest, settings)
@@ -127,11 +127,11 @@ def read_run(directory: Path) -> ShardRun:
             raise EvaluationError(f"{log_path}:{number}: not an episode of this run: {reason}; rerun the shard")
         last[(trajectory.question_id, trajectory.sample)] = number
     lines: dict[Key, bytes] = {}
-    for number, trajectory in numbered:  # exactly write_metrics's rule: the first line that no later line supersedes
-        key = (trajectory.question_id, trajectory.sample)
-        superseded = trajectory.outcome.status == "policy_error" and last[key] > number
+    for record in numbered:  # exactly write_metrics's rule: the first line that no later line supersedes
+        key = (record.value.question_id, record.value.sample)
+        superseded = record.value.outcome.status == "policy_error" and last[key] > record.number
         if key not in lines and not superseded:
-            lines[key] = raw[number - 1] + b"\n"
+            lines[key] = record.data + b"\n"
     expected = manifest.config.questions * manifest.config.samples
     if len(lines) < expected:
         raise EvaluationError(f"{directory}: unfinished: {len(lines)} of {expected} episodes ({manifest.config.questions} "

@@ -8,10 +8,12 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from agent.manifest import RunManifest
+from agent.terminal_text import untrusted
+from corpus.jsonl import JsonLinesError, read_records
 from evaluation.errors import EvaluationError
 from evaluation.records import ReplayDrift, RunMetrics
 from evaluation.scoring import EpisodeScore
@@ -39,11 +41,13 @@ def load_run(directory: Path) -> Run:
     try:
         manifest = RunManifest.model_validate_json((directory / "manifest.json").read_bytes())
         metrics = RunMetrics.model_validate_json((directory / "metrics.json").read_bytes())
-        scores = [EpisodeScore.model_validate_json(line) for line in (directory / "scores.jsonl").read_text().splitlines() if line.strip()]
+        scores = read_records(directory / "scores.jsonl", EpisodeScore, what="episode score")  # bytes split on \n only
     except FileNotFoundError as error:
         raise EvaluationError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
     except json.JSONDecodeError as error:
         raise EvaluationError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
+    except JsonLinesError as error:
+        raise EvaluationError(f"{error}; rerun explorer eval --resume") from None
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
         raise EvaluationError(f"{directory}: a run file does not hold what explorer eval writes (field "
@@ -61,7 +65,7 @@ NO_ANSWER = ("step_limit", "context_limit", "policy_error")
 
 
 def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
-    table = Table("metric", "value", title=str(out) if out else "metrics")
+    table = Table("metric", "value", title=untrusted(str(out)) if out else "metrics")
     headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
                 ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
                 ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict), ("false_abstention_rate", metrics.false_abstention_rate),
@@ -107,9 +111,9 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         console.print(detectors)
     verdict = metrics.verdict
     style = "bold red" if verdict.verdict == "shortcut collapse" else "green"
-    console.print(f"[{style}]{verdict.verdict}[/{style}]: direct-submit rate {verdict.direct_submit_rate:.1%} "
-                  f"(threshold {verdict.threshold:.0%})")
-    console.print("status: " + ", ".join(f"{k} {v}" for k, v in metrics.status.items()))
+    console.print(Text.assemble(untrusted(verdict.verdict, style=style), f": direct-submit rate {verdict.direct_submit_rate:.1%} "
+                                f"(threshold {verdict.threshold:.0%})"))
+    console.print(untrusted("status: " + ", ".join(f"{k} {v}" for k, v in metrics.status.items())))
     for name, value in (("api_retries", metrics.api_retries), ("parity_warnings", metrics.parity_warnings),
                         ("hit_cap_steps", metrics.hit_cap_steps)):
         if value:
@@ -119,14 +123,14 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     prereg = metrics.preregistration
     if prereg:
         style = "bold green" if prereg.passed else "bold red"
-        console.print(f"[{style}]preregistered rule: {'PASS' if prereg.passed else 'FAIL'}[/{style}] ({prereg.file})")
+        console.print(Text.assemble((f"preregistered rule: {'PASS' if prereg.passed else 'FAIL'}", style), " ", untrusted(f"({prereg.file})")))
         for check in prereg.checks:
-            console.print(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})")
+            console.print(untrusted(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})"))
         for test in (prereg.comparison.fisher if prereg.comparison else []):
-            console.print(f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
-                          f"{' (significant)' if test.significant else ''}")
+            console.print(untrusted(f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
+                                    f"{' (significant)' if test.significant else ''}"))
     if out is not None:
-        console.print(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
+        console.print(untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}"))
 
 
 def print_replay_drift(console: Console, drift: ReplayDrift) -> None:
@@ -143,7 +147,7 @@ def print_replay_drift(console: Console, drift: ReplayDrift) -> None:
     first = drift.first_change
     if first is not None:
         question = f" (question {first.question_id})" if first.question_id else ""
-        console.print(escape(f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, "
-                             f"character {first.position}"))
-        console.print(escape(f"    recorded: {first.recorded!r}"))
-        console.print(escape(f"    current:  {first.current!r}"))
+        console.print(untrusted(f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, "
+                                f"character {first.position}"))
+        console.print(untrusted(f"    recorded: {first.recorded!r}"))
+        console.print(untrusted(f"    current:  {first.current!r}"))

@@ -20,9 +20,11 @@ from typing import NamedTuple
 from agent.renderer import ChatRenderer
 from agent.trajectory import Trajectory, without_timings
 from corpus.atomic import atomic_file
+from corpus.jsonl import JsonLinesError, read_records, write_records
 from corpus.schema import Question
 from evaluation.answers import best_over_references, token_f1
 from evaluation.scoring import prediction
+from sft.errors import TrainingError
 from sft.records import BuildReport, DataStatistics, Example, SplitCheck, Turn
 
 IGNORE = -100
@@ -225,14 +227,19 @@ def split_check(built: Built, evaluation_papers: frozenset[str], evaluation_ques
 def write(built: Built, out: Path, report: BuildReport) -> None:
     out.mkdir(parents=True, exist_ok=True)
     for name, examples in (("train", built.train), ("validation", built.validation)):
-        with atomic_file(out / f"{name}.jsonl") as handle:
-            handle.writelines(example.model_dump_json(exclude_none=True) + "\n" for example in examples)
+        write_records(out / f"{name}.jsonl", examples, exclude_none=True)
     with atomic_file(out / "build_report.json") as handle:
         handle.write(report.model_dump_json(indent=2))
 
 
 def load_examples(path: Path) -> list[Example]:
-    return [Example.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    """A built split's examples (lines split as bytes on \\n only: a trajectory's text may hold U+2028);
+    a bad line is one TrainingError naming file and line. A missing file is FileNotFoundError, for
+    the caller to name."""
+    try:
+        return read_records(path, Example, what="training example")
+    except JsonLinesError as error:
+        raise TrainingError(f"{error}; rebuild the data with explorer sft build") from None
 
 
 def load_report(data: Path) -> BuildReport:

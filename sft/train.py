@@ -43,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.models import file_sha256, load_causal_lm, load_renderer, tokenizer_file
 from corpus.atomic import atomic_file
+from corpus.jsonl import JsonLinesError, append_records, read_records, write_records
 from sft.dataset import IGNORE
 from sft.records import (
     Behaviour,
@@ -283,8 +284,7 @@ class Validator:
                 behaviour=seen,
             )
         if trajectories:  # written whole: a validation cut off by a kill and run again on resume leaves one file
-            with atomic_file(self.episodes / f"step-{step}.jsonl") as handle:
-                handle.writelines(t.model_dump_json() + "\n" for t in trajectories)
+            write_records(self.episodes / f"step-{step}.jsonl", trajectories)
         if was_training:
             self.model.train()
         return record
@@ -311,8 +311,7 @@ class Validator:
             self.write(record)
 
     def write(self, record: ValidationRecord) -> None:
-        with open(self.path, "a") as handle:
-            handle.write(record.model_dump_json() + "\n")
+        append_records(self.path, [record])  # a whole line, fsynced; a line torn by a kill is cut off first
         tf, seen = record.teacher_forced, record.behaviour
         self.log(f"validation at step {record.step}: loss {tf.loss_all}, P(first action ends) {tf.first_action_end_probability}, "
                  f"direct-submit {seen.direct_submit_rate}, answer F1 {seen.answer_f1}")
@@ -320,7 +319,12 @@ class Validator:
     def records(self) -> list[ValidationRecord]:
         if not self.path.exists():
             return []
-        return [ValidationRecord.model_validate_json(line) for line in self.path.read_text().splitlines() if line.strip()]
+        from sft.errors import TrainingError
+
+        try:  # lines split as bytes on \n only (corpus.jsonl)
+            return read_records(self.path, ValidationRecord, what="validation record")
+        except JsonLinesError as error:
+            raise TrainingError(str(error)) from None
 
 
 @contextmanager

@@ -255,7 +255,7 @@ def test_a_lone_surrogate_or_an_echoed_key_never_reaches_the_log(tiny_tokenizer,
     surrogate = answering((200, {"choices": [{"text": '```python\nsubmit("\ud800", evidence=[])\n```', "finish_reason": "stop"}]}))
     done = openai_eval([surrogate.url], tiny_tokenizer, tmp_path / "surrogate", "--limit", "2", "--retries", "0",
                        "--max-consecutive-errors", "5")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "every episode (2) ended in policy_error" in done.stderr, done.stderr  # nothing measured
     (first, _) = comparable_raw(tmp_path / "surrogate")
     assert first["outcome"]["status"] == "policy_error" and "lone surrogate" in first["outcome"]["reason"]
 
@@ -296,7 +296,7 @@ def test_a_server_that_drips_its_headers_is_cut_off_at_the_timeout(tiny_tokenize
     threading.Thread(target=drip, daemon=True).start()
     url = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
     done = openai_eval([url], tiny_tokenizer, tmp_path / "run", "--limit", "1", "--retries", "0", "--timeout", "2")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "every episode (1) ended in policy_error" in done.stderr, done.stderr  # nothing measured
     (trajectory,) = comparable_raw(tmp_path / "run")
     assert trajectory["outcome"]["status"] == "policy_error" and "within the timeout of 2 s" in trajectory["outcome"]["reason"]
 
@@ -337,7 +337,7 @@ def test_an_ipv6_replica_is_reached(tiny_tokenizer, tmp_path):
 def test_every_failed_attempt_is_named_when_all_replicas_fail(tiny_tokenizer, tmp_path):
     first, second = answering((503, {"error": "one"})), answering((503, {"error": "two"}))
     done = openai_eval([first.url, second.url], tiny_tokenizer, tmp_path / "run", "--limit", "1", "--retries", "1")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 1 and "every episode (1) ended in policy_error" in done.stderr, done.stderr  # nothing measured
     reason = comparable_raw(tmp_path / "run")[0]["outcome"]["reason"]
     assert first.url in reason and second.url in reason and "after 2 attempt(s)" in reason
 

@@ -186,3 +186,16 @@ def test_pass_at_k_and_majority_vote_match_an_independent_computation(tiny_token
     assert sampling["majority_answer_f1"] == pytest.approx(fmean(f1 for f1, _ in votes))
     assert sampling["agreement"] == pytest.approx(fmean(share for _, share in votes))
     assert sampling["mean_answer_f1"] == pytest.approx(fmean(fmean(s["answer_f1"] for s in g) for g in by_question.values()))
+
+
+def test_a_run_whose_every_episode_ended_in_policy_error_fails_with_one_line(server, tiny_tokenizer, tmp_path):
+    """Fewer episodes than --max-consecutive-errors, all failed (a server that refuses token ids, say):
+    not a measurement, so exit 1 with what to do, and --retry-errors mends it."""
+    server.answers = [(400, {"error": "prompt must be a string"})] * 3
+    done = run_cli("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+                   "--split", "all", "--limit", "3", "--retries", "0", "--out", str(tmp_path / "run"))
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 1 and len(errors) == 1 and "every episode (3) ended in policy_error" in errors[0]
+    assert "--api chat" in errors[0] and "--retry-errors" in errors[0]
+    resumed = run_cli("eval", "--out", str(tmp_path / "run"), "--resume", "--retry-errors")
+    assert resumed.returncode == 0, resumed.stderr

@@ -48,7 +48,9 @@ What still reaches a worker that has escaped the language layer: its own memory,
 allowed, its one channel to the host (which believes nothing it says), reads of its own
 descriptors, the standard clocks, and a few facts about itself: its pid and its parent's (the
 zygote's; pids are global, so their growth says how many processes the machine starts), its
-uid, its own limits and resource usage. ``madvise`` is not restricted: KSM merging
+uid, its own limits and resource usage, what ``fstat`` says of its own descriptors (its channel's
+inode number, a global counter like pids; ``/dev/null``'s device, inode and times), and which
+CPU it runs on (``sched_getcpu`` is answered by the vDSO, without a syscall). ``madvise`` is not restricted: KSM merging
 (MADV_MERGEABLE) can time whether another opted-in process holds a page, which needs a
 colluding process, as does timing the shared CPU. The host verifies the fence from outside
 (``/proc/PID/status``) rather than trusting the worker's word, and records what held as the

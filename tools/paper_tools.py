@@ -1,10 +1,16 @@
 """The functions a policy calls: search, read, extract, submit, abstain.
 
 ``PaperTools`` holds one episode's view of a corpus and its BM25 index. Every call validates
-its arguments (``tools.arguments``), is recorded with its latency and error, and returns fresh
+its arguments (``tools.arguments``), is recorded with its latency, its error and what it returned
+(bounded per call and per action: ``start_action`` opens an action's budget), and returns fresh
 plain data (str, int, float, list, dict), so nothing an action receives can reach back into
 the corpus, the index or another episode. Failures raise ``ToolError`` with a message the
 model can act on ("no paper 'x'; did you mean ...?").
+
+Every call's host cost is bounded whatever its arguments: quotes are found through the index's
+normalised text (at most ``QUOTE_SCANS`` whole-corpus scans per submit), "did you mean" under a
+work cap, regular expressions by program size times text, sentence indexes by a per-process LRU
+(each episode's host process has its own, so one episode's extracts tell another nothing).
 
 ``TOOLS`` is the single source of the tool page shown to the policy (``tools.page``): each
 entry names the function, its argument model and its one-line contract.
@@ -13,18 +19,27 @@ entry names the function, its argument model and its one-line contract.
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
+import heapq
+import itertools
 import json
 import re
+import threading
 import time
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import re2
+import scipy.sparse
 
 from corpus import BM25, BM25Index, Corpus, Paper, tokenize
+from corpus.index import quote_form
 from tools.arguments import AbstainArgs, Arguments, ExtractArgs, ReadArgs, SearchArgs, SubmitArgs, validate
 from tools.errors import ToolError
-from tools.records import Evidence, Outcome, ToolCallRecord
+from tools.records import Evidence, Outcome, Returned, ToolCallRecord
 
 PAGE_CHARS = 2500
 SNIPPET_CHARS = 300
@@ -63,8 +78,24 @@ TOOLS_BY_NAME = {tool.name: tool for tool in TOOLS}
 MAX_NAME_CHARS = 300  # paper ids and section names are short; longer arguments are refused unechoed
 SECTION_NUMBER = re.compile(r"[0-9]{1,6}")  # not str.isdigit(): it accepts "²", which int() refuses
 REGEX_MEMORY = 1 << 20  # RE2's budget for one compiled pattern (its default, 8 MiB, takes seconds to fill)
+# RE2 program instructions x bytes of sentences one regex extract may scan: where its DFA gives up,
+# its NFA costs ~1-3 ns per instruction and byte, so this bounds a call to ~0.15 s whatever the pattern.
+REGEX_WORK = 50_000_000
+# Sentence indexes (extract) kept per process, shared by its episodes, least recently used first out.
+SENTENCE_INDEX_PAPERS = 128
+SENTENCE_INDEX_CHARS = 8_000_000
+# Whole-corpus scans one submit may spend on quotes with no uncommon word to look them up by
+# (each ~1 ns per byte of corpus text; a quote with one costs a look at the few paragraphs holding it).
+QUOTE_SCANS = 3
+CLOSE_CUTOFF = 0.6  # difflib.get_close_matches's default, as for every "did you mean"
+CLOSE_POOL = 20  # similar ids ranked before the best few are shown
+CLOSE_WORK = 100_000  # character pairs SequenceMatcher may compare per lookup (~100 ns each)
 RECORD_TEXT_CHARS = 1_000  # a string argument kept in a call record beyond this is cut, and says so
 RECORD_CHARS = 10_000  # a call record's arguments beyond this (as JSON) are summarised, and say so
+# What a tool returned is kept for the detectors: whole up to RETURNED_CHARS (a search at k=50 with
+# long titles is ~30,000), and up to ACTION_RETURNED_CHARS per action; beyond that, length and sha256.
+RETURNED_CHARS = 32_000
+ACTION_RETURNED_CHARS = 100_000
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -77,11 +108,26 @@ def for_record(arguments: dict) -> dict:
     """A call's arguments as the trajectory keeps them: long strings cut, and arguments that are
     still too large replaced by their size and their start. Each cut says what it left out."""
     kept = _cut_strings(arguments)
-    text = json.dumps(kept, ensure_ascii=False)
+    text = json.dumps(kept, ensure_ascii=False, allow_nan=False)  # decoded frames hold no NaN or infinity
     if len(text) <= RECORD_CHARS:
         return kept
     return {"arguments_not_recorded": f"{len(text):,} characters of arguments, over the {RECORD_CHARS:,} a record keeps",
             "start": text[:RECORD_TEXT_CHARS]}
+
+
+def returned_record(result: Any, budget_left: int) -> Returned:
+    """A tool's result rendered once (a str as it is, anything else as JSON) and bounded: cut to
+    RETURNED_CHARS, then only its length and sha256 when it does not fit in ``budget_left``, what
+    is left of the action's budget. Each cut says what it left out."""
+    text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+    whole = {"chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()}
+    cut = None
+    if len(text) > RETURNED_CHARS:
+        text, cut = text[:RETURNED_CHARS], f"the first {RETURNED_CHARS:,} of {len(text):,} characters (the cap for one result)"
+    if len(text) > budget_left:
+        return Returned(text=None, **whole, cut=f"not kept: {len(text):,} characters, over the {budget_left:,} left "
+                        f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results")
+    return Returned(text=text, **whole, cut=cut)
 
 
 def _cut_strings(value: Any) -> Any:
@@ -106,7 +152,7 @@ class PaperTools:
         self.index = index
         self.calls: list[ToolCallRecord] = []
         self.outcome: Outcome | None = None
-        self._sentence_indexes: dict[str, tuple[list[tuple[int, int, str]], BM25]] = {}
+        self._returned_left = ACTION_RETURNED_CHARS  # of this action's budget for kept results
 
     # -- the functions the policy sees ------------------------------------------------------------
 
@@ -133,7 +179,9 @@ class PaperTools:
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
-            return getattr(self, f"_{name}")(parsed)
+            result = getattr(self, f"_{name}")(parsed)
+            record.returned = self._kept(result)
+            return result
         except ToolError as error:
             record.error = str(error)
             raise
@@ -147,6 +195,18 @@ class PaperTools:
     def refuse(self, name: str, reason: str) -> None:
         """Record a call the host refused before validating it (e.g. arguments over the frame cap)."""
         self.calls.append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=reason))
+
+    def start_action(self) -> None:
+        """A new action begins: its calls' results get the whole per-action budget again. The
+        sandbox calls this before each action; without it the budget is the episode's."""
+        self._returned_left = ACTION_RETURNED_CHARS
+
+    def _kept(self, result: Any) -> Returned:
+        """``result`` as the call record keeps it, charged to this action's budget: the first result
+        that does not fit spends it, so every later one keeps only its length and sha256 too."""
+        returned = returned_record(result, self._returned_left)
+        self._returned_left = self._returned_left - len(returned.text) if returned.text is not None else 0
+        return returned
 
     def _search(self, args: SearchArgs) -> list[dict]:
         if args.paper_id is not None:
@@ -186,21 +246,19 @@ class PaperTools:
 
     def _extract(self, args: ExtractArgs) -> list[dict]:
         paper = self._paper(args.paper_id)
-        located, bm25 = self._sentences_of(paper)
+        sentence_index = self._sentences_of(paper)
+        located = sentence_index.located
         if args.regex:
-            options = re2.Options()
-            options.log_errors = False
-            options.case_sensitive = False
-            options.max_mem = REGEX_MEMORY  # bounds compile time too: a huge program is refused, not built
-            try:
-                pattern = re2.compile(args.query, options)
-            except re2.error as error:
-                detail = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
-                hint = "make it smaller" if "too large" in detail else "RE2 has no backreferences or lookaround"
-                raise ToolError(f"extract(): not a valid RE2 pattern ({detail}); {hint}") from None
-            ranked = [(i, 1.0) for i, (_, _, text) in enumerate(located) if pattern.search(text)][:args.k]
+            pattern = _regex(args.query)
+            work = pattern.programsize * sentence_index.utf8_bytes
+            if work > REGEX_WORK:
+                raise ToolError(f"extract(): the pattern is too complex to run over {paper.id!r} ({pattern.programsize:,} RE2 "
+                                f"instructions x {sentence_index.utf8_bytes:,} bytes of text, over the {REGEX_WORK:,} a call "
+                                f"may use); use a simpler pattern, or words without regex=True")
+            matching = (i for i, text in enumerate(sentence_index.searchable) if pattern.search(text))
+            ranked = [(i, 1.0) for i in itertools.islice(matching, args.k)]  # the first k: no need to look further
         else:
-            ranked = bm25.top_k(tokenize(args.query), args.k)
+            ranked = sentence_index.bm25.top_k(tokenize(args.query), args.k)
         return [
             {
                 "paper_id": paper.id,
@@ -216,8 +274,10 @@ class PaperTools:
     def _submit(self, args: SubmitArgs) -> str:
         self._refuse_if_ended()
         evidence: list[dict] = []
+        quote_bytes_left = QUOTE_SCANS * len(self.index.quotes.text)
         for position, item in enumerate(args.evidence):
-            resolved = self._evidence(position, item)
+            resolved, read = self._evidence(position, item, quote_bytes_left)
+            quote_bytes_left -= read
             if resolved not in evidence:  # a paragraph cited twice (as a hit and as a quote) counts once
                 evidence.append(resolved)
         self.outcome = Outcome(status="submitted", answer=args.answer, evidence=[Evidence(**item) for item in evidence])
@@ -260,20 +320,13 @@ class PaperTools:
                 raise ToolError(f"section {section!r} is ambiguous in {paper.id!r} ({listed}); pass its number")
         raise ToolError(f"no section {section!r} in {paper.id!r}; read({paper.id!r}) lists its sections")
 
-    def _sentences_of(self, paper: Paper) -> tuple[list[tuple[int, int, str]], BM25]:
-        """The paper's sentences with their (section, paragraph) and a BM25 over them, built once."""
-        if paper.id not in self._sentence_indexes:
-            located = [
-                (s_index, p_index, sentence)
-                for s_index, section in enumerate(paper.sections)
-                for p_index, text in enumerate(section.paragraphs) if text
-                for sentence in sentences(text)
-            ]
-            self._sentence_indexes[paper.id] = (located, BM25.build([tokenize(s) for _, _, s in located]))
-        return self._sentence_indexes[paper.id]
+    def _sentences_of(self, paper: Paper) -> SentenceIndex:
+        """The paper's sentence index, from the process's bounded cache (shared by its episodes)."""
+        return SENTENCE_INDEXES.get(paper)
 
-    def _evidence(self, position: int, item: Any) -> dict:
-        """A paragraph address (hit dict or triple) or an exact quote -> {paper_id, section, paragraph, text}."""
+    def _evidence(self, position: int, item: Any, quote_bytes_left: int) -> tuple[dict, int]:
+        """A paragraph address (hit dict or triple) or an exact quote -> ({paper_id, section, paragraph,
+        text}, bytes of corpus text read to find it): a quote may read ``quote_bytes_left`` at most."""
         if isinstance(item, dict):
             missing = [key for key in ("paper_id", "section", "paragraph") if key not in item]
             if missing:
@@ -288,15 +341,20 @@ class PaperTools:
                     or not paper.sections[section].paragraphs[paragraph]:
                 raise ToolError(f"evidence {position}: {paper.id!r} has no paragraph {paragraph} in section {section}")
             return {"paper_id": paper.id, "section": section, "paragraph": paragraph,
-                    "text": paper.sections[section].paragraphs[paragraph]}
+                    "text": paper.sections[section].paragraphs[paragraph]}, 0
         if isinstance(item, str):
-            quote = " ".join(item.split()).lower()
-            if len(quote) < 10:
+            if len(quote_form(item)) < 10:
                 raise ToolError(f"evidence {position}: a quote must have at least 10 characters to identify a paragraph")
-            for paragraph in self.corpus.paragraphs():
-                if quote in " ".join(paragraph.text.split()).lower():
-                    return {"paper_id": paragraph.paper_id, "section": paragraph.section_index,
-                            "paragraph": paragraph.paragraph_index, "text": paragraph.text}
+            plan = self.index.plan_quote(item)
+            if plan.cost > quote_bytes_left:
+                raise ToolError(f"evidence {position}: this quote has no word uncommon enough to look it up by, and a submit "
+                                f"may scan the whole corpus for {QUOTE_SCANS} such quotes at most; quote a longer passage, "
+                                f"or cite the paragraph as [paper_id, section, paragraph]")
+            found = self.index.find_planned(plan)  # the first paragraph, in corpus order, that contains it
+            if found is not None:
+                paragraph = self.index.paragraphs[found]
+                return {"paper_id": paragraph.paper_id, "section": paragraph.section_index,
+                        "paragraph": paragraph.paragraph_index, "text": paragraph.text}, plan.cost
             raise ToolError(f"evidence {position}: no paragraph contains the quote {shown(item)}; quote the text exactly as read")
         raise ToolError(f"evidence {position}: expected a hit, a [paper_id, section, paragraph] list or a quote, got {type(item).__name__}")
 
@@ -305,15 +363,225 @@ class PaperTools:
             raise ToolError(f"the episode already ended ({self.outcome.status}); nothing more can be submitted")
 
 
+@dataclass(frozen=True)
+class SentenceIndex:
+    """One paper's sentences with their (section, paragraph), and a BM25 over them."""
+
+    paper: Paper  # held, so the id() that keys it in the cache is not reused while it is cached
+    located: list[tuple[int, int, str]]
+    bm25: BM25
+    chars: int  # of all its sentences: what the cache's bound counts
+
+    @classmethod
+    def build(cls, paper: Paper) -> SentenceIndex:
+        """One pass over the paper's text: its cost grows with the paper's length, nothing else."""
+        located = [
+            (s_index, p_index, sentence)
+            for s_index, section in enumerate(paper.sections)
+            for p_index, text in enumerate(section.paragraphs) if text
+            for sentence in sentences(text)
+        ]
+        texts = [sentence for _, _, sentence in located]
+        return cls(paper, located, BM25.build([tokenize(text) for text in texts]), sum(map(len, texts)))
+
+    @functools.cached_property
+    def searchable(self) -> list[str]:
+        """The sentences as RE2 takes them (a lone surrogate, which JSON allows, as U+FFFD); for regex only."""
+        return [_encodable(sentence) for _, _, sentence in self.located]
+
+    @functools.cached_property
+    def utf8_bytes(self) -> int:
+        """What a regex scans."""
+        return sum(len(text) if text.isascii() else len(text.encode("utf-8")) for text in self.searchable)
+
+
+def _encodable(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD, so that it encodes as UTF-8."""
+    if text.isascii():
+        return text
+    return LONE_SURROGATE.sub("\ufffd", text)
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class SentenceIndexCache:
+    """Sentence indexes of the papers used last, at most ``max_papers`` of them holding at most
+    ``max_chars`` characters of sentences (one paper larger than that is kept alone). Shared by
+    every episode in a process, so an action that extracts from every paper costs one build per
+    paper and leaves the cache no larger; safe to use from several threads."""
+
+    def __init__(self, max_papers: int, max_chars: int) -> None:
+        self.max_papers = max_papers
+        self.max_chars = max_chars
+        self.chars = 0
+        self._entries: OrderedDict[int, SentenceIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, paper: Paper) -> SentenceIndex:
+        with self._lock:
+            entry = self._entries.get(id(paper))
+            if entry is not None:
+                self._entries.move_to_end(id(paper))
+                return entry
+        entry = SentenceIndex.build(paper)  # outside the lock: other threads' lookups need not wait
+        with self._lock:
+            previous = self._entries.pop(id(paper), None)
+            self.chars -= previous.chars if previous is not None else 0
+            self._entries[id(paper)] = entry
+            self.chars += entry.chars
+            while len(self._entries) > 1 and (len(self._entries) > self.max_papers or self.chars > self.max_chars):
+                self.chars -= self._entries.popitem(last=False)[1].chars
+        return entry
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.chars = 0
+
+
+SENTENCE_INDEXES = SentenceIndexCache(SENTENCE_INDEX_PAPERS, SENTENCE_INDEX_CHARS)
+
+
+def _regex(query: str) -> re2._Regexp:
+    """``query`` compiled by RE2, case-insensitive, within REGEX_MEMORY; a bad pattern is a ToolError."""
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = False
+    options.max_mem = REGEX_MEMORY  # bounds compile time too: a huge program is refused, not built
+    try:
+        return re2.compile(_encodable(query), options)
+    except re2.error as error:
+        detail = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
+        hint = "make it smaller" if "too large" in detail else "RE2 has no backreferences or lookaround"
+        raise ToolError(f"extract(): not a valid RE2 pattern ({detail}); {hint}") from None
+
+
 def _closest(wanted: str, candidates: list[str], n: int = 3) -> list[str]:
     """Similar ids, most similar first; among equals, ids that contain what was typed, then by name."""
-    close = difflib.get_close_matches(wanted, candidates, n=20, cutoff=0.6)
+    close = _close_matches(wanted, candidates)
 
     def rank(candidate: str) -> tuple:
         ratio = difflib.SequenceMatcher(None, wanted, candidate).ratio()
         return (-round(ratio, 6), wanted not in candidate, candidate)
 
     return sorted(close, key=rank)[:n]
+
+
+def _close_matches(wanted: str, candidates: list[str]) -> list[str]:
+    """``difflib.get_close_matches(wanted, candidates, n=CLOSE_POOL, cutoff=CLOSE_CUTOFF)`` at a
+    bounded cost.
+
+    difflib computes SequenceMatcher's ratio (quadratic in the lengths, in Python) for every
+    candidate that passes two cheap upper bounds of it. Here an upper bound is computed for all
+    candidates at once (``_IdTable.ratio_bounds``), and the ratio in order of that bound, best
+    first, until no candidate left could enter the best CLOSE_POOL: the same ids in the same
+    order. After CLOSE_WORK character pairs the search stops where it is, which only a list of
+    thousands of ids alike in every character reaches (a hint, not a result).
+    """
+    table = _id_table(tuple(candidates))
+    rows, bounds = table.ratio_bounds(wanted)
+    order = np.argsort(-bounds, kind="stable")
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(wanted)  # as get_close_matches does: the ratio is not symmetric
+    best: list[tuple[float, str]] = []  # a heap of the CLOSE_POOL best (ratio, id), as heapq.nlargest keeps them
+    work = 0
+    for row, bound in zip(rows[order].tolist(), bounds[order].tolist()):
+        if len(best) == CLOSE_POOL and bound < best[0][0]:
+            break  # its ratio is at most its bound, below every id kept
+        work += len(wanted) * int(table.lengths[row]) + 100  # 100: a call's own overhead, in pairs
+        if work > CLOSE_WORK:
+            break
+        matcher.set_seq1(candidates[row])
+        ratio = matcher.ratio()
+        if ratio >= CLOSE_CUTOFF:
+            (heapq.heappush if len(best) < CLOSE_POOL else heapq.heappushpop)(best, (ratio, candidates[row]))
+    return [candidate for _, candidate in sorted(best, reverse=True)]
+
+
+LCS_CHARS = 64  # the longest typed id whose common subsequences are counted in one uint64 per id
+LCS_WIDTH = 150  # characters of each id the table keeps (a longer id is rarely a near match of LCS_CHARS typed)
+
+
+@dataclass(frozen=True)
+class _IdTable:
+    """Ids' lengths and characters, for upper bounds of their ratio to a typed id."""
+
+    lengths: np.ndarray
+    columns: dict[str, int]  # character -> column number
+    counts: scipy.sparse.csc_matrix  # id x character: occurrences
+    characters: np.ndarray  # id x position (the first LCS_WIDTH): column numbers, len(columns) past the end
+
+    def ratio_bounds(self, wanted: str) -> tuple[np.ndarray, np.ndarray]:
+        """The ids (rows) that difflib's cheap bounds let through, and for each an upper bound of
+        its ratio: 2 x matches / total length, where matches is at most the characters in common
+        (difflib's quick_ratio) and, for a typed id of up to LCS_CHARS characters, at most the
+        longest common subsequence (SequenceMatcher's matching blocks are one)."""
+        total = self.lengths + len(wanted)
+        divisor = np.maximum(total, 1).astype(np.float64)
+        # difflib's _calculate_ratio, 2.0 * matches / length, as the same float operations.
+        real_quick = np.where(total > 0, 2.0 * np.minimum(self.lengths, len(wanted)) / divisor, 1.0)
+        quick = np.where(total > 0, 2.0 * self._shared_characters(wanted) / divisor, 1.0)
+        rows = np.flatnonzero((real_quick >= CLOSE_CUTOFF) & (quick >= CLOSE_CUTOFF))
+        bounds = quick[rows]
+        held = self.lengths[rows] <= self.characters.shape[1]  # ids the table holds every character of
+        if 0 < len(wanted) <= LCS_CHARS and held.any():
+            common = self._common_subsequence(wanted, rows[held])
+            bounds[held] = np.minimum(bounds[held], 2.0 * common / divisor[rows[held]])
+        return rows, bounds
+
+    def _shared_characters(self, wanted: str) -> np.ndarray:
+        """Per id, how many characters it has in common with ``wanted`` (as multisets)."""
+        shared = np.zeros(len(self.lengths), dtype=np.int64)
+        indptr, indices, data = self.counts.indptr, self.counts.indices, self.counts.data
+        for character, count in Counter(wanted).items():
+            column = self.columns.get(character)
+            if column is not None:
+                start, end = indptr[column], indptr[column + 1]
+                shared[indices[start:end]] += np.minimum(data[start:end], count)
+        return shared
+
+    def _common_subsequence(self, wanted: str, rows: np.ndarray) -> np.ndarray:
+        """Per id in ``rows``, the length of its longest common subsequence with ``wanted``, for
+        all of them at once: Hyyrö's bit-parallel LCS, one uint64 per id, one step per position."""
+        masks = np.zeros(len(self.columns) + 1, dtype=np.uint64)  # the last column: past an id's end
+        for position, character in enumerate(wanted):
+            column = self.columns.get(character)
+            if column is not None:
+                masks[column] |= np.uint64(1 << position)
+        full = np.uint64((1 << len(wanted)) - 1)
+        v = np.full(len(rows), full, dtype=np.uint64)
+        characters = self.characters[rows]
+        for position in range(characters.shape[1]):  # past an id's end the mask is 0 and v stays
+            u = v & masks[characters[:, position]]
+            v = ((v + u) | (v - u)) & full  # uint64 wraps: a carry past bit 63 is one the mask drops
+        return len(wanted) - _popcount(v)
+
+
+def _popcount(values: np.ndarray) -> np.ndarray:
+    """Set bits per uint64 (numpy < 2 has no bitwise_count)."""
+    x = values - ((values >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return ((x * np.uint64(0x0101010101010101)) >> np.uint64(56)).astype(np.int64)
+
+
+@functools.lru_cache(maxsize=4)  # the corpus's paper ids, and a run's question ids
+def _id_table(ids: tuple[str, ...]) -> _IdTable:
+    columns: dict[str, int] = {}
+    column_of = [columns.setdefault(character, len(columns)) for identifier in ids for character in identifier]
+    lengths = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+    rows = np.repeat(np.arange(len(ids)), lengths)
+    counts = scipy.sparse.csc_matrix((np.ones(len(column_of), dtype=np.int64), (rows, column_of)), shape=(len(ids), len(columns)))
+    counts.sum_duplicates()
+    width = min(int(lengths.max(initial=0)), LCS_WIDTH)
+    characters = np.full((len(ids), width), len(columns), dtype=np.int32)
+    for row, identifier in enumerate(ids):
+        characters[row, :min(len(identifier), width)] = [columns[character] for character in identifier[:width]]
+    return _IdTable(lengths, columns, counts, characters)
 
 
 def _outline(paper: Paper) -> str:
@@ -325,14 +593,14 @@ def _outline(paper: Paper) -> str:
     return "\n".join(lines)
 
 
+CONTINUED = "[continued] "
+
+
 def _pages(entries: list[str], budget: int) -> list[list[str]]:
     """Whole paragraphs per page; a paragraph longer than a page is split and says so."""
-    pieces: list[str] = []
-    for entry in entries:
-        while len(entry) > budget:
-            pieces.append(entry[:budget] + " [continues]")
-            entry = "[continued] " + entry[budget:]
-        pieces.append(entry)
+    if budget <= len(CONTINUED):
+        raise ValueError(f"a page of {budget} characters cannot hold a continued paragraph")
+    pieces = [piece for entry in entries for piece in _split(entry, budget)]
     pages: list[list[str]] = [[]]
     used = 0
     for piece in pieces:
@@ -342,6 +610,20 @@ def _pages(entries: list[str], budget: int) -> list[list[str]]:
         pages[-1].append(piece)
         used += len(piece) + 2
     return pages
+
+
+def _split(entry: str, budget: int) -> list[str]:
+    """``entry`` cut into pieces of ``budget`` characters (CONTINUED included, " [continues]" added
+    beyond it): the paging first written, in time linear in the entry's length, not quadratic."""
+    pieces = []
+    head, start = "", 0
+    while len(head) + len(entry) - start > budget:
+        taken = budget - len(head)
+        pieces.append(head + entry[start:start + taken] + " [continues]")
+        start += taken
+        head = CONTINUED
+    pieces.append(head + entry[start:])
+    return pieces
 
 
 def _snippet(text: str, query_tokens: set[str]) -> str:

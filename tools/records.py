@@ -1,6 +1,6 @@
-"""The records of what happened in a sandbox, defined once: a tool call, a cited paragraph, an
-episode's outcome. The host's tools make them (``tools.paper_tools``) and the trajectory keeps
-them as they are (``agent.trajectory``), so the two sides cannot drift apart."""
+"""The records of what happened in a sandbox, defined once: a tool call and what it returned, a
+cited paragraph, an episode's outcome. The host's tools make them (``tools.paper_tools``) and the
+trajectory keeps them as they are (``agent.trajectory``), so the two sides cannot drift apart."""
 
 from __future__ import annotations
 
@@ -15,6 +15,20 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Returned(Record):
+    """What a host tool returned, as the trajectory keeps it: the evidence the grounding detectors
+    trust (``evaluation.detectors``), because the host made it and the worker cannot forge it.
+
+    ``text`` is the result rendered once: a str as it is, any other result as JSON. It is bounded
+    (``tools.paper_tools``: a cap per call, a budget per action), and what it leaves out is said in
+    ``cut``; ``chars`` and ``sha256`` always describe the whole rendering."""
+
+    text: str | None  # None: over the action's budget; only chars and sha256 were kept
+    chars: int  # the whole rendering's length, in characters
+    sha256: str  # of the whole rendering, UTF-8
+    cut: str | None = None  # why text is not the whole result; None when it is
+
+
 class ToolCallRecord(Record):
     """One call, as the host validated, ran and timed it (arguments as recorded: long ones cut)."""
 
@@ -22,6 +36,8 @@ class ToolCallRecord(Record):
     arguments: dict[str, Any]
     seconds: float
     error: str | None = None  # the ToolError the policy saw, or "internal error: ..." for a bug of ours
+    # What the tool returned (None: the call failed, or a trajectory of schema 3 or older, which did not keep it)
+    returned: Returned | None = None
 
 
 class Evidence(Record):

@@ -151,6 +151,7 @@ class HostChannel:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self.fd = fd
+        self.waited = 0.0  # seconds spent waiting on the other end: the rest of the host's time is its own work
         self._pollers = {}
         for events in (select.POLLIN, select.POLLOUT):
             self._pollers[events] = select.poll()
@@ -201,7 +202,10 @@ class HostChannel:
             if remaining <= 0:
                 raise ChannelTimeout()
             timeout = remaining if watchdog is None else max(min(remaining, watchdog()), 0.001)
-            if poller.poll(timeout * 1000):
+            started = time.monotonic()
+            ready = poller.poll(timeout * 1000)
+            self.waited += time.monotonic() - started
+            if ready:
                 return
 
 
@@ -245,6 +249,8 @@ def _to_wire(value: Any, depth: int, budget: list[int]) -> Any:
         for key, item in dict.items(value):
             if not isinstance(key, str):
                 return _marker("key", type(key).__name__)
+            if str.startswith(key, MARKER_PREFIX):  # the host would read the dict as a marker
+                return _marker("key", "a string starting with NUL")
             if len(copied_dict) >= WIRE_ITEMS:
                 break
             copied_dict[str.__str__(key)] = _to_wire(item, depth + 1, budget)
@@ -267,7 +273,7 @@ class Marker:
         if self.kind == "toolarge":
             return "arguments are too large; pass fewer and shorter values"
         if self.kind == "key":
-            return "dict keys in arguments must be strings"
+            return "dict keys in arguments must be strings that do not start with NUL"
         detail = self.detail[:60] if isinstance(self.detail, str) else "?"
         return f"arguments must be plain data (str, int, float, bool, None, list, dict), not {detail}"
 

@@ -30,11 +30,15 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable, NoReturn
 
-BOOT = "import sys; sys.path.insert(0, sys.argv[3]); from tools.zygote import main; main(int(sys.argv[1]), sys.argv[2] == '1')"
+# argv: control descriptor, kernel fence (1/0), project root, the module whose main() serves, payload descriptor (-1: none)
+BOOT = ("import sys, importlib; sys.path.insert(0, sys.argv[3]); "
+        "importlib.import_module(sys.argv[4]).main(int(sys.argv[1]), sys.argv[2] == '1', int(sys.argv[5]))")
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 MESSAGE_BYTES = 1 << 16
 HELLO_SECONDS = 120.0  # a loaded CI machine can take seconds to start an interpreter
+EXIT_CHILD_RETURNED = 3  # a forked child whose entry returned or raised (the worker's EXIT_PROTOCOL)
 
 
 class ZygoteError(Exception):
@@ -43,7 +47,8 @@ class ZygoteError(Exception):
 
 # -- the zygote process ------------------------------------------------------------------------
 
-def main(control_fd: int, kernel_fence: bool) -> None:
+def main(control_fd: int, kernel_fence: bool, payload_fd: int = -1) -> None:
+    """The workers' zygote (``payload_fd`` is unused: a worker inherits nothing but what it imports)."""
     control = socket.socket(fileno=control_fd)
     try:
         import gc
@@ -66,6 +71,15 @@ def main(control_fd: int, kernel_fence: bool) -> None:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
     control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": seccomp_missing, "netns_missing": netns_missing}).encode())
+    serve_forks(control, lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing))
+
+
+def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]], None]) -> NoReturn:
+    """A fork server's loop: ``spawn`` forks a child that runs ``start_child(request, fds)`` (it
+    must never return), ``release`` kills one, ``reap`` says how one ended. Every child dies when
+    the control socket closes (its owner is gone)."""
+    import gc
+
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
@@ -80,7 +94,7 @@ def main(control_fd: int, kernel_fence: bool) -> None:
             except ChildProcessError:
                 released.discard(pid)
         try:
-            message, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 1)
+            message, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 2)
         except OSError:
             message, fds = b"", []
         if not message:  # the host is gone: so are its workers
@@ -91,8 +105,12 @@ def main(control_fd: int, kernel_fence: bool) -> None:
         if request["op"] == "spawn":
             pid = os.fork()
             if pid == 0:
-                _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing)
-            os.close(fds[0])
+                try:
+                    start_child(request, fds)
+                finally:
+                    os._exit(EXIT_CHILD_RETURNED)
+            for fd in fds:
+                os.close(fd)
             children.add(pid)
             reply = {"pid": pid}
         elif request["op"] == "release":
@@ -156,27 +174,50 @@ def _reap(pid: int, kill: bool) -> dict:
 class Zygote:
     """The host's end of one zygote. Thread-safe; started on first use."""
 
-    def __init__(self, kernel_fence: bool = True) -> None:
+    def __init__(self, kernel_fence: bool = True, *, entry: str = "tools.zygote", payload: bytes | None = None) -> None:
+        """``entry``: the module whose ``main`` serves forks (the workers' zygote by default);
+        ``payload``: bytes its ``main`` reads once at start from a descriptor (an unlinked file)."""
         self.kernel_fence = kernel_fence
+        self.entry = entry
+        self._payload = _unlinked_file(payload) if payload is not None else None  # kept: a restarted zygote reads it again
         self.owner_pid = os.getpid()
         self.pid: int | None = None
         self.seccomp_missing: str | None = None
         self.netns_missing: str | None = None
         self._control: socket.socket | None = None
         self._process: subprocess.Popen | None = None
+        self._launched: socket.socket | None = None  # started, its hello not read yet
         self._lock = threading.Lock()
 
+    def warm(self) -> None:
+        """Start the zygote's interpreter now without waiting for it (two zygotes start side by side)."""
+        with self._lock:
+            if self._control is None and self._launched is None:
+                self._launch()
+
     def _start(self) -> None:
+        if self._launched is None:
+            self._launch()
+        self._greet()
+
+    def _launch(self) -> None:
         host_end, zygote_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         environment = {"PATH": os.defpath, "LC_ALL": "C.UTF-8", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+        payload = self._payload
+        passed = [zygote_end.fileno()] + ([payload.fileno()] if payload is not None else [])
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-s", "-P", "-c", BOOT, str(zygote_end.fileno()), "1" if self.kernel_fence else "0", PROJECT_ROOT],
-                pass_fds=[zygote_end.fileno()], env=environment, cwd="/", start_new_session=True,
+                [sys.executable, "-s", "-P", "-c", BOOT, str(zygote_end.fileno()), "1" if self.kernel_fence else "0", PROJECT_ROOT,
+                 self.entry, str(payload.fileno()) if payload is not None else "-1"],
+                pass_fds=passed, env=environment, cwd="/", start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )
         finally:
             zygote_end.close()
+        self._launched = host_end
+
+    def _greet(self) -> None:
+        host_end, self._launched = self._launched, None
         host_end.settimeout(HELLO_SECONDS)
         try:
             hello = json.loads(host_end.recv(MESSAGE_BYTES) or b"{}")
@@ -243,6 +284,9 @@ class Zygote:
                 self._discard()
 
     def _discard(self) -> None:
+        if self._launched is not None:
+            self._launched.close()
+            self._launched = None
         if self._control is not None:
             self._control.close()
             self._control = None
@@ -257,10 +301,21 @@ class Zygote:
 
     def forget(self) -> None:
         """In a forked child of the host: drop the inherited handle without touching the parent's zygote."""
-        if self._control is not None:
-            self._control.close()
-        self._control = None
+        for handle in (self._control, self._launched):
+            if handle is not None:
+                handle.close()
+        self._control = self._launched = None
         self._process = None
+
+
+def _unlinked_file(data: bytes):
+    """``data`` in a file with no name, for whoever is handed its descriptor (read it with pread: the offset is shared)."""
+    import tempfile
+
+    handle = tempfile.TemporaryFile()
+    handle.write(data)
+    handle.flush()
+    return handle
 
 
 _shared: Zygote | None = None

@@ -66,8 +66,11 @@ def count(value: Any) -> int | None:
 
 
 def label(value: Any) -> str | None:
-    """A short string field (finish_reason), or None when it is not one."""
-    return value[:64] if isinstance(value, str) else None
+    """A short string field (finish_reason), or None when it is not one; a lone surrogate (which no
+    UTF-8 log holds) becomes U+FFFD."""
+    if not isinstance(value, str):
+        return None
+    return "".join("\ufffd" if 0xD800 <= ord(character) <= 0xDFFF else character for character in value[:64])
 
 
 class ReplicaDown(Exception):

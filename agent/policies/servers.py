@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from agent.errors import AgentError
 from agent.policies.base import PolicyError
+from agent.terminal_text import visible
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Answers that say the replica, not the request, is wrong (a redirect, no such endpoint): with
@@ -116,7 +117,7 @@ class ServerPool:
         self.replicas = [_replica(base) for base in bases]
         self.api_key, self.timeout, self.retries, self.backoff, self.cooldown = api_key, timeout, retries, backoff, cooldown
         self.events: list[ReplicaEvent] = []
-        self._say = say if say is not None else (lambda line: print(line, file=sys.stderr, flush=True))
+        self._say = say if say is not None else (lambda line: print(visible(line), file=sys.stderr, flush=True))  # it quotes servers
         self._lock = threading.Lock()
         self._local = threading.local()
         self._started = time.monotonic()

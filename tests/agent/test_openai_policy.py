@@ -215,3 +215,19 @@ def test_a_key_a_server_echoes_back_is_never_recorded(server, small_demo, index,
     trajectory = episode(small_demo, index, server, tiny_tokenizer)
     assert trajectory.outcome.status == "policy_error" and "sk-very-secret" not in trajectory.model_dump_json()
     assert "[OPENAI_API_KEY]" in trajectory.outcome.reason
+
+
+def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, index, tiny_tokenizer):
+    """finish_reason (or any other field a server fills) holding a lone surrogate: the step is
+    recorded with U+FFFD, and the episode and its log line are written."""
+    def respond(body):
+        answer = FakeServer.completion(SUBMIT, len(body["prompt"]), finish="stop\ud800")
+        return 200, answer
+
+    fake = FakeServer(respond=respond)
+    try:
+        trajectory = episode(small_demo, index, fake, tiny_tokenizer)
+    finally:
+        fake.server.shutdown()
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation.finish_reason == "stop\ufffd"
+    trajectory.model_dump_json()  # what the log writes

@@ -63,6 +63,19 @@ def test_property_top_k_is_the_best_matching_documents_in_a_stable_order(documen
     assert [doc for doc, _ in ours.top_k(query, k)] == expected
 
 
+@settings(max_examples=100, deadline=None)
+@given(documents=st.lists(st.lists(words, max_size=10), min_size=1, max_size=30), query=st.lists(words, min_size=1, max_size=6),
+       k=st.integers(1, 12), bounds=st.tuples(st.integers(0, 30), st.integers(0, 30)))
+def test_property_top_k_within_a_range_is_rank_bm25s_ranking_of_that_range(documents, query, k, bounds):
+    assume(any(documents))
+    start, stop = min(bounds), max(bounds)
+    reference, ours = reference_and_ours(documents)
+    scores = reference.get_scores(query)  # of every document: only the postings in range are read, to the same floats
+    matching = [i for i, doc in enumerate(documents) if set(doc) & set(query) and start <= i < stop]
+    expected = sorted(matching, key=lambda i: (-scores[i], i))[:k]
+    assert ours.top_k(query, k, slice(start, stop)) == [(i, float(scores[i])) for i in expected]
+
+
 def test_top_k_breaks_ties_by_document_order():
     ours = BM25.build([["a", "b"], ["a", "b"], ["c"], ["a", "b"]])
     assert [doc for doc, _ in ours.top_k(["a"], 2)] == [0, 1]

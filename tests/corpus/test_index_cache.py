@@ -27,6 +27,20 @@ def test_cache_is_written_then_loaded_with_identical_results(small_demo, isolate
     for query in ("learning rate", "datasets baselines evaluation", "nothing-matches"):
         assert np.array_equal(loaded.scores(query), built.scores(query))
         assert loaded.search(query, k=7) == built.search(query, k=7)
+    assert loaded.quotes.text == built.quotes.text and np.array_equal(loaded.quotes.starts, built.quotes.starts)
+    for quote in (built.paragraphs[-1].text[5:60], built.paragraphs[-1].text.split()[-1] * 3):
+        assert loaded.find_quote(quote) == built.find_quote(quote)
+
+
+def test_cache_whose_quote_offsets_cannot_address_its_text_is_rebuilt(small_demo, isolated_cache, caplog):
+    BM25Index.cached(small_demo)
+    (path,) = cache_files(isolated_cache)
+    with np.load(path) as data:
+        arrays = dict(data)
+    arrays["quote_starts"] = arrays["quote_starts"][::-1].copy()
+    np.savez(path, **arrays)
+    index = BM25Index.cached(small_demo)
+    assert index.source == "built" and "inconsistent" in caplog.text
 
 
 def test_cache_of_other_settings_is_rebuilt_not_trusted(small_demo, isolated_cache):

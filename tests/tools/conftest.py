@@ -16,3 +16,11 @@ def process_running(pid: int) -> bool:
             return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+class BrokenIndex(BM25Index):
+    """An index with a bug: its search raises (a module-level class, so the episode hosts' fork
+    server, which unpickles the index, can import it)."""
+
+    def search(self, *args, **kwargs):
+        raise ValueError("a bug in the tool")

@@ -5,7 +5,7 @@ import resource
 
 import pytest
 
-from tools.paper_tools import PaperTools
+from tests.tools.conftest import BrokenIndex
 from tools.sandbox import Limits, Sandbox
 
 LIMITS = Limits(wall_seconds=5.0, cpu_seconds=2, memory_bytes=512 * 2**20, output_chars=2_000)
@@ -101,12 +101,11 @@ print(len(ok))
     assert follow.error is None and follow.tool_calls[0].name == "search"
 
 
-def test_a_failure_inside_a_tool_is_recorded_as_an_internal_error(sandbox, monkeypatch):
-    def broken(self, args):
-        raise ValueError("a bug in the tool")
-
-    monkeypatch.setattr(PaperTools, "_search", broken)
-    result = sandbox.execute("try:\n    search('learning rate')\nexcept ToolError as e:\n    print('tool error')")
+def test_a_failure_inside_a_tool_is_recorded_as_an_internal_error(small_demo):
+    """The tools run in the episode's host process, so the bug is planted in what that process is
+    given: an index whose search raises."""
+    with Sandbox(small_demo, LIMITS, index=BrokenIndex.build(small_demo)) as sandbox:
+        result = sandbox.execute("try:\n    search('learning rate')\nexcept ToolError as e:\n    print('tool error')")
     assert result.stdout == "tool error\n"
     assert result.tool_calls[0].error.startswith("internal error: ValueError")
 
@@ -199,3 +198,14 @@ def test_cycles_dropped_in_later_actions_do_not_fill_the_memory_budget(small_dem
     with Sandbox(small_demo, Limits(memory_bytes=200 * 2**20, wall_seconds=60, cpu_seconds=30), index=index) as sandbox:
         errors = [sandbox.execute("g = [0] * (5 * 10**6)\ng.append(g)\nlen(g)").error for _ in range(12)]
         assert errors == [None] * 12
+
+
+@pytest.mark.parametrize("code", ['search(**{"\\x00deep": 1})', 'submit(**{"\\x00x": "a"})', 'search("q", k={"\\x00toolarge": ""})'])
+def test_keys_that_look_like_wire_markers_are_a_refused_call_not_a_protocol_breach(sandbox, code):
+    """A dict key starting with NUL is how the wire marks an argument that could not cross: one in
+    the action's own arguments is refused and recorded like any bad argument, and the episode goes on."""
+    sandbox.execute("kept = 1")
+    result = sandbox.execute(code)
+    assert result.limit_hit is None and not result.variables_lost and "ToolError" in result.error
+    assert len(result.tool_calls) == 1 and "NUL" in result.tool_calls[0].error and result.outcome is None
+    assert sandbox.execute("kept").value == "1"

@@ -8,8 +8,10 @@ import textwrap
 import threading
 import time
 
+import pytest
+
 from tests.tools.conftest import process_running
-from tools.sandbox import Limits, Sandbox
+from tools.sandbox import Limits, Sandbox, SandboxError
 from tools.zygote import Zygote, shared_zygote
 
 LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_bytes=512 * 2**20)
@@ -85,16 +87,39 @@ def test_workers_and_zygote_die_with_a_killed_host(tmp_path):
         corpus = generate(DemoConfig(papers=5, seed=1))
         sandbox = Sandbox(corpus, index=BM25Index.build(corpus))
         sandbox.start()
-        print(sandbox.zygote.pid, sandbox.pid, flush=True)
+        print(sandbox.zygote.pid, sandbox.pid, sandbox._host_server.pid, sandbox.host_pid, flush=True)
         time.sleep(600)
     """)
     host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                             env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)})
-    zygote_pid, worker_pid = map(int, host.stdout.readline().split())
+    pids = list(map(int, host.stdout.readline().split()))  # zygote, worker, episode hosts' server, episode host
     host.kill()
     host.wait()
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (process_running(zygote_pid) or process_running(worker_pid)):
+    while time.monotonic() < deadline and any(process_running(pid) for pid in pids):
         time.sleep(0.05)
-    assert not process_running(zygote_pid) and not process_running(worker_pid)
+    assert not any(process_running(pid) for pid in pids)
+
+
+def test_a_killed_episode_host_is_one_clear_error_and_the_next_episode_runs(small_demo, index):
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+        assert sandbox.execute("1 + 1").value == "2"
+        os.kill(sandbox.host_pid, signal.SIGKILL)
+        with pytest.raises(SandboxError, match="host process stopped answering"):
+            sandbox.execute("2 + 2")
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+        assert sandbox.execute("3 + 3").value == "6"
+
+
+def test_a_killed_server_of_episode_hosts_is_replaced_for_the_next_episode(small_demo, index):
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+        assert sandbox.execute("search('learning rate', k=1)[0]['paper_id']").error is None
+        server = sandbox._host_server.pid
+        os.kill(server, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while process_running(server) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:  # the server is started again from the kept corpus
+        result = sandbox.execute("search('learning rate', k=1)[0]['paper_id']")
+        assert result.error is None and sandbox._host_server.pid != server
 

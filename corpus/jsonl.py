@@ -1,0 +1,261 @@
+"""JSON lines, read and written in one place: every ``.jsonl`` file the project writes (trajectory
+logs, scores, built training data, validation records, questions, corpora) is cut into lines here.
+
+What is protected:
+
+- A line is the bytes between two ``b"\\n"``, nothing else. JSON escapes ``\\n``, ``\\r`` and the other
+  C0 controls inside strings, so a record is always one line; but ``json.dumps(ensure_ascii=False)``
+  and pydantic write U+0085, U+2028 and U+2029 raw, and ``str.splitlines()`` splits on those and on
+  ``\\r``, ``\\x0b``, ``\\x0c`` and ``\\x1c``-``\\x1e`` (a text-mode file splits on ``\\r``): a reader that used
+  it would cut one model answer in two and refuse the whole file. Splitting bytes also means a kill
+  in the middle of a UTF-8 character tears one line, not the decoding of the whole file.
+- A bad line is one ``JsonLinesError`` naming the file and the line, and what is wrong with it: not
+  UTF-8, not JSON, or not the record asked for (its first invalid field). A missing file is left
+  to the caller (``FileNotFoundError``): only it knows what the missing file means.
+- Appends (``AppendOnlyLines``) write each record as one whole line (``O_APPEND``, one ``write`` call)
+  and fsync once per batch (a group commit). A kill leaves at most one torn last line, the bytes
+  after the final newline; ``repair`` cuts it off, logged, before the next append, and a reader of
+  a log that may still be written steps around it (``read_numbered``).
+- Whole files (``write_records``, ``write_lines``) appear whole or not at all (``corpus.atomic``).
+
+What is not: two processes appending to one file at once (each line stays whole under
+``O_APPEND`` on a local filesystem, but nothing orders them, and a repair may race an append);
+lines changed by hand in the middle of a file (each is a bad line, reported); formats: the bytes
+of a record are exactly what pydantic's ``model_dump_json`` (or ``json.dumps(ensure_ascii=False)``
+for a plain dict) gives, so U+2028 stays raw in the file and other tools' readers must split on
+``\\n`` too.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Self, TypeVar, overload
+
+from pydantic import BaseModel, ValidationError
+
+from corpus.atomic import atomic_file
+
+log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+NEWLINE = b"\n"
+BLANK = b" \t\r"  # JSON's whitespace but the newline itself: a line of only these holds no record
+
+
+class JsonLinesError(Exception):
+    """A JSON-lines file that cannot be read as asked; the message names the file and the line."""
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a file, as written."""
+
+    number: int  # 1-based, as an editor counts lines
+    data: bytes  # without its newline
+
+
+@dataclass(frozen=True)
+class TornLine:
+    """The unterminated last line of an append-only log (what a kill leaves)."""
+
+    number: int  # 1-based
+    size: int  # bytes
+
+
+@dataclass(frozen=True)
+class Record(Generic[T]):
+    """A line read back: its number, the record it holds, and its bytes (to copy it as written)."""
+
+    number: int
+    value: T
+    data: bytes
+
+
+def split_lines(data: bytes) -> tuple[list[Line], Line | None]:
+    """The non-blank lines that end in a newline, and the non-blank bytes after the last newline
+    (None when there are none). The only place a file of JSON lines is cut into lines."""
+    *whole, tail = data.split(NEWLINE)
+    lines = [Line(number, raw) for number, raw in enumerate(whole, 1) if raw.strip(BLANK)]
+    return lines, (Line(len(whole) + 1, tail) if tail.strip(BLANK) else None)
+
+
+def every_line(data: bytes) -> list[Line]:
+    """Every non-blank line, an unterminated last one included: for a file written whole (or by
+    hand), which nothing tears, and which a hand edit may leave without its final newline."""
+    lines, tail = split_lines(data)
+    return lines if tail is None else [*lines, tail]
+
+
+def read_bytes(path: Path, what: str) -> bytes:
+    """A file's bytes; FileNotFoundError is the caller's to name, other problems are one line."""
+    try:
+        return path.read_bytes()
+    except IsADirectoryError:
+        raise JsonLinesError(f"{path}: is a directory; name {_a(what)} file (.jsonl)") from None
+    except FileNotFoundError:  # an OSError too, but only the caller knows what its absence means
+        raise
+    except OSError as error:
+        raise JsonLinesError(f"{path}: cannot be read ({error.strerror})") from None
+
+
+@overload
+def parse(path: Path, line: Line, model: type[M], what: str) -> M: ...
+
+
+@overload
+def parse(path: Path, line: Line, model: None, what: str) -> Any: ...
+
+
+def parse(path: Path, line: Line, model: type[M] | None, what: str) -> M | Any:
+    """The record a line holds: an instance of ``model``, or plain JSON when model is None."""
+    try:
+        text = line.data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise JsonLinesError(f"{path}:{line.number}: not UTF-8 (byte {error.start + 1} of the line); "
+                             f"is this {_a(what)} file?") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise JsonLinesError(f"{path}:{line.number}: not JSON ({error.msg} at column {error.colno})") from None
+    if model is None:
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(the record itself)"
+        raise JsonLinesError(f"{path}:{line.number}: not {_a(what)}: field '{where}': {first['msg']}") from None
+
+
+@overload
+def read_records(path: Path, model: type[M], *, what: str) -> list[M]: ...
+
+
+@overload
+def read_records(path: Path, model: None = None, *, what: str) -> list[Any]: ...
+
+
+def read_records(path: Path, model: type[M] | None = None, *, what: str) -> list[M] | list[Any]:
+    """Every record of a file written whole (scores, built data, questions), the unterminated last
+    line included (``every_line``)."""
+    return [parse(path, line, model, what) for line in every_line(read_bytes(path, what))]
+
+
+def read_numbered(path: Path, model: type[M], *, what: str) -> tuple[list[Record[M]], TornLine | None]:
+    """Every whole line of an append-only log, and its torn last line (None when there is none),
+    which is skipped: a log may still be written while it is read. Only the last line may be torn;
+    any other bad line is an error."""
+    lines, tail = split_lines(read_bytes(path, what))
+    records = [Record(line.number, parse(path, line, model, what), line.data) for line in lines]
+    return records, (TornLine(tail.number, len(tail.data)) if tail is not None else None)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def encode(record: BaseModel | Mapping, **dump: Any) -> bytes:
+    """A record as one line with its newline: ``model_dump_json(**dump)`` for a model, compact
+    ``json.dumps(ensure_ascii=False)`` for a plain mapping (the corpus JSONL format)."""
+    if isinstance(record, BaseModel):
+        text = record.model_dump_json(**dump)
+    else:
+        text = json.dumps(record, ensure_ascii=False, separators=(",", ":"), **dump)
+    return _checked(text.encode("utf-8"))
+
+
+def _checked(line: bytes) -> bytes:
+    if NEWLINE in line:  # JSON never writes one unless indented; such a record would read back as several lines
+        raise ValueError(f"a JSON line may not hold a newline (an indented dump?): {line[:80]!r}")
+    return line + NEWLINE
+
+
+def write_lines(path: str | os.PathLike, lines: Iterable[bytes]) -> None:
+    """A whole file of lines given as bytes without their newline (lines copied as written), atomically."""
+    with atomic_file(path, binary=True) as handle:
+        handle.writelines(_checked(line) for line in lines)
+
+
+def write_records(path: str | os.PathLike, records: Iterable[BaseModel | Mapping], **dump: Any) -> None:
+    """A whole file of records, one per line (``encode``), atomically."""
+    with atomic_file(path, binary=True) as handle:
+        handle.writelines(encode(record, **dump) for record in records)
+
+
+class AppendOnlyLines:
+    """``with AppendOnlyLines(path) as out: out.append_all(records)``; a torn last line left by a
+    kill is cut off when the file is opened (``torn_bytes`` says how many bytes went)."""
+
+    def __init__(self, path: Path, **dump: Any) -> None:
+        self.path, self._dump = path, dump
+        self.torn_bytes = repair(path) if path.exists() else 0
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, record: BaseModel | Mapping) -> None:
+        self.append_all([record])
+
+    def append_all(self, records: Iterable[BaseModel | Mapping]) -> None:
+        """Each a whole line, then one fsync for them all (a group commit: records that come
+        together, as episodes in flight finish together, cost one disk flush, not one each)."""
+        for record in records:
+            view = memoryview(encode(record, **self._dump))
+            while view:  # O_APPEND and one write call per line; loop only for a short write
+                view = view[os.write(self._fd, view):]
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def append_records(path: Path, records: Iterable[BaseModel | Mapping], **dump: Any) -> None:
+    """Open, append whole lines, fsync, close: for a log written a record at a time."""
+    with AppendOnlyLines(path, **dump) as out:
+        out.append_all(records)
+
+
+def repair(path: Path) -> int:
+    """Cut an unterminated last line (a record torn by a kill); return how many bytes went."""
+    size = path.stat().st_size
+    if size == 0:
+        return 0
+    with open(path, "rb+") as handle:
+        handle.seek(size - 1)
+        if handle.read(1) == NEWLINE:
+            return 0
+        keep = _after_last_newline(handle, size)
+        handle.truncate(keep)
+        handle.flush()
+        os.fsync(handle.fileno())
+    log.warning("%s: removed a torn last line (%d bytes) left by an interrupted run", path, size - keep)
+    return size - keep
+
+
+def _after_last_newline(handle, size: int) -> int:
+    """The offset just past the file's last newline (0 when it has none), scanning back in blocks."""
+    position, block = size, 1 << 16
+    while position > 0:
+        start = max(position - block, 0)
+        handle.seek(start)
+        newline = handle.read(position - start).rfind(NEWLINE)
+        if newline >= 0:
+            return start + newline + 1
+        position = start
+    return 0

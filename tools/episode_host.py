@@ -1,0 +1,497 @@
+"""One episode's host process: it runs the episode's actions on its worker and serves their tool
+calls, on clocks that no other episode can stop.
+
+Why a process per episode
+-------------------------
+The host's work for an action (validating, running and recording its tool calls) is the action's
+work, and it is hostile work: an action chooses the arguments. In the process that runs the
+policy, that work held the one interpreter lock that every episode in flight needs, so one
+episode's searches delayed another's replies past its wall clock, and the latency it caused was a
+channel between episodes. Here each episode's tools run in a process of their own (forked from a
+server that holds the corpus and its index, pages shared), so:
+
+- an episode's tool work cannot hold another episode's lock or delay another episode's clocks;
+- the budgets are enforced *while* the host serves, not only while it waits: a timer signal
+  (``ITIMER_REAL`` for the wall deadline and the host's own budget, ``ITIMER_PROF`` for CPU) stops a
+  tool call mid-way, as the kernel stops a worker;
+- the host's CPU is this process's CPU (``time.process_time``), so it is measured exactly and
+  charged to the action beside the worker's.
+
+What stays shared: the machine's CPU cores (the kernel shares them between processes; a hostile
+episode can use the CPU its limits allow and so slow the others, and measure that it does), its
+memory and its disk. ``bench/interference.py`` measures what that leaves.
+
+The budgets of one action (``tools.limits.Limits``) and the limit each names when it runs out:
+``wall_seconds`` -> ``wall_clock`` (the worker's and the host's time together), ``cpu_seconds`` ->
+``cpu_time`` (the worker's CPU, read from /proc, plus this process's), ``host_seconds`` ->
+``host_time`` (this process's own wall time in the action: everything but its waits on the worker,
+so reading and decoding the worker's frames counts, as does serving its calls). Each action's record says what it
+used: ``worker_cpu_seconds``, ``host_cpu_seconds``, ``host_seconds``.
+
+Protocol with the policy's process (frames of ``tools.wire``; that process is trusted):
+``attach`` (followed by one byte carrying the worker's channel) gives this process a new worker;
+``execute`` runs one action and answers ``result`` (the ``ActionResult`` and whether the worker must
+end, with the limit it hit), or ``stale`` when the worker wrote or died between actions (it is then
+replaced and the action sent again). The process ends when that channel closes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import json
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import weakref
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from tools import wire, worker
+from tools.errors import ToolError
+from tools.limits import Limits
+from tools.records import Outcome, ToolCallRecord
+from tools.zygote import Zygote, serve_forks
+
+DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
+FROM_HOST_CAP = 64 << 20  # frames from the policy's process: an action (at most worker.CODE_CAP) and attach
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ActionResult:
+    stdout: str = ""
+    value: str | None = None
+    error: str | None = None
+    traceback: str | None = None
+    limit_hit: str | None = None
+    variables_lost: bool = False
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)  # as the host recorded them
+    outcome: Outcome | None = None  # set when this action's call ended the episode
+    seconds: float = 0.0
+    deferred_output_chars: int = 0  # printed by finalizers after the action returned: dropped, counted
+    worker_cpu_seconds: float = 0.0  # the worker's CPU during the action, from /proc
+    host_cpu_seconds: float = 0.0  # the episode host's CPU during the action (its calls, its frames)
+    host_seconds: float = 0.0  # the host's own wall time in the action: reading its frames, serving its calls
+
+    def to_json(self) -> dict:
+        data = {item.name: getattr(self, item.name) for item in fields(self)}
+        data["tool_calls"] = [call.model_dump() for call in self.tool_calls]
+        data["outcome"] = self.outcome.model_dump() if self.outcome is not None else None
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> ActionResult:
+        result = cls(**{key: value for key, value in data.items() if key not in ("tool_calls", "outcome")})
+        result.tool_calls = [ToolCallRecord.model_validate(call) for call in data["tool_calls"]]
+        result.outcome = Outcome.model_validate(data["outcome"]) if data["outcome"] is not None else None
+        return result
+
+
+class CpuExceeded(Exception):
+    pass
+
+
+class TooManyCalls(Exception):
+    pass
+
+
+class HostLimit(BaseException):
+    """A budget ran out while the host served a call (raised by a timer signal). A BaseException, so
+    that no ``except Exception`` in a tool can swallow it."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+class WorkerClock:
+    """The worker's CPU time, read from /proc by the host (a clock the action cannot touch)."""
+
+    TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def __init__(self, stat_fd: int | None) -> None:
+        self.stat_fd = stat_fd
+        self.last = 0.0
+
+    def seconds(self) -> float | None:
+        """Its CPU time so far, or None where /proc cannot tell (then the wall clock and RLIMIT_CPU hold)."""
+        if self.stat_fd is None:
+            return None
+        try:
+            stat = os.pread(self.stat_fd, 1024, 0).rsplit(b")", 1)[1].split()
+            self.last = (int(stat[11]) + int(stat[12])) / self.TICKS
+        except (OSError, IndexError, ValueError):
+            return None
+        return self.last
+
+
+class ActionClocks:
+    """One action's budgets, watched while the host waits on the worker (``watch``, between polls) and
+    while it serves a call (``serving``: timer signals that stop the call)."""
+
+    def __init__(self, limits: Limits, worker_clock: WorkerClock, channel: wire.HostChannel) -> None:
+        self.limits = limits
+        self.worker_clock = worker_clock
+        self.channel = channel
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.wall_seconds
+        self.cpu_started = time.process_time()
+        self.worker_started = worker_clock.seconds()
+        self.waited_before = channel.waited
+        self.armed = False
+        # The worker's CPU cannot grow faster than the wall clock (one thread: seccomp refuses clone),
+        # so /proc needs no reading until the CPU budget left could have passed in wall time.
+        self.next_look = 0.0
+
+    def host_cpu(self) -> float:
+        return time.process_time() - self.cpu_started
+
+    def host_busy(self) -> float:
+        """The host's own wall time in this action: all of it but its waits on the worker (reading and
+        decoding frames, serving calls, encoding replies)."""
+        return (time.monotonic() - self.started) - (self.channel.waited - self.waited_before)
+
+    def worker_cpu(self) -> float:
+        now = self.worker_clock.seconds()
+        if now is None or self.worker_started is None:
+            return 0.0
+        return max(now - self.worker_started, 0.0)
+
+    def cpu_left(self) -> float:
+        return self.limits.cpu_seconds - self.worker_cpu() - self.host_cpu()
+
+    def check(self) -> None:
+        """Between frames: raise when a budget has run out (a worker that keeps the host busy with
+        frames never lets it wait, so the clocks are read here too, not only in ``watch``)."""
+        if time.monotonic() >= self.deadline:
+            raise wire.ChannelTimeout()
+        if self.cpu_left() <= 0:
+            raise CpuExceeded()
+        if self.host_busy() >= self.limits.host_seconds:
+            raise HostLimit("host_time")
+
+    def watch(self) -> float:
+        """The watchdog of a wait: seconds until the next look; raises CpuExceeded when the CPU budget is spent."""
+        elapsed = time.monotonic() - self.started
+        if elapsed < self.next_look:
+            return self.next_look - elapsed
+        if self.worker_started is None:  # no /proc: the wall clock and RLIMIT_CPU still hold
+            return 3600.0
+        left = self.cpu_left()
+        if left <= 0:
+            raise CpuExceeded()
+        self.next_look = elapsed + max(left, 0.01)
+        return max(left, 0.01)
+
+    def serving(self) -> _Serving:
+        return _Serving(self)
+
+    def expired(self, signum: int) -> str:
+        """Which budget a timer signal means."""
+        if signum == signal.SIGPROF:
+            return "cpu_time"
+        return "wall_clock" if time.monotonic() >= self.deadline - 0.001 else "host_time"
+
+
+class _Serving:
+    """Arms the timers for one call: wall (the action's deadline or the host's budget, whichever is
+    first) and CPU (what the action has left); disarms them however the call ends."""
+
+    def __init__(self, clocks: ActionClocks) -> None:
+        self.clocks = clocks
+
+    def __enter__(self) -> None:
+        clocks, now = self.clocks, time.monotonic()
+        if now >= clocks.deadline:
+            raise HostLimit("wall_clock")
+        wall_left = min(clocks.deadline - now, clocks.limits.host_seconds - clocks.host_busy())
+        if wall_left <= 0:
+            raise HostLimit("host_time")
+        cpu_left = clocks.cpu_left()
+        if cpu_left <= 0:
+            raise HostLimit("cpu_time")
+        _TIMERS.clocks = clocks
+        clocks.armed = True
+        signal.setitimer(signal.ITIMER_REAL, wall_left)
+        signal.setitimer(signal.ITIMER_PROF, cpu_left)
+
+    def __exit__(self, *exc_info: Any) -> None:
+        clocks = self.clocks
+        clocks.armed = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
+
+
+class _Timers:
+    """The one place a timer signal is turned into HostLimit (only while a call is being served)."""
+
+    clocks: ActionClocks | None = None
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        clocks = self.clocks
+        if clocks is not None and clocks.armed:
+            clocks.armed = False  # once: the handler of the exception must not be interrupted again
+            raise HostLimit(clocks.expired(signum))
+
+
+_TIMERS = _Timers()
+
+
+class EpisodeHost:
+    """One episode's tools and the action loop around them (runs in the episode's host process)."""
+
+    def __init__(self, tools, limits: Limits) -> None:
+        self.tools = tools
+        self.limits = limits
+        self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
+        self.channel: wire.HostChannel | None = None
+        self._socket: socket.socket | None = None
+        self._worker_clock = WorkerClock(None)
+
+    def attach(self, channel: socket.socket, pid: int) -> None:
+        """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
+        self.detach()
+        self._socket, self.channel = channel, wire.HostChannel(channel.fileno())
+        try:
+            stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # no /proc: the wall clock and the worker's RLIMIT_CPU still hold
+            stat_fd = None
+        self._worker_clock = WorkerClock(stat_fd)
+
+    def detach(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+        if self._worker_clock.stat_fd is not None:
+            os.close(self._worker_clock.stat_fd)
+        self._socket, self.channel, self._worker_clock = None, None, WorkerClock(None)
+
+    def execute(self, code: str) -> dict:
+        """Run one action; the reply frame for the policy's process."""
+        if self.channel is None:
+            return {"op": "stale", "spoke": False}
+        if self.channel.pending():  # it wrote, or died, between actions: replaced before this one runs
+            try:
+                spoke = bool(self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+            except OSError:  # reset: it died with bytes of ours unread
+                spoke = False
+            self.detach()
+            return {"op": "stale", "spoke": spoke}
+        result = ActionResult()
+        calls_before, ended_before = len(self.tools.calls), self.tools.outcome is not None
+        self.actions += 1
+        self.tools.start_action()
+        limit, grace = self._run(wire.encode({"op": "run", "action": self.actions, "code": code}), result)
+        result.tool_calls = [call.model_copy() for call in self.tools.calls[calls_before:]]
+        if self.tools.outcome is not None and not ended_before:
+            result.outcome = self.tools.outcome.model_copy(deep=True)
+        if limit is not None:
+            self.detach()
+        return {"op": "result", "result": result.to_json(), "limit": limit, "grace": grace}
+
+    def _run(self, request: bytes, result: ActionResult) -> tuple[str | None, float]:
+        clocks = ActionClocks(self.limits, self._worker_clock, self.channel)
+        channel, cap = self.channel, self.limits.frame_cap()
+        limit, grace, calls = None, 0.0, 0
+        try:
+            channel.send(request, clocks.deadline, clocks.watch)
+            while True:
+                frame = channel.receive(cap, clocks.deadline, clocks.watch, wire.marker_hook)
+                clocks.check()
+                if frame.get("op") == "call":
+                    calls += 1
+                    if calls > self.limits.tool_calls:
+                        raise TooManyCalls()
+                    channel.send(self._serve(frame, clocks), clocks.deadline, clocks.watch)
+                elif frame.get("op") == "done":
+                    limit = self._accept(frame, result)
+                    break
+                else:
+                    raise wire.FrameMalformed(f"unexpected frame {str(frame.get('op'))[:40]!r}")
+        except HostLimit as stop:
+            limit = stop.limit
+        except wire.ChannelTimeout:
+            limit = "wall_clock"
+        except CpuExceeded:
+            limit = "cpu_time"
+        except TooManyCalls:
+            limit = "tool_calls"
+        except wire.FrameTooLarge:
+            limit = "output"
+        except wire.FrameMalformed:
+            limit = "protocol"
+        except wire.ChannelClosed:
+            limit, grace = "crash", DEATH_GRACE_SECONDS
+        result.worker_cpu_seconds = round(clocks.worker_cpu(), 6)
+        result.host_cpu_seconds = round(clocks.host_cpu(), 6)
+        result.host_seconds = round(clocks.host_busy(), 6)
+        return limit, grace
+
+    def _serve(self, frame: dict, clocks: ActionClocks) -> bytes:
+        """One tool call, executed and recorded here under the action's clocks; the reply frame."""
+        name = frame.get("tool")
+        if name not in worker.TOOL_NAMES:
+            raise wire.FrameMalformed("a call of no tool")
+        if "oversize" in frame:
+            size = frame["oversize"] if type(frame["oversize"]) is int else -1
+            reason = f"arguments of {size:,} bytes exceed the cap of {worker.REQUEST_CAP:,}; pass fewer and shorter values"
+            self.tools.refuse(name, reason)
+            return wire.encode({"error": f"{name}(): {reason}"})
+        args, kwargs = frame.get("args"), frame.get("kwargs")
+        if set(frame) != {"op", "tool", "args", "kwargs"}:
+            raise wire.FrameMalformed("a call frame needs exactly tool, args and kwargs")
+        unsent = next((part for part in (args, kwargs) if isinstance(part, wire.Marker)), None)
+        if unsent is not None:  # the worker could not send its arguments as they were: a refused call, recorded
+            self.tools.refuse(name, unsent.message())
+            return wire.encode({"error": f"{name}(): {unsent.message()}"})
+        if type(args) is not list or type(kwargs) is not dict:
+            raise wire.FrameMalformed("a call frame's args must be a list and its kwargs an object")
+        calls_before = len(self.tools.calls)
+        try:
+            with clocks.serving():
+                try:
+                    reply = wire.encode({"result": self.tools.call(name, args, kwargs)})
+                except ToolError as error:
+                    reply = wire.encode({"error": str(error)})
+                except ValueError as error:  # a result that is not strict JSON (a non-finite number): a bug of ours
+                    self._unreturned(f"internal error: the result is not JSON ({error})"[:500])
+                    reply = wire.encode({"error": f"{name}() failed inside the tool (its result is not JSON); this is not your fault"})
+                if len(reply) > worker.RESULT_CAP:
+                    self._unreturned(f"result of {len(reply):,} bytes over the cap of {worker.RESULT_CAP:,}")
+                    reply = wire.encode({"error": f"{name}(): the result is too large to return; ask for less (a smaller k or a page)"})
+        except HostLimit as stop:  # the call is recorded as stopped, whether or not the tool had recorded it yet
+            note = f"stopped: the action's {stop.limit} limit ran out during this call"
+            if len(self.tools.calls) > calls_before:
+                self._unreturned(self.tools.calls[-1].error or note)
+            else:
+                self.tools.refuse(name, note)
+            raise
+        return reply
+
+    def _unreturned(self, error: str) -> None:
+        """The last call's result never reached the action: recorded as an error, with no result kept."""
+        self.tools.calls[-1].error = error
+        self.tools.calls[-1].returned = None
+
+    def _accept(self, frame: dict, result: ActionResult) -> str | None:
+        """Copy a done frame's claims into ``result``, bounded; returns a limit if the output overflowed."""
+        expected = {"op": str, "action": int, "stdout": str, "value": (str, type(None)), "error": (str, type(None)),
+                    "traceback": (str, type(None)), "deferred_output_chars": int}
+        if set(frame) != set(expected) or not all(isinstance(frame[key], kind) for key, kind in expected.items()):
+            raise wire.FrameMalformed("a done frame with other fields")
+        if frame["action"] != self.actions:  # a late answer to an earlier action (after a forged one)
+            raise wire.FrameMalformed("a done frame for another action")
+        cap = self.limits.output_chars
+        result.stdout = frame["stdout"][:cap]
+        result.value = None if frame["value"] is None else worker.bounded(frame["value"], cap, "repr")
+        result.error = None if frame["error"] is None else worker.bounded(frame["error"], worker.ERROR_CHARS, "error")
+        result.traceback = None if frame["traceback"] is None else worker.bounded(frame["traceback"], worker.TRACEBACK_CHARS, "traceback")
+        result.deferred_output_chars = max(frame["deferred_output_chars"], 0)
+        return "output" if len(frame["stdout"]) > cap else None
+
+    def serve(self, link: socket.socket) -> None:
+        """Answer the policy's process until it closes the link."""
+        signal.signal(signal.SIGALRM, _TIMERS.on_signal)
+        signal.signal(signal.SIGPROF, _TIMERS.on_signal)
+        fd = link.fileno()
+        while True:
+            request = wire.receive_blocking(fd, FROM_HOST_CAP)
+            if request is None:
+                return
+            if request["op"] == "attach":
+                _, fds, _, _ = socket.recv_fds(link, 1, 1)
+                if not fds:
+                    raise RuntimeError("an attach without the worker's channel")
+                self.attach(socket.socket(fileno=fds[0]), request["pid"])
+                continue
+            reply = self.execute(request["code"])
+            wire.send_blocking(fd, wire.encode(reply))
+
+
+# -- the fork server that episode hosts come from --------------------------------------------------
+
+def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
+    """The episode hosts' fork server: reads the corpus and its index once, then forks one host per episode."""
+    control = socket.socket(fileno=control_fd)
+    try:
+        from tools.paper_tools import PaperTools
+
+        corpus, index = pickle.loads(_read_all(payload_fd))
+        os.close(payload_fd)
+        os.chdir("/")
+        gc.collect()
+    except BaseException as error:
+        control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
+        os._exit(1)
+    control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": None, "netns_missing": None}).encode())
+    serve_forks(control, lambda request, fds: _episode(control, fds[0], request, PaperTools(corpus, index)))
+
+
+def _read_all(fd: int) -> bytes:
+    size, chunks, offset = os.fstat(fd).st_size, [], 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def _episode(control: socket.socket, link_fd: int, request: dict, tools) -> None:
+    control.close()
+    if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    limits = request["limits"]
+    limits["allowed_modules"] = tuple(limits["allowed_modules"])
+    EpisodeHost(tools, Limits(**limits)).serve(socket.socket(fileno=link_fd))
+    os._exit(0)
+
+
+# -- the policy's process: one fork server per corpus and index ------------------------------------
+
+_servers: dict[tuple[int, int], Zygote] = {}
+_servers_lock = threading.Lock()
+
+
+def host_server(corpus, index) -> Zygote:
+    """The fork server of episode hosts for this corpus and index (started on first use, closed when
+    either is collected; a forked child of this process gets its own)."""
+    key = (id(corpus), id(index))
+    with _servers_lock:
+        server = _servers.get(key)
+        if server is None or server.owner_pid != os.getpid():
+            server = Zygote(kernel_fence=False, entry=__name__, payload=pickle.dumps((corpus, index), protocol=pickle.HIGHEST_PROTOCOL))
+            _servers[key] = server
+            weakref.finalize(corpus, _close_server, key, server)
+            weakref.finalize(index, _close_server, key, server)
+        return server
+
+
+def _close_server(key: tuple[int, int], server: Zygote) -> None:
+    with _servers_lock:
+        if _servers.get(key) is server:
+            del _servers[key]
+    if server.owner_pid == os.getpid():
+        server.close()
+
+
+def _forget_servers_in_child() -> None:
+    global _servers_lock
+    _servers_lock = threading.Lock()
+    for server in _servers.values():
+        server.forget()
+    _servers.clear()
+
+
+os.register_at_fork(after_in_child=_forget_servers_in_child)
+
+
+def limits_json(limits: Limits) -> dict:
+    data = asdict(limits)
+    data["allowed_modules"] = list(limits.allowed_modules)
+    return data
