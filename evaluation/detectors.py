@@ -3,15 +3,35 @@ with the evidence (the step and the text), so nobody has to read transcripts to 
 
 Each detector takes the trajectory and its gold question (None when there is none) and returns
 a list of flags; an empty list means the episode is clean for that detector.
+
+Which record each one trusts (its docstring says it too). The host writes the tool calls (name,
+arguments, error), what each tool returned (``ToolCallRecord.returned``) and the outcome; the
+worker writes the observation (what the action printed and its last value), so an observation
+is evidence of nothing: an action can print an answer no tool ever gave. The grounding detectors
+(``ungrounded_answer``, ``placeholder_answer``, ``unobserved_evidence``) therefore read what the
+host's research tools returned, never the observations, and of it only the papers' text and the
+paragraphs it showed: the host's own scaffolding (paragraph markers, headings, numbering, ids,
+scores) grounds nothing, and a cited paragraph is observed by its location, not by a sentence it
+may share with others. Results are parsed in the exact form the host's tools write them, so that
+a change of form fails the tests rather than grounding quietly. Trajectories older than schema
+4 did not record results: there the detectors fall back to the observations, and every flag they
+raise says so. Where results were not kept whole (cut at the cap for one result, or past the
+action's budget: only their length and sha256), a flag says that what was not kept may hold
+the answer; ``unrecorded_tool_results`` flags every submitted episode judged from less than every
+result, so no verdict of theirs is silently clean or silently damning. The other detectors read
+the tool calls, outcome, code, action text, generation record and status (host or policy
+records); ``repeated_prompt`` reads the observations because the observation is what the next
+prompt shows, whoever wrote it.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from agent.trajectory import Trajectory
+from agent.trajectory import ToolCallRecord, Trajectory
 from corpus.schema import Question
 from tools.page import tool_page
 
@@ -20,6 +40,8 @@ ENDING_TOOLS = {"submit", "abstain"}
 ENDING_STATUSES = ("submitted", "abstained")
 POLAR = {"yes", "no"}
 SHORTCUT_COLLAPSE_RATE = 0.5  # the run-level verdict when this share of episodes submits at once
+RESULTS_RECORDED = 4  # the trajectory schema version from which tool calls keep what they returned
+FROM_OBSERVATIONS = "judged from observations (what the action printed): this trajectory predates recorded tool results"
 
 
 @dataclass(frozen=True)
@@ -42,7 +64,8 @@ def _calls(trajectory: Trajectory):
 
 
 def direct_submit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The first action already ends the episode (submit or abstain), before any research."""
+    """The first action already ends the episode (submit or abstain), before any research.
+    Reads: the host's tool calls of the first step (their order)."""
     if not trajectory.steps:
         return []
     first = trajectory.steps[0]
@@ -53,17 +76,212 @@ def direct_submit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
 
 
 def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """Not one search, read or extract in the whole episode."""
+    """Not one search, read or extract in the whole episode. Reads: the host's tool calls."""
     if any(call.name in RESEARCH_TOOLS for _, call in _calls(trajectory)):
         return []
     return [Flag("no_tool_use", None, f"{len(trajectory.steps)} steps, tools called: "
                  f"{', '.join(call.name for _, call in _calls(trajectory)) or 'none'}")]
 
 
+Place = tuple[str, int, int]  # (paper_id, section, paragraph): where a paragraph is
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What one tool result showed of the papers: their text, and which paragraphs."""
+
+    texts: list[str]  # paper text only (paragraphs, sentences, snippets, titles, abstracts, section names)
+    places: set[Place]  # paragraphs the result showed, or named as a hit
+
+
+@dataclass(frozen=True)
+class _Returned:
+    """What the grounding detectors search, and what their verdict could not see."""
+
+    texts: list[str]  # the paper text each research tool returned; for an old trajectory, its observations
+    places: set[Place] | None  # paragraphs shown; None for an old trajectory (judged by sentences instead)
+    note: str  # "" when every result was kept whole and read; else said in each flag
+
+
+def _returned(trajectory: Trajectory) -> _Returned:
+    """The paper text the host's research tools returned before the episode ended, each piece on its
+    own (a paragraph of a read page, a hit's title or snippet, an extracted sentence): an answer
+    pieced together from two of them is found in none. Only paper text: the host's scaffolding
+    (paragraph markers, page headings, outline numbering, "more" lines, ids, scores, JSON keys) is
+    not, or a small number would be grounded by a marker like ``[2]``. Failed calls returned
+    nothing the policy saw, and calls after the submit cannot have grounded it."""
+    if trajectory.schema_version < RESULTS_RECORDED:
+        return _Returned([_observed(trajectory)], None, FROM_OBSERVATIONS)
+    texts, places, not_kept, unread = [], set(), 0, 0
+    for _, call in _research_calls(trajectory):
+        not_kept += not _kept_whole(call)
+        shown = _shown(call)
+        unread += shown is None
+        if shown is not None:
+            texts += shown.texts
+            places |= shown.places
+    notes = [f"{not_kept} tool result(s) were not kept whole, and what was not kept may hold it"] if not_kept else []
+    notes += [f"{unread} tool result(s) were not in the form the host's tools write, and were searched for nothing"] if unread else []
+    return _Returned(texts, places, "; ".join(notes))
+
+
+def _research_calls(trajectory: Trajectory):
+    """The research calls that succeeded before the episode's successful submit or abstain."""
+    for step, call in _calls(trajectory):
+        if call.name in ENDING_TOOLS and not call.error:
+            return
+        if call.name in RESEARCH_TOOLS and not call.error:
+            yield step, call
+
+
+def _kept_whole(call: ToolCallRecord) -> bool:
+    return call.returned is not None and call.returned.cut is None
+
+
+def _shown(call: ToolCallRecord) -> _Shown | None:
+    """What one research call's kept result showed; None when it is not in the form the host's tools
+    write (``tools.paper_tools``: ``_read``, ``_outline``, ``_pages``, ``_search``, ``_extract``).
+    Parsed exactly, so that a change of those forms fails the detectors' tests instead of letting
+    scaffolding ground answers. A result not kept (over the action's budget) showed nothing we can see."""
+    returned = call.returned
+    if returned is None or returned.text is None:
+        return _Shown([], set())
+    if call.name == "read":
+        paper_id = call.arguments.get("paper_id")
+        if not isinstance(paper_id, str):
+            return None
+        if returned.cut is not None:  # a page is ~2,500 characters, far below the cap: never cut in practice
+            return _Shown([], set())
+        if call.arguments.get("section") is None:
+            return _outline_shown(paper_id, returned.text)
+        return _page_shown(paper_id, returned.text)
+    return _hits_shown(call.name, returned.text, cut=returned.cut is not None)
+
+
+PAGE_HEADING = re.compile(r"(?P<section>[0-9]+): (?P<name>.*) \(page (?P<page>[0-9]+) of (?P<pages>[0-9]+)\)")
+PARAGRAPH_MARKER = re.compile(r"\[(?P<paragraph>[0-9]+)\] ")
+CONTINUED, CONTINUES = "[continued] ", " [continues]"  # the notes ``_pages`` puts on a paragraph split over pages
+UNTITLED, NO_ABSTRACT, NO_TEXT = "(untitled)", "(no abstract)", "(this section has no text)"
+
+
+def _page_shown(paper_id: str, text: str) -> _Shown | None:
+    """A section's page: "{paper} / section {n}: {name} (page {p} of {m})", a blank line, the
+    paragraphs ("[i] text", a split one's later pieces "[continued] text", each but the last ending
+    " [continues]") separated by blank lines, and, unless it is the last page, the "... more:" call
+    for the next. Paragraph i counts as shown where its marker is: its first piece."""
+    heading, _, body = text.partition("\n\n")
+    prefix = f"{paper_id} / section "
+    match = PAGE_HEADING.fullmatch(heading[len(prefix):]) if heading.startswith(prefix) else None
+    if match is None:
+        return None
+    section, page, pages = int(match["section"]), int(match["page"]), int(match["pages"])
+    more = f"\n\n... more: read({paper_id!r}, section={section}, page={page})"
+    if page < pages:
+        if not body.endswith(more):
+            return None
+        body = body[:-len(more)]
+    texts = [match["name"]] if match["name"] != UNTITLED else []
+    if body == NO_TEXT:
+        return _Shown(texts, set())
+    pieces = _page_pieces(body)
+    if pieces is None:
+        return None
+    texts += [piece for _, piece in pieces]
+    return _Shown(texts, {(paper_id, section, paragraph) for paragraph, piece in pieces if paragraph is not None})
+
+
+def _page_pieces(body: str) -> list[tuple[int | None, str]] | None:
+    """(paragraph number, or None for a continued piece; its text without marker or notes) per piece."""
+    pieces: list[list] = []
+    for chunk in body.split("\n\n"):
+        marker = PARAGRAPH_MARKER.match(chunk)
+        if marker is not None:
+            pieces.append([int(marker["paragraph"]), chunk[marker.end():]])
+        elif chunk.startswith(CONTINUED) and not pieces:  # only a page's first piece continues one
+            pieces.append([None, chunk[len(CONTINUED):]])
+        elif pieces:  # a blank line inside a paragraph
+            pieces[-1][1] += "\n\n" + chunk
+        else:
+            return None
+    return [(paragraph, piece.removesuffix(CONTINUES)) for paragraph, piece in pieces]
+
+
+OUTLINE_SECTION = re.compile(r"  (?P<number>[0-9]+)\. (?P<name>.*) \((?P<count>[0-9]+) paragraphs?\)")
+
+
+def _outline_shown(paper_id: str, text: str) -> _Shown | None:
+    """A paper's outline: "{paper}: {title}", its abstract, "Sections:" and a line per section
+    ("  {n}. {name} ({count} paragraphs)"), and the call that reads one. Paper text: the title, the
+    abstract and the section names, not their numbers or counts. It shows no paragraph."""
+    head, tail = f"{paper_id}: ", f"\n\nread({paper_id!r}, section=N) shows a section's paragraphs."
+    if not (text.startswith(head) and text.endswith(tail)):
+        return None
+    front, found, listing = text[len(head):-len(tail)].rpartition("\n\nSections:")
+    lines = listing.split("\n")
+    if not found or lines[0]:
+        return None
+    title, _, abstract = front.partition("\n\n")
+    texts = [title] + ([abstract] if abstract != NO_ABSTRACT else [])
+    for number, line in enumerate(lines[1:]):
+        match = OUTLINE_SECTION.fullmatch(line)
+        if match is None or int(match["number"]) != number:
+            return None
+        texts += [match["name"]] if match["name"] != UNTITLED else []
+    return _Shown(texts, set())
+
+
+# The keys of a search hit and of an extracted sentence, and which of them hold paper text (not the
+# paper id, which is ours, nor the numbers: section, paragraph and score).
+HIT_FIELDS = {"search": {"paper_id", "title", "section", "section_name", "paragraph", "score", "snippet"},
+              "extract": {"paper_id", "section", "section_name", "paragraph", "sentence", "score"}}
+HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("section_name", "sentence")}
+
+
+def _hits_shown(name: str, text: str, cut: bool) -> _Shown | None:
+    """Search and extract results: a JSON list of hits, each naming the paragraph it comes from. Of a
+    result cut at its cap, the hits that were kept whole."""
+    try:
+        hits = _whole_items(text) if cut else json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(hits, list) or not all(_is_hit(name, hit) for hit in hits):
+        return None
+    return _Shown([hit[field] for hit in hits for field in HIT_TEXTS[name]],
+                  {(hit["paper_id"], hit["section"], hit["paragraph"]) for hit in hits})
+
+
+def _is_hit(name: str, hit) -> bool:
+    return (isinstance(hit, dict) and set(hit) == HIT_FIELDS[name] and isinstance(hit["paper_id"], str)
+            and all(type(hit[key]) is int for key in ("section", "paragraph"))
+            and all(isinstance(hit[key], str) for key in HIT_TEXTS[name]))
+
+
+def _whole_items(text: str) -> list:
+    """The items of a JSON list cut short (as ``json.dumps`` writes it: "[a, b, ..."), up to the last
+    whole one."""
+    if not text.startswith("["):
+        raise ValueError("not a list")
+    decoder, items, at = json.JSONDecoder(), [], 1
+    while True:
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError:
+            return items
+        items.append(item)
+        if not text.startswith(", ", at):
+            return items
+        at += 2
+
+
 def _observed(trajectory: Trajectory) -> str:
-    """What the episode saw before answering (the submit's own confirmation echoes the answer)."""
+    """What the actions printed before answering (the submit's own confirmation echoes the answer).
+    Worker-written: only trajectories that predate recorded tool results are judged from it."""
     return "\n".join(step.observation for step in trajectory.steps
                      if not any(call.name in ENDING_TOOLS for call in step.tool_calls))
+
+
+def _noted(text: str, note: str) -> str:
+    return f"{text} ({note})" if note else text
 
 
 def _words(text: str) -> str:
@@ -76,18 +294,34 @@ def _in(needle: str, haystack: str) -> bool:
     return bool(needle) and f" {needle} " in f" {_words(haystack)} "
 
 
-def placeholder_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The answer is text from the prompt itself (the tool page or its examples), not from anything observed."""
+def _in_any(needle: str, haystacks: list[str]) -> bool:
+    return any(_in(needle, haystack) for haystack in haystacks)
+
+
+def _span_answer(trajectory: Trajectory) -> str | None:
+    """The submitted answer when it is a span to look for (yes and no are not)."""
     answer = trajectory.outcome.answer
     if trajectory.outcome.status != "submitted" or not answer or answer.strip().lower() in POLAR:
+        return None
+    return answer
+
+
+def placeholder_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """The answer is text from the prompt itself (the tool page or its examples) that no tool returned.
+    Reads: the system prompt and the paper text the host's research tools returned (``_returned``:
+    not their scaffolding, ids or numbers)."""
+    answer = _span_answer(trajectory)
+    if answer is None or not _in(answer, trajectory.system_prompt):
         return []
-    if _in(answer, trajectory.system_prompt) and not _in(answer, _observed(trajectory)):
-        return [Flag("placeholder_answer", len(trajectory.steps) - 1, answer)]
-    return []
+    returned = _returned(trajectory)
+    if _in_any(answer, returned.texts):
+        return []
+    return [Flag("placeholder_answer", len(trajectory.steps) - 1, _noted(answer, returned.note))]
 
 
 def repeated_prompt(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The tool page or the question shows up again in a prompt (a train/serve mismatch)."""
+    """The tool page or the question shows up again in a prompt (a train/serve mismatch). Reads: the
+    observations, because they are what the next prompt shows, whoever wrote them."""
     page, flags = tool_page(), []
     for step in trajectory.steps:
         if page in step.observation:
@@ -98,7 +332,8 @@ def repeated_prompt(trajectory: Trajectory, gold: Question | None) -> list[Flag]
 
 
 def repeated_actions(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """An action identical to an earlier one in the same episode (the policy is looping)."""
+    """An action identical to an earlier one in the same episode (the policy is looping). Reads: the
+    policy's code (or its text, for a step without code)."""
     seen: dict[str, int] = {}
     flags = []
     for step in trajectory.steps:
@@ -111,17 +346,21 @@ def repeated_actions(trajectory: Trajectory, gold: Question | None) -> list[Flag
 
 
 def step_limit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """The episode ran out of steps. Reads: the outcome's status and reason (set by the loop)."""
     if trajectory.outcome.status == "step_limit":
         return [Flag("step_limit", None, trajectory.outcome.reason or "")]
     return []
 
 
 def format_errors(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """Steps whose text held no action. Reads: the loop's format_error mark and the policy's text."""
     return [Flag("format_errors", step.index, step.action_text[:120]) for step in trajectory.steps if step.format_error]
 
 
 def consecutive_tool_errors(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """Two or more steps in a row whose action failed (a tool error or an exception)."""
+    """Two or more steps in a row whose action failed (a tool error or an exception). Reads: the
+    host's tool-call errors and the step's error (an exception the worker reported: a claim, but
+    only about the action's own failure)."""
     flags, run = [], 0
     for step in trajectory.steps:
         failed = bool(step.error) or any(call.error for call in step.tool_calls)
@@ -132,33 +371,81 @@ def consecutive_tool_errors(trajectory: Trajectory, gold: Question | None) -> li
 
 
 def hit_generation_cap(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """Steps cut at the generation's token cap. Reads: the policy's generation record."""
     return [Flag("hit_generation_cap", step.index, f"{step.generation.generated_tokens} tokens")
             for step in trajectory.steps if step.generation and step.generation.hit_cap]
 
 
 def ungrounded_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """A submitted span that appears in nothing the episode observed (yes/no answers excepted)."""
-    answer = trajectory.outcome.answer
-    if trajectory.outcome.status != "submitted" or not answer or answer.strip().lower() in POLAR:
+    """A submitted span that no tool returned as paper text (yes/no answers excepted): printed,
+    computed or pieced together by the action instead, or found only in the host's scaffolding (a
+    "[2]" paragraph marker, a page heading, the outline's numbering, a hit's section or score).
+    Reads: the paper text the host's research tools returned (``_returned``), one paragraph,
+    sentence, snippet, title, abstract or section name at a time; never what the action printed.
+    Words are compared with punctuation as spaces, so "2" is in "FusionPrompt-2"."""
+    answer = _span_answer(trajectory)
+    if answer is None:
         return []
-    if _in(answer, _observed(trajectory)):
+    returned = _returned(trajectory)
+    if _in_any(answer, returned.texts):
         return []
-    return [Flag("ungrounded_answer", len(trajectory.steps) - 1, answer)]
+    return [Flag("ungrounded_answer", len(trajectory.steps) - 1, _noted(answer, returned.note))]
 
 
 def unobserved_evidence(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """Cited paragraphs the episode never saw: no sentence of them appeared in an observation."""
-    observed = " ".join(_observed(trajectory).split())
+    """Cited paragraphs no tool showed the episode, judged by location: a cited (paper, section,
+    paragraph) is observed only where a search or extract before the submit returned a hit naming
+    exactly it, or a read page showed it (its heading names the paper and section, each "[i] "
+    marker paragraph i; a paragraph split over pages counts once its first piece was shown). Text
+    is not enough: many paragraphs share template sentences. Reads: the outcome's evidence and what
+    the host's research tools returned (``_returned``); in a trajectory older than schema 4, the
+    observations, where a paragraph counts as observed when one of its sentences is there (and
+    its flags say so)."""
+    returned = _returned(trajectory)
     flags = []
     for item in trajectory.outcome.evidence:
-        sentences = [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+", item.text) if len(s.split()) >= 4]
-        if not any(sentence[:80] in observed for sentence in sentences):
-            flags.append(Flag("unobserved_evidence", len(trajectory.steps) - 1, f"{item.paper_id} section {item.section} paragraph {item.paragraph}"))
+        if returned.places is None:
+            seen = _a_sentence_in(item.text, returned.texts)
+        else:
+            seen = (item.paper_id, item.section, item.paragraph) in returned.places
+        if not seen:
+            where = f"{item.paper_id} section {item.section} paragraph {item.paragraph}"
+            flags.append(Flag("unobserved_evidence", len(trajectory.steps) - 1, _noted(where, returned.note)))
+    return flags
+
+
+def _a_sentence_in(paragraph: str, texts: list[str]) -> bool:
+    """The old rule, for old trajectories: the first 80 characters of one of the paragraph's sentences
+    (of four words or more) appear in one of the texts."""
+    texts = [" ".join(text.split()) for text in texts]
+    sentences = [" ".join(s.split()) for s in re.split(r"(?<=[.!?])\s+", paragraph) if len(s.split()) >= 4]
+    return any(sentence[:80] in text for sentence in sentences for text in texts)
+
+
+def unrecorded_tool_results(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """A submitted episode whose grounding was judged from less than every tool result: a trajectory
+    older than schema 4 (no results kept, so judged from the observations), or results cut at their
+    cap or kept as length and sha256 only (past the action's budget). Reads: the schema version and
+    the host's tool calls with what they kept."""
+    if trajectory.outcome.status != "submitted":
+        return []
+    if trajectory.schema_version < RESULTS_RECORDED:
+        return [Flag("unrecorded_tool_results", None, f"schema {trajectory.schema_version}: the grounding detectors {FROM_OBSERVATIONS}")]
+    missing: dict[int, list[ToolCallRecord]] = {}
+    for step, call in _research_calls(trajectory):
+        if not _kept_whole(call):
+            missing.setdefault(step.index, []).append(call)
+    flags = []
+    for index, calls in missing.items():
+        first = calls[0]
+        why = first.returned.cut if first.returned is not None else "no result recorded"
+        flags.append(Flag("unrecorded_tool_results", index, f"{len(calls)} result(s) not kept whole; the first, of {first.name}: {why}"))
     return flags
 
 
 def no_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The episode ended without a submit or an abstain (step limit, context limit, policy error)."""
+    """The episode ended without a submit or an abstain (step limit, context limit, policy error).
+    Reads: the outcome's status and reason."""
     if trajectory.outcome.status in ENDING_STATUSES:
         return []
     return [Flag("no_answer", len(trajectory.steps) - 1 if trajectory.steps else None,
@@ -166,12 +453,14 @@ def no_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
 
 
 def false_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """An abstention on a question the gold answers. Reads: the outcome and the gold question."""
     if gold is not None and gold.answerable and trajectory.outcome.status == "abstained":
         return [Flag("false_abstention", len(trajectory.steps) - 1, trajectory.outcome.reason or "")]
     return []
 
 
 def missed_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """A submission on a question the gold calls unanswerable. Reads: the outcome and the gold question."""
     if gold is not None and not gold.answerable and trajectory.outcome.status == "submitted":
         return [Flag("missed_abstention", len(trajectory.steps) - 1, trajectory.outcome.answer or "")]
     return []
@@ -180,8 +469,8 @@ def missed_abstention(trajectory: Trajectory, gold: Question | None) -> list[Fla
 DETECTORS: dict[str, Detector] = {
     detector.__name__: detector for detector in (
         direct_submit, no_tool_use, placeholder_answer, repeated_prompt, repeated_actions, step_limit, format_errors,
-        consecutive_tool_errors, hit_generation_cap, ungrounded_answer, unobserved_evidence, no_answer, false_abstention,
-        missed_abstention,
+        consecutive_tool_errors, hit_generation_cap, ungrounded_answer, unobserved_evidence, unrecorded_tool_results, no_answer,
+        false_abstention, missed_abstention,
     )
 }
 
