@@ -74,10 +74,15 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int = -1) -> None:
     serve_forks(control, lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing))
 
 
-def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]], None]) -> NoReturn:
+def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]], None],
+                prepare_spare: Callable[[], None] | None = None) -> NoReturn:
     """A fork server's loop: ``spawn`` forks a child that runs ``start_child(request, fds)`` (it
     must never return), ``release`` kills one, ``reap`` says how one ended. Every child dies when
-    the control socket closes (its owner is gone)."""
+    the control socket closes (its owner is gone).
+
+    With ``prepare_spare``, one child is always forked ahead and has run it (warmed what every
+    child will touch), waiting for its request: a spawn hands the request to it and answers at
+    once, and the next spare is forked after the answer, off the spawn's path."""
     import gc
 
     null = os.open(os.devnull, os.O_RDWR)
@@ -86,6 +91,7 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
     gc.freeze()
     children: set[int] = set()
     released: set[int] = set()  # killed on the host's word, not yet reaped (nobody needs their status)
+    spare = _fork_spare(control, start_child, prepare_spare, children) if prepare_spare else None
     while True:
         for pid in list(released):
             try:
@@ -103,17 +109,31 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
             os._exit(0)
         request = json.loads(message)
         if request["op"] == "spawn":
-            pid = os.fork()
-            if pid == 0:
+            handed = False
+            if spare is not None:
+                pid, link = spare
                 try:
-                    start_child(request, fds)
-                finally:
-                    os._exit(EXIT_CHILD_RETURNED)
+                    socket.send_fds(link, [message], fds)
+                    handed = True
+                except OSError:  # the spare died (killed from outside): fork as without one
+                    children.discard(pid)
+                    _kill(pid)
+                link.close()
+            if not handed:
+                pid = os.fork()
+                if pid == 0:
+                    try:
+                        start_child(request, fds)
+                    finally:
+                        os._exit(EXIT_CHILD_RETURNED)
             for fd in fds:
                 os.close(fd)
             children.add(pid)
-            reply = {"pid": pid}
-        elif request["op"] == "release":
+            control.send(json.dumps({"pid": pid}).encode())
+            if prepare_spare is not None:
+                spare = _fork_spare(control, start_child, prepare_spare, children)
+            continue
+        if request["op"] == "release":
             _kill(request["pid"])
             children.discard(request["pid"])
             released.add(request["pid"])
@@ -123,6 +143,30 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
             if "running" not in reply:
                 children.discard(request["pid"])
         control.send(json.dumps(reply).encode())
+
+
+def _fork_spare(control: socket.socket, start_child: Callable[[dict, list[int]], None], prepare: Callable[[], None],
+                children: set[int]) -> tuple[int, socket.socket]:
+    """A child forked ahead: it runs ``prepare``, then waits for its spawn request on a private link."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            control.close()
+            ours.close()
+            try:
+                prepare()
+            except Exception:  # a warm-up only touches memory: what failed here fails again, and is reported, in the child's work
+                pass
+            message, fds, _, _ = socket.recv_fds(theirs, MESSAGE_BYTES, 2)
+            if message:  # nothing: the server is gone
+                theirs.close()
+                start_child(json.loads(message), fds)
+        finally:
+            os._exit(EXIT_CHILD_RETURNED)
+    theirs.close()
+    children.add(pid)
+    return pid, ours
 
 
 def _worker(control: socket.socket, channel: int, request: dict, address_space: int, seccomp_program: bytes | None,

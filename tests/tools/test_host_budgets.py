@@ -15,7 +15,8 @@ import time
 import pytest
 
 from tools import wire
-from tools.episode_host import ActionClocks, HostLimit, WorkerClock
+from tools.episode_host import _TIMERS, ActionClocks, EpisodeHost, HostLimit, WorkerClock
+from tools.paper_tools import PaperTools
 from tools.sandbox import Limits, Sandbox
 
 # A loop of searches: each call is cheap, so only the sum of the host's work can run out.
@@ -98,11 +99,38 @@ def test_frames_that_cost_the_host_to_read_are_charged_to_its_budget(small_demo,
     assert result.tool_calls and all(call.error for call in result.tool_calls)
 
 
-def test_a_call_a_budget_stops_is_recorded_as_stopped(small_demo, index):
+def test_a_budget_that_runs_out_between_or_during_calls_leaves_every_call_recorded(small_demo, index):
     result, _ = run(small_demo, index, SEARCHES, host_seconds=0.2, wall_seconds=HANG_SECONDS, cpu_seconds=HANG_SECONDS)
-    last = result.tool_calls[-1]
-    assert last.error and "host_time" in last.error
+    assert result.limit_hit == "host_time" and result.tool_calls
     assert all(call.error is None for call in result.tool_calls[:-1])
+    last = result.tool_calls[-1]
+    assert last.error is None or "host_time" in last.error  # between two calls, or stopped during the last
+
+
+class SlowTools(PaperTools):
+    """A tool that never returns on its own: only a budget's timer can stop it."""
+
+    def _search(self, args):
+        while True:
+            pass
+
+
+def test_a_call_a_budget_stops_mid_way_is_recorded_as_stopped(small_demo, index):
+    host = EpisodeHost(SlowTools(small_demo, index), Limits(host_seconds=0.2, wall_seconds=HANG_SECONDS, cpu_seconds=HANG_SECONDS))
+    link = socket.socketpair()
+    clocks = ActionClocks(host.limits, WorkerClock(None), wire.HostChannel(link[0].fileno()))
+    handlers = [signal.signal(number, _TIMERS.on_signal) for number in (signal.SIGALRM, signal.SIGPROF)]
+    try:
+        with pytest.raises(HostLimit) as stopped:
+            host._serve({"op": "call", "tool": "search", "args": ["learning rate"], "kwargs": {}}, clocks)
+    finally:
+        for number, handler in zip((signal.SIGALRM, signal.SIGPROF), handlers):
+            signal.signal(number, handler)
+        for end in link:
+            end.close()
+    assert stopped.value.limit == "host_time"
+    (call,) = host.tools.calls
+    assert call.name == "search" and "stopped" in call.error and "host_time" in call.error and call.returned is None
 
 
 def test_host_figures_are_recorded_for_every_action(small_demo, index):
@@ -159,7 +187,6 @@ def test_a_timer_stops_python_work_mid_call_and_names_its_budget(budget, limit):
     values = {"host_seconds": HANG_SECONDS, "wall_seconds": HANG_SECONDS, "cpu_seconds": HANG_SECONDS, budget: 0.2}
     link = socket.socketpair()
     clocks = ActionClocks(Limits(**values), WorkerClock(None), wire.HostChannel(link[0].fileno()))
-    from tools.episode_host import _TIMERS
 
     handlers = [signal.signal(number, _TIMERS.on_signal) for number in (signal.SIGALRM, signal.SIGPROF)]
     try:
