@@ -250,8 +250,19 @@ class EpisodeHost:
         self.limits = limits
         self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
         self.channel: wire.HostChannel | None = None
+        self.tainted = False  # a budget stopped a tool mid-way: its process-wide caches may be half-updated
         self._socket: socket.socket | None = None
         self._worker_clock = WorkerClock(None)
+
+    def reset(self, limits: Limits) -> None:
+        """Serve a new episode: fresh tools and limits, no worker, and emptied process-wide caches
+        (what the last episode left in them would tell the next one something by its timing)."""
+        from tools.paper_tools import SENTENCE_INDEXES
+
+        self.detach()
+        self.tools = type(self.tools)(self.tools.corpus, self.tools.index)
+        self.limits, self.actions = limits, 0
+        SENTENCE_INDEXES.clear()
 
     def attach(self, channel: socket.socket, pid: int) -> None:
         """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
@@ -291,7 +302,7 @@ class EpisodeHost:
             result.outcome = self.tools.outcome.model_copy(deep=True)
         if limit is not None:
             self.detach()
-        return {"op": "result", "result": result.to_json(), "limit": limit, "grace": grace}
+        return {"op": "result", "result": result.to_json(), "limit": limit, "grace": grace, "tainted": self.tainted}
 
     def _run(self, request: bytes, result: ActionResult) -> tuple[str | None, float]:
         clocks = ActionClocks(self.limits, self._worker_clock, self.channel)
@@ -364,6 +375,7 @@ class EpisodeHost:
                     self._unreturned(f"result of {len(reply):,} bytes over the cap of {worker.RESULT_CAP:,}")
                     reply = wire.encode({"error": f"{name}(): the result is too large to return; ask for less (a smaller k or a page)"})
         except HostLimit as stop:  # the call is recorded as stopped, whether or not the tool had recorded it yet
+            self.tainted = True
             note = f"stopped: the action's {stop.limit} limit ran out during this call"
             if len(self.tools.calls) > calls_before:
                 self._unreturned(self.tools.calls[-1].error or note)
@@ -407,6 +419,10 @@ class EpisodeHost:
                 if not fds:
                     raise RuntimeError("an attach without the worker's channel")
                 self.attach(socket.socket(fileno=fds[0]), request["pid"])
+                continue
+            if request["op"] == "reset":
+                self.reset(limits_from_json(request["limits"]))
+                wire.send_blocking(fd, wire.encode({"op": "ready"}))
                 continue
             reply = self.execute(request["code"])
             wire.send_blocking(fd, wire.encode(reply))
@@ -462,35 +478,33 @@ def _episode(control: socket.socket, link_fd: int, request: dict, tools) -> None
         control.close()
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    limits = request["limits"]
-    limits["allowed_modules"] = tuple(limits["allowed_modules"])
-    EpisodeHost(tools, Limits(**limits)).serve(socket.socket(fileno=link_fd))
+    EpisodeHost(tools, limits_from_json(request["limits"])).serve(socket.socket(fileno=link_fd))
     os._exit(0)
 
 
 # -- the policy's process: one fork server per corpus and index ------------------------------------
 
-_servers: dict[tuple[int, int], Zygote] = {}
+_servers: dict[tuple[int, int], tuple[Zygote, IdleHosts]] = {}
 _servers_lock = threading.Lock()
 
 
-def host_server(corpus, index) -> Zygote:
-    """The fork server of episode hosts for this corpus and index (started on first use, closed when
-    either is collected; a forked child of this process gets its own)."""
+def host_server(corpus, index) -> tuple[Zygote, IdleHosts]:
+    """The fork server of episode hosts for this corpus and index, and its idle hosts (started on
+    first use, closed when either is collected; a forked child of this process gets its own)."""
     key = (id(corpus), id(index))
     with _servers_lock:
-        server = _servers.get(key)
-        if server is None or server.owner_pid != os.getpid():
+        entry = _servers.get(key)
+        if entry is None or entry[0].owner_pid != os.getpid():
             server = Zygote(kernel_fence=False, entry=__name__, payload=pickle.dumps((corpus, index), protocol=pickle.HIGHEST_PROTOCOL))
-            _servers[key] = server
+            entry = _servers[key] = (server, IdleHosts(server))
             weakref.finalize(corpus, _close_server, key, server)
             weakref.finalize(index, _close_server, key, server)
-        return server
+        return entry
 
 
 def _close_server(key: tuple[int, int], server: Zygote) -> None:
     with _servers_lock:
-        if _servers.get(key) is server:
+        if key in _servers and _servers[key][0] is server:
             del _servers[key]
     if server.owner_pid == os.getpid():
         server.close()
@@ -499,7 +513,7 @@ def _close_server(key: tuple[int, int], server: Zygote) -> None:
 def _forget_servers_in_child() -> None:
     global _servers_lock
     _servers_lock = threading.Lock()
-    for server in _servers.values():
+    for server, _ in _servers.values():  # the idle hosts are the parent's: never asked from here
         server.forget()
     _servers.clear()
 
@@ -511,3 +525,35 @@ def limits_json(limits: Limits) -> dict:
     data = asdict(limits)
     data["allowed_modules"] = list(limits.allowed_modules)
     return data
+
+
+def limits_from_json(data: dict) -> Limits:
+    return Limits(**{**data, "allowed_modules": tuple(data["allowed_modules"])})
+
+
+# -- idle episode hosts, kept for the next episode ------------------------------------------------
+
+IDLE_HOSTS = 256  # per fork server; more than the episodes in flight is never needed at once
+
+
+class IdleHosts:
+    """Episode hosts whose episode has ended, each reset before it serves another: starting an
+    episode then costs one round trip instead of a fork and its copy-on-write faults. A host a budget
+    stopped mid-call is never kept (``EpisodeHost.tainted``). Thread-safe."""
+
+    def __init__(self, server: Zygote) -> None:
+        self.server = server
+        self._hosts: list[tuple[int, socket.socket]] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> tuple[int, socket.socket] | None:
+        with self._lock:
+            return self._hosts.pop() if self._hosts else None
+
+    def keep(self, pid: int, link: socket.socket) -> None:
+        with self._lock:
+            if len(self._hosts) < IDLE_HOSTS:
+                self._hosts.append((pid, link))
+                return
+        self.server.release(pid)
+        link.close()

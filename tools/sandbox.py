@@ -152,6 +152,8 @@ class Sandbox:
         self.actions = 0  # actions the episode host has run (it numbers the frames to its worker the same way)
         self.host_pid: int | None = None
         self._host_server: Zygote | None = None
+        self._idle_hosts = None  # tools.episode_host.IdleHosts of that server
+        self._host_tainted = False  # a budget stopped a tool of its host mid-way: never kept for another episode
         self._host_socket: socket.socket | None = None
         self._host: wire.HostChannel | None = None
         self._finalizer: weakref.finalize | None = None
@@ -199,15 +201,28 @@ class Sandbox:
         self.start_seconds = time.perf_counter() - started
 
     def _start_host(self) -> None:
-        self._host_server = host_server(self.corpus, self.index)
+        """An episode host for a fresh episode: an idle one, reset, or a new one from the fork server."""
+        self._host_server, self._idle_hosts = host_server(self.corpus, self.index)
+        self.outcome, self.actions, self._host_tainted = None, 0, False
+        while (idle := self._idle_hosts.take()) is not None:
+            self._adopt_host(*idle)
+            try:
+                self._host.send(wire.encode({"op": "reset", "limits": limits_json(self.limits)}), time.monotonic() + READY_SECONDS)
+                if self._host.receive(1 << 16, time.monotonic() + READY_SECONDS).get("op") == "ready":
+                    return
+            except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed):
+                pass  # it died idle (killed from outside): take another
+            self._end_host(keep=False)
         self.zygote.warm()  # on a first episode both servers start, side by side
         try:
             pid, sock = self._host_server.spawn({"limits": limits_json(self.limits)})
         except (ZygoteError, OSError) as error:
             raise SandboxError(f"could not start the episode's host process: {error}") from None
+        self._adopt_host(pid, sock)
+
+    def _adopt_host(self, pid: int, sock: socket.socket) -> None:
         self.host_pid, self._host_socket, self._host = pid, sock, wire.HostChannel(sock.fileno())
         self._host_finalizer = weakref.finalize(self, _release_quietly, self._host_server, pid, sock)
-        self.outcome, self.actions = None, 0
 
     def _tell_host(self, frame: dict, channel: socket.socket | None = None) -> None:
         """A frame to the episode host (and the worker's channel after it, passed as a descriptor)."""
@@ -242,13 +257,17 @@ class Sandbox:
         self.pid = None
         return status
 
-    def _end_host(self) -> None:
+    def _end_host(self, keep: bool = False) -> None:
+        """The episode host goes: kept idle for another episode (``keep``), or killed."""
         if self._host_finalizer is not None:
             self._host_finalizer.detach()
-        if self.host_pid is not None:
-            self._host_server.release(self.host_pid)
-        if self._host_socket is not None:
-            self._host_socket.close()
+        if keep:
+            self._idle_hosts.keep(self.host_pid, self._host_socket)
+        else:
+            if self.host_pid is not None:
+                self._host_server.release(self.host_pid)
+            if self._host_socket is not None:
+                self._host_socket.close()
         self.host_pid, self._host_socket, self._host = None, None, None
 
     def _replace(self, result: ActionResult) -> None:
@@ -260,7 +279,7 @@ class Sandbox:
         if self.pid is not None:
             self._end_worker(None)
         if self._host is not None:
-            self._end_host()
+            self._end_host(keep=not self._host_tainted)
 
     # -- actions -------------------------------------------------------------------------------
 
@@ -285,6 +304,7 @@ class Sandbox:
             self.start()
             reply = self._ask_host(request)
         self.actions += 1
+        self._host_tainted = self._host_tainted or reply["tainted"]
         result = ActionResult.from_json(reply["result"])
         result.variables_lost = result.variables_lost or lost
         if reply["limit"] is not None:

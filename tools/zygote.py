@@ -9,9 +9,10 @@ shared) and then forks one worker per request, which fences itself (``tools.fenc
 ``tools.worker``.
 
 Protocol on the control socket (SOCK_SEQPACKET, one JSON message each way):
-``spawn`` (+ the worker's end of a fresh socketpair) -> ``{"pid"}``; ``reap`` -> the worker's exit
-status, CPU time and peak resident size, or ``{"running"}`` (unless told to kill it); ``release``
-kills a worker whose end nobody needs to know, and reaps it later. The zygote
+``spawn`` (+ the worker's end of a fresh socketpair) -> ``{"pid"}`` (a worker forked ahead, so the
+answer does not wait for a fork); ``reap`` -> the worker's exit status, CPU time and peak resident
+size, or ``{"running"}`` (unless told to kill it); ``release`` (no answer) kills a worker whose end
+nobody needs to know, and reaps it later. The zygote
 is the workers' parent, so it alone can read how they ended; the host asks. When the host goes
 away the control socket closes and the zygote kills every worker and exits.
 
@@ -71,7 +72,10 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int = -1) -> None:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
     control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": seccomp_missing, "netns_missing": netns_missing}).encode())
-    serve_forks(control, lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing))
+    # A spare worker waits, unfenced but holding nothing but the zygote's imports and its link, and
+    # walls itself in when its request (its limits and channel) comes, as a freshly forked one does.
+    serve_forks(control, lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing),
+                prepare_spare=lambda: None)
 
 
 def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]], None],
@@ -133,11 +137,11 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
             if prepare_spare is not None:
                 spare = _fork_spare(control, start_child, prepare_spare, children)
             continue
-        if request["op"] == "release":
+        if request["op"] == "release":  # unanswered: nobody waits for a kill
             _kill(request["pid"])
             children.discard(request["pid"])
             released.add(request["pid"])
-            reply = {"pid": request["pid"]}
+            continue
         else:
             reply = _reap(request["pid"], request["kill"])
             if "running" not in reply:
@@ -320,11 +324,14 @@ class Zygote:
             time.sleep(0.002)
 
     def release(self, pid: int) -> None:
-        """Kill worker ``pid`` without waiting to learn how it ended (a sandbox closing normally)."""
+        """Kill worker ``pid`` without waiting to learn how it ended, or for an answer (a sandbox
+        closing normally: the zygote kills it when it reads the request, and reaps it later)."""
         with self._lock:
+            if self._control is None:  # never started, or gone: its workers died with it
+                return
             try:
-                self._ask({"op": "release", "pid": pid})
-            except (ZygoteError, OSError):  # its workers died with it
+                socket.send_fds(self._control, [json.dumps({"op": "release", "pid": pid}).encode()], [])
+            except OSError:  # its workers died with it
                 self._discard()
 
     def _discard(self) -> None:

@@ -201,3 +201,29 @@ def test_a_timer_stops_python_work_mid_call_and_names_its_budget(budget, limit):
         for end in link:
             end.close()
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getitimer(signal.ITIMER_PROF) == (0.0, 0.0)
+
+
+def test_an_idle_host_serves_the_next_episode_fresh_and_a_stopped_one_never_does(small_demo, index):
+    """Episode hosts are kept for the next episode (a reset, not a fork), which starts with nothing
+    of the last one: no outcome, no calls, action numbers from 1; a host a budget stopped mid-call
+    (its process-wide caches may be half-updated) is never kept."""
+    with Sandbox(small_demo, Limits(), index=index) as first:
+        first.execute("submit('first', evidence=[])")
+        kept = first.host_pid
+    with Sandbox(small_demo, Limits(), index=index) as second:
+        result = second.execute("search('learning rate', k=1)[0]['paper_id']")
+        assert second.host_pid == kept and second.outcome is None and second.actions == 1
+        assert [call.name for call in result.tool_calls] == ["search"] and result.outcome is None
+        assert second.execute("submit('second', evidence=[])").outcome.answer == "second"
+
+    stopped = Limits(host_seconds=0.05, wall_seconds=HANG_SECONDS, cpu_seconds=HANG_SECONDS, tool_calls=10**6)
+    for _ in range(20):  # until a budget stops a call mid-way (it may also run out between two calls)
+        with Sandbox(small_demo, stopped, index=index) as sandbox:
+            result = sandbox.execute(SEARCHES)
+            tainted, pid = any("stopped" in (call.error or "") for call in result.tool_calls), sandbox.host_pid
+        if tainted:
+            break
+    assert tainted
+    with Sandbox(small_demo, Limits(), index=index) as after:
+        after.execute("1")
+        assert after.host_pid != pid
