@@ -111,6 +111,8 @@ def run_episode(
         turn = {"role": "assistant", "content": reply.text}
         if reply.reasoning is not None:
             turn["reasoning"] = reply.reasoning
+        if generation is not None and generation.thinking_unclosed:
+            turn["thinking_unclosed"] = True  # rendered as Trajectory.messages renders it back
         messages += [turn, {"role": "user", "content": step.observation}]
         outcome = ended
     if steps:

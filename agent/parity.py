@@ -66,6 +66,26 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
     return None
 
 
+def server_evidence(step) -> str:
+    """What the server said it received at ``step``: "ids" (their digest is recorded), "counts"
+    (only how many), or "nothing" (no server, or one that says neither)."""
+    served, generation = step.served, step.generation
+    if served is not None and served.server_sha256 is not None:
+        return "ids"
+    if (served is not None and served.server_tokens is not None) or (generation is not None and generation.server_prompt_tokens is not None):
+        return "counts"
+    return "nothing"
+
+
+def without_server_ids(trajectory: Trajectory) -> Mismatch | None:
+    """The first step of ``trajectory`` whose served prompt the server did not confirm id by id."""
+    for step in trajectory.steps:
+        if server_evidence(step) != "ids":
+            return Mismatch(f"episode {trajectory.episode_id} step {step.index + 1}", "no prompt ids from the server were recorded "
+                            "(it did not return them, or they were not asked for)", step=step.index)
+    return None
+
+
 def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
     messages = trajectory.messages()
     training = renderer.render(messages).ids
@@ -81,8 +101,10 @@ def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
         copies = sum(message["content"].count(page) for message in before)
         if copies != 1:
             yield step.index, Mismatch(where, f"the tool page appears {copies} times in the prompt, not once")
-        prompt = renderer.prompt(before, thinking=step.reasoning is not None)
-        written = (renderer.thought(step.reasoning) if step.reasoning is not None else []) + renderer.action(step.action_text)
+        unclosed = step.generation is not None and bool(step.generation.thinking_unclosed)
+        prompt = renderer.prompt(before, thinking=step.reasoning is not None or unclosed)
+        written = (renderer.thought(step.reasoning) if step.reasoning is not None else []) + (
+            renderer.unclosed(step.action_text) if unclosed else renderer.action(step.action_text))
         mismatch = differing(where, "served and training tokens differ", prompt + written, training[: len(prompt) + len(written)], renderer)
         mismatch = mismatch or _recorded(where, step, recorded_ids, prompt, renderer)
         if mismatch is not None:
@@ -92,6 +114,11 @@ def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
 def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int], renderer: ChatRenderer) -> Mismatch | None:
     """What the step recorded about its serving, against the prompt the renderer builds for it."""
     generation, served = step.generation, step.served
+    if served is not None and served.server_ids is not None and ids_sha256(served.server_ids) == served.server_sha256:
+        shown = differing(where, "the prompt ids the server returned differ from the ids sent", served.server_ids,
+                          recorded_ids if recorded_ids is not None else prompt, renderer)
+        if shown is not None:
+            return shown
     if generation is not None and generation.parity_warning is not None:
         return Mismatch(where, f"a parity warning was recorded at serving time: {generation.parity_warning!r}")
     if generation is not None and generation.prompt_tokens is not None and generation.prompt_tokens != len(prompt):
@@ -108,7 +135,7 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
     if served.server_tokens is not None and served.server_tokens != served.tokens:
         return Mismatch(where, f"the server counted {served.server_tokens} prompt tokens; {served.tokens} were sent")
     if served.server_sha256 is not None and served.server_sha256 != served.sha256:
-        return Mismatch(where, "the prompt ids the server returned differ from the ids sent")
+        return Mismatch(where, "the prompt ids the server returned differ from the ids sent (rerun with --record-prompt-ids to see where)")
     if recorded_ids is not None:
         if ids_sha256(recorded_ids) != served.sha256 or len(recorded_ids) != served.tokens:
             return Mismatch(where, "the recorded prompt ids do not match their recorded digest: the record was altered")

@@ -10,7 +10,10 @@ Layout (Qwen3, non-thinking mode)::
 
 In thinking mode the generation prompt stops after ``<|im_start|>assistant\n`` and the model
 writes ``<think>{reasoning}</think>{action}<|im_end|>`` itself; an assistant message then carries
-its ``reasoning`` beside its ``content`` and is rendered exactly so.
+its ``reasoning`` beside its ``content`` and is rendered exactly so. A model that ends its turn
+without ``</think>`` wrote no think block that closed: as Qwen3's template reads such a turn back,
+its whole text is the content (``thinking_unclosed`` on the message), rendered after the
+thinking-mode generation prompt with the ``<think>`` it opened with as the control token.
 
 * Observations are **user** turns (not Qwen's tool role): the trajectory's messages are
   exactly what is rendered, and nothing re-wraps them.
@@ -148,6 +151,14 @@ class ChatRenderer:
         """What the model generates for an action: its text and the closing ``<|im_end|>``."""
         return [*self.text(content), self.im_end]
 
+    def unclosed(self, content: str) -> list[int]:
+        """What a model wrote in thinking mode when it ended its turn without ``</think>``: its
+        whole text, a leading ``<think>`` being the control token it generated (vLLM spells it
+        out with skip_special_tokens false), then ``<|im_end|>``."""
+        if content.startswith("<think>"):
+            return [self.think, *self.text(content.removeprefix("<think>")), self.im_end]
+        return self.action(content)
+
     def thought(self, reasoning: str) -> list[int]:
         """A think block as the model writes it in thinking mode."""
         return [self.think, *self.text(reasoning), self.end_think]
@@ -159,11 +170,11 @@ class ChatRenderer:
         for message in messages:
             role, content = message["role"], message["content"]
             if role == "assistant":
-                reasoning = message.get("reasoning")
-                rendered.extend(self.generation_prompt(thinking=reasoning is not None), trained=False)
+                reasoning, unclosed = message.get("reasoning"), bool(message.get("thinking_unclosed"))
+                rendered.extend(self.generation_prompt(thinking=reasoning is not None or unclosed), trained=False)
                 if reasoning is not None:
                     rendered.extend(self.thought(reasoning), trained=train_thinking)
-                rendered.extend(self.action(content), trained=True)
+                rendered.extend(self.unclosed(content) if unclosed else self.action(content), trained=True)
             else:
                 rendered.extend([self.im_start, *self.text(f"{role}\n{content}"), self.im_end], trained=False)
             rendered.extend(self.text("\n"), trained=False)

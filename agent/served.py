@@ -2,7 +2,9 @@
 
 A served prompt is kept as the SHA-256 of its ids (``ids_sha256``), its length and the
 fingerprint of the tokenizer that made it; with ``record_prompt_ids`` also the ids themselves,
-each step's as a change from the previous step's (``PromptIds``).
+each step's as a change from the previous step's (``PromptIds``). A server that returns the ids it
+received (vLLM, asked with ``return_token_ids``) has their digest recorded beside ours
+(``server_sha256``), and with ``record_prompt_ids`` the ids themselves where they differ from ours.
 """
 
 from __future__ import annotations
@@ -40,9 +42,11 @@ def served_record(prompt: list[int], tokenizer_sha256: str, source: str, *, repl
     if keep_ids:
         keep = common_prefix(previous or [], prompt)
         ids = PromptIds(keep=keep, append=prompt[keep:])
+    differing = server_ids if keep_ids and server_ids is not None and server_ids != prompt else None
     return Served(
         source=source, tokens=len(prompt), sha256=ids_sha256(prompt), tokenizer_sha256=tokenizer_sha256, ids=ids,
         server_tokens=server_tokens, server_sha256=ids_sha256(server_ids) if server_ids is not None else None, reply_sha256=reply,
+        server_ids=differing,
     )
 
 

@@ -37,7 +37,8 @@ class Generation(Sparse):
     cache_cut_tokens: int | None = None  # hf: cached tokens dropped because the prompt diverged from them
     generated_tokens: int | None = None
     server_prompt_tokens: int | None = None  # openai: the server's own count of the prompt
-    hit_cap: bool = False  # cut at max_new_tokens
+    hit_cap: bool = False  # cut at the policy's own cap (max_new_tokens), never at the room the context left
+    clamped_max_tokens: int | None = None  # openai: the request's max_tokens, lowered from the policy's cap to the room left
     finish_reason: str | None = None  # openai: as the server said
     api_retries: int = 0  # openai: requests retried before this one succeeded
     replica: str | None = None  # openai with several --base-url: the replica that answered
@@ -45,6 +46,7 @@ class Generation(Sparse):
     parity_warning: str | None = None  # openai: the server saw other tokens than the renderer made
     thinking_tokens: int | None = None  # thinking mode: tokens of the think block the model wrote
     thinking_budget_hit: bool | None = None  # thinking mode: the think block was closed for the model at its budget
+    thinking_unclosed: bool | None = None  # thinking mode: the turn ended without </think>; its whole text is the action
     seconds: float | None = None
     prefill_seconds: float | None = None
     decode_seconds: float | None = None
@@ -71,6 +73,7 @@ class Served(Sparse):
     ids: PromptIds | None = None  # the ids themselves, with --record-prompt-ids
     server_tokens: int | None = None  # openai: how many prompt tokens the server said it saw
     server_sha256: str | None = None  # openai: the digest of the prompt ids the server returned
+    server_ids: list[int] | None = None  # openai with --record-prompt-ids: the server's ids, when they differ from those sent
 
 
 class Drift(Record):
@@ -175,6 +178,8 @@ class Trajectory(Record):
             turn = {"role": "assistant", "content": step.action_text}
             if step.reasoning is not None:
                 turn["reasoning"] = step.reasoning
+            if step.generation is not None and step.generation.thinking_unclosed:
+                turn["thinking_unclosed"] = True  # served in thinking mode, its whole text the action (agent.renderer)
             messages.append(turn)
             messages.append({"role": "user", "content": step.observation})
         return messages

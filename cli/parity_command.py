@@ -17,17 +17,19 @@ def check_parity_command(
     data: Optional[Path] = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Also check that this model (directory or hub id) has the same tokenizer."),
     require_served: bool = typer.Option(False, "--require-served", help="Fail on any step without a record of what it was served."),
+    require_server_ids: bool = typer.Option(False, "--require-server-ids", help="Fail on any step whose server did not return the prompt's ids."),
 ) -> None:
     """Prove train/serve parity from what was recorded, not only from what is re-rendered.
 
     For every step of every trajectory: the prompt plus the model's tokens must be a prefix of
     the training sequence, the tool page must appear once, and the prompt the step recorded it
     was served (digest, length, ids with --record-prompt-ids, tokenizer fingerprint, the
-    server's own count and ids) must be that prompt; a recorded parity warning fails. With
+    server's own count and ids) must be that prompt; a recorded parity warning fails. The
+    verdict says on how many steps the server's ids, or only its counts, were compared. With
     --data, every example's input_ids and labels must be its trajectory's, token by token.
     Exits 1 at the first mismatch, printing where it is and the decoded tokens on both sides."""
     from agent.models import file_sha256, tokenizer_file
-    from agent.parity import check_trajectory
+    from agent.parity import check_trajectory, server_evidence, without_server_ids
     from agent.renderer import ChatRenderer
     from agent.writer import read_trajectories
 
@@ -45,13 +47,18 @@ def check_parity_command(
         recorded_run = require_served or any(step.served is not None for t in found for step in t.steps)
         for trajectory in found:
             mismatch = check_trajectory(trajectory, renderer, recorded_run)
+            if mismatch is None and require_server_ids:
+                mismatch = without_server_ids(trajectory)
             if mismatch is not None:
                 _broken(str(mismatch))
     steps = sum(len(t.steps) for t in episodes)
     served = sum(1 for t in episodes for step in t.steps if step.served is not None)
     examples = _check_data(data, episodes, renderer) if data is not None else 0
     checked = f", {examples} examples of {data}" if data is not None else ""
-    typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served){checked}")
+    evidence = [server_evidence(step) for t in episodes for step in t.steps]
+    compared = f"ids compared on {evidence.count('ids')} steps, counts only on {evidence.count('counts')}, nothing on {evidence.count('nothing')}"
+    typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served; "
+               f"the server's record: {compared}){checked}")
     if served == 0:
         typer.echo("warning: no step recorded what it was served, so only the re-rendering was checked; "
                    "record it with --tokenizer (scripted, replay, sft teach) or a model policy", err=True)

@@ -142,8 +142,11 @@ class HFPolicy(Policy):
         }
         if not self.thinking:
             return Reply(text, generation=generation, prompt_ids=prompt)
-        reasoning, action, _ = split_thinking(text)
+        reasoning, action, closed = split_thinking(text)
         generation.update(thinking)
+        if not closed and not hit_cap:  # it ended its turn without </think>: the whole text is the action (agent.renderer)
+            generation["thinking_unclosed"] = True
+            return Reply(text, generation=generation, prompt_ids=prompt)
         return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
 
     def _generate(self, logits) -> tuple[list[int], dict]:

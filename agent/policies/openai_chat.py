@@ -10,7 +10,11 @@ tokenizer. Given ``--tokenizer`` (the student's), each step records the prompt t
 would be served, so ``check-parity`` and ``sft build`` check teacher data as any other.
 
 The key comes from ``OPENAI_API_KEY`` and is never written anywhere. Usage (prompt and
-completion tokens as the API counts them) is recorded on each step.
+completion tokens as the API counts them) is recorded on each step. Requests carry
+``chat_template_kwargs`` with ``enable_thinking`` false (a Qwen3 template otherwise renders the
+thinking-mode generation prompt, which our renderer does not serve); a server that ignores unknown
+fields ignores it. Preflight records the served ``max_model_len``; a prompt the server refuses as
+over its context ends the episode as ``context_limit``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from typing import Any
 
 from agent.actions import FENCED
 from agent.policies.base import Reply, Sampling
-from agent.policies.openai_server import OpenAIPolicy, answer_problem, count, label
+from agent.policies.openai_server import OpenAIPolicy, count, label
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 
@@ -41,6 +45,7 @@ class OpenAIChatPolicy(OpenAIPolicy):
         self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None
         self.max_new_tokens, self.timeout, self.retries = max_new_tokens, timeout, retries
         self.sampling, self.thinking = sampling, False
+        self.server_max_model_len, self.server_prompt_ids = None, False
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -49,19 +54,26 @@ class OpenAIChatPolicy(OpenAIPolicy):
             "student_tokenizer": str(self.tokenizer_path) if self.tokenizer_path else None,
             "tokenizer_sha256": self.renderer.fingerprint if self.renderer else None,
             "teacher_tokenization": "the API's own; not what is trained (sft build renders the messages with the student's tokenizer)",
+            "server_max_model_len": self.server_max_model_len,
         }
+
+    answer_field = "message"
+
+    def _use_server_limit(self, limit: int) -> None:
+        self.server_max_model_len = limit  # recorded: the prompt is counted in the teacher's tokens, which we do not make
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
         body: dict[str, Any] = {
             "model": self.model, "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
             "max_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "seed": self.episode.seed,
+            "chat_template_kwargs": {"enable_thinking": False},  # the generation prompt our renderer serves
         }
         if not self.sampling.greedy:
             body["top_p"] = self.sampling.top_p
             if self.sampling.top_k:
                 body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; a hosted API may refuse it
         started = time.perf_counter()
-        answer = self.servers.post(self.endpoint, body, accept=lambda response: answer_problem(response, "message"))
+        answer = self._post(body)
         response = answer.body
         choice = response["choices"][0]
         text = choice["message"]["content"]

@@ -12,9 +12,23 @@ episode ends as ``policy_error`` saying where.
 Every step records the prompt it sent (``Step.served``: digest, length, tokenizer fingerprint,
 and the server's own count and ids where it returns them).
 
+Preflight asks each replica, before anything is written: its model list (the served name must be
+there; its ``max_model_len`` becomes the context budget, and a ``--max-context`` above it is
+refused), then one tiny prompt in the run's format with ``return_token_ids``. A server that
+refuses the prompt (``transformers serve`` takes no ids) is one line naming ``--api chat`` or
+``--prompt-format text``; one that returns the prompt's ids (vLLM) is asked for them at every step,
+so ``check-parity`` compares ids, not only counts. The capability is recorded in the settings.
+
+A prompt that leaves less room than ``--max-new-tokens`` gets ``max_tokens`` lowered to the room
+left, recorded as ``clamped_max_tokens`` (``hit_cap`` is the policy's own cap only); a prompt that
+leaves none, or that the server refuses as over its context length (HTTP 400), ends the episode
+as ``context_limit``.
+
 Thinking mode (``--thinking``): the model writes its think block; the request allows
-``thinking_budget`` more tokens and asks for control tokens in the text. A reply whose think
-block is still open is recorded as ``thinking_budget_hit`` and holds no action.
+``thinking_budget`` more tokens and asks for control tokens in the text. A reply cut at the token
+limit with its think block open is recorded as ``thinking_budget_hit`` and holds no action. A
+reply that ended its turn without ``</think>`` is recorded as ``thinking_unclosed``, and its whole
+text is the action, as Qwen3's chat template reads such a turn back.
 
 Greedy (temperature 0) unless ``Sampling`` says otherwise, with the episode's seed in every
 request; stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
@@ -27,6 +41,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -37,6 +52,11 @@ from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
+DEFAULT_MAX_CONTEXT = 32_768  # PolicyConfig's default: lowered to a server's max_model_len, where an explicit one is refused
+PROBE_TEXT = "Hello"  # preflight's prompt: a few tokens, one generated
+REFUSED_PROMPT_STATUS = {400, 422}  # what vLLM, SGLang and transformers serve answer a prompt they cannot take
+NO_COMPLETIONS_STATUS = {404, 405, 501}
+CONTEXT_REFUSAL = re.compile(r"HTTP 400\b.*(context length|context window|input_tokens)", re.IGNORECASE | re.DOTALL)
 
 __all__ = ["OpenAIPolicy", "api_base", "read_capped"]
 
@@ -96,6 +116,8 @@ class OpenAIPolicy(Policy):
         self.max_new_tokens, self.max_context = max_new_tokens, max_context
         self.timeout, self.retries = timeout, retries
         self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
+        self.server_max_model_len: int | None = None  # read at preflight (the smallest of the replicas')
+        self.server_prompt_ids = False  # preflight found that every replica returns the prompt's ids when asked
 
     @property
     def url(self) -> str:
@@ -121,37 +143,61 @@ class OpenAIPolicy(Policy):
             **self.sampling.settings(), "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
             "timeout": self.timeout, "retries": self.retries, "tokenizer_sha256": self.renderer.fingerprint,
             "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
+            "server_max_model_len": self.server_max_model_len, "server_prompt_ids": self.server_prompt_ids,
         }
 
     def preflight(self) -> str | None:
         """GET /v1/models of each replica once: a server that serves no model of our name stops the
         run here, as does a run whose every replica is down; a replica that does not answer is
         taken out (and retried later), and said. A server without that endpoint (404, 405, 501) is
-        let through, and said."""
-        notes, down = [], {}
+        let through, and said. Then the served context length becomes the budget, and (for the
+        completions API) one tiny prompt finds whether the server takes it and returns its ids."""
+        notes, down, limits, returns_ids = [], {}, [], []
         for base in self.servers.bases:
             try:
-                note = self._preflight_one(base)
+                note, limit = self._preflight_one(base)
             except ReplicaDown as error:
                 down[base] = str(error)
                 continue
             if note is not None:
                 notes.append(note)
+            if limit is not None:
+                limits.append(limit)
+            if self.endpoint == "/completions":
+                ids, note = self._probe(base)
+                returns_ids.append(ids)
+                if note is not None:
+                    notes.append(note)
         if len(down) == len(self.servers):
             raise AgentError(f"--base-url: no replica answers ({'; '.join(down.values())}); start them or fix the URLs")
         for base, reason in down.items():
             self.servers.take_out(base, reason)
-            notes.append(f"{base} does not answer ({reason}); it is taken out and tried again during the run")
+        notes = [f"{base} does not answer ({reason}); it is taken out and tried again during the run" for base, reason in down.items()] + notes
+        if limits:
+            self._use_server_limit(min(limits))
+        self.server_prompt_ids = bool(returns_ids) and all(returns_ids)
         return "; ".join(notes) or None
 
-    def _preflight_one(self, base: str) -> str | None:
+    def _use_server_limit(self, limit: int) -> None:
+        """The served context length as the budget: the default budget is lowered to it, an
+        explicit one above it is refused (the server would refuse or shorten what we send)."""
+        self.server_max_model_len = limit
+        if self.max_context <= limit:
+            return
+        if self.max_context != DEFAULT_MAX_CONTEXT:
+            raise AgentError(f"--max-context {self.max_context} is more than the server's max_model_len of {limit}; "
+                             f"give at most {limit}, or leave it out to use {limit}")
+        self.max_context = limit
+
+    def _preflight_one(self, base: str) -> tuple[str | None, int | None]:
+        """A note (or None) and the served model's max_model_len (None when not said)."""
         url = base + "/models"
         timeout = min(self.timeout, 30)
         try:
             listing = self.servers.get(base, "/models", MODELS_LISTING_BYTES, timeout)
         except HTTPStatus as error:
             if error.status in (404, 405, 501):
-                return f"{url} answered HTTP {error.status}, so the served model's name was not checked"
+                return f"{url} answered HTTP {error.status}, so the served model's name was not checked", None
             raise AgentError(f"--base-url: {url} answered HTTP {error.status}; check the URL and the API key") from None
         except (OSError, http.client.HTTPException) as error:
             if len(self.servers) == 1:
@@ -160,21 +206,62 @@ class OpenAIPolicy(Policy):
         except ValueError as error:
             raise AgentError(f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?") from None
         data = listing.get("data") if isinstance(listing, dict) else None
-        models = [item.get("id") for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+        entries = [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
+        models = [item.get("id") for item in entries]
         if self.model not in models:
             raise AgentError(f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
                              "pass one of those (vLLM: the --served-model-name)")
-        return None
+        served = next(item for item in entries if item.get("id") == self.model)
+        parent = next((item for item in entries if item.get("id") == served.get("parent")), {})  # vLLM: a LoRA adapter's base
+        limit = count(served.get("max_model_len")) or count(parent.get("max_model_len"))
+        return None, limit if limit else None
+
+    def _probe(self, base: str) -> tuple[bool, str | None]:
+        """One tiny prompt in the run's format, asking for its ids back: whether they come back,
+        and a note when they do not. A server that refuses the prompt stops the run in one line."""
+        ids = self.renderer.text(PROBE_TEXT)
+        body = {"model": self.model, "prompt": ids if self.prompt_format == "ids" else PROBE_TEXT, "max_tokens": 1, "temperature": 0}
+        url, timeout = base + self.endpoint, min(self.timeout, 60)
+        try:
+            try:
+                answer = self.servers.post_once(base, self.endpoint, {**body, "return_token_ids": True}, timeout)
+            except HTTPStatus as error:
+                if error.status not in REFUSED_PROMPT_STATUS:
+                    raise
+                self.servers.post_once(base, self.endpoint, body, timeout)  # refused the flag, or the prompt itself?
+                return False, f"{url} refuses return_token_ids, so check-parity can compare prompt counts only"
+        except HTTPStatus as error:
+            if error.status in NO_COMPLETIONS_STATUS:
+                raise AgentError(f"--base-url: {url} answered HTTP {error.status} (no completions endpoint); "
+                                 "use --api chat") from None
+            if error.status in REFUSED_PROMPT_STATUS:
+                other = "use --api chat, or --prompt-format text" if self.prompt_format == "ids" else "use --api chat"
+                raise AgentError(f"--prompt-format {self.prompt_format}: the server at {url} refuses a {self.prompt_format} "
+                                 f"prompt ({error}); {other}") from None
+            return False, f"the test prompt to {url} failed ({error}), so the prompt's ids are not asked for"
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            return False, f"the test prompt to {url} failed ({type(error).__name__}: {error}), so the prompt's ids are not asked for"
+        if answer_problem(answer, "text") is not None:
+            raise AgentError(f"--base-url: {url} answered a test prompt with no completion ({answer_problem(answer, 'text')}); "
+                             "is it an OpenAI-compatible server?")
+        returned = answer["choices"][0].get("prompt_token_ids")
+        if not isinstance(returned, list):
+            return False, f"{url} does not return the prompt's token ids, so check-parity can compare prompt counts only"
+        return True, None
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
         prompt = self.renderer.prompt(messages, thinking=self.thinking)
-        new_tokens = self.max_new_tokens + (self.thinking_budget if self.thinking else 0)
-        if len(prompt) + new_tokens > self.max_context:
-            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {new_tokens} new ones exceeds the context of {self.max_context}")
+        cap = self.max_new_tokens + (self.thinking_budget if self.thinking else 0)
+        room = self.max_context - len(prompt)
+        if room < 1:
+            raise ContextExceeded(f"a prompt of {len(prompt)} tokens leaves no room for new ones in the context of {self.max_context}")
+        max_tokens = min(cap, room)
         body = {
             "model": self.model, "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
-            "max_tokens": new_tokens, "temperature": self.sampling.temperature, "stop": [IM_END], "seed": self.episode.seed,
+            "max_tokens": max_tokens, "temperature": self.sampling.temperature, "stop": [IM_END], "seed": self.episode.seed,
         }
+        if self.server_prompt_ids:
+            body["return_token_ids"] = True  # vLLM: the ids it received, in choices[0].prompt_token_ids
         if not self.sampling.greedy:
             body["top_p"] = self.sampling.top_p
             if self.sampling.top_k:
@@ -182,7 +269,7 @@ class OpenAIPolicy(Policy):
         if self.thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()
-        answer = self.servers.post(self.endpoint, body, accept=lambda response: answer_problem(response, "text"))
+        answer = self._post(body)
         response = answer.body
         choice = response["choices"][0]
         text = choice["text"]
@@ -190,11 +277,13 @@ class OpenAIPolicy(Policy):
         server_ids = choice.get("prompt_token_ids")
         server_ids = list(server_ids) if isinstance(server_ids, list) and all(count(i) is not None for i in server_ids) else None
         server_tokens = count(usage.get("prompt_tokens"))
+        generated = count(usage.get("completion_tokens"))
+        finish = label(choice.get("finish_reason"))
         generation: dict[str, Any] = {
-            "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens,
-            "generated_tokens": count(usage.get("completion_tokens")), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": label(choice.get("finish_reason")), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
-            **self._replica_record(answer),
+            "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens, "generated_tokens": generated,
+            "hit_cap": self._hit_cap(finish, generated, max_tokens, cap), "finish_reason": finish,
+            "clamped_max_tokens": max_tokens if max_tokens < cap else None,
+            "api_retries": answer.retries, "seconds": time.perf_counter() - started, **self._replica_record(answer),
         }
         warning = self._parity_warning(prompt, server_tokens, server_ids)
         if warning:
@@ -202,11 +291,39 @@ class OpenAIPolicy(Policy):
         text = text.removesuffix(IM_END)
         reasoning = None
         if self.thinking:
-            reasoning, text, closed = split_thinking(text)
-            generation["thinking_tokens"] = len(self.renderer.text(reasoning))
-            generation["thinking_budget_hit"] = not closed
+            reasoning, text, thought = self._thinking(text, finish)
+            generation.update(thought)
         return Reply(text, generation=generation, reasoning=reasoning, prompt_ids=prompt,
                      server_prompt_ids=server_ids, server_prompt_tokens=server_tokens)
+
+    def _post(self, body: dict):
+        """The request; a server that refuses the prompt as longer than its context ends the
+        episode as context_limit, as our own budget would have."""
+        try:
+            return self.servers.post(self.endpoint, body, accept=lambda response: answer_problem(response, self.answer_field))
+        except PolicyError as error:
+            if CONTEXT_REFUSAL.search(str(error)):
+                raise ContextExceeded(f"the server refused the prompt as over its context: {str(error)[:300]}") from None
+            raise
+
+    answer_field = "text"  # where the completion is in an answer (the chat API: "message")
+
+    @staticmethod
+    def _hit_cap(finish: str | None, generated: int | None, max_tokens: int, cap: int) -> bool:
+        """Cut at the policy's own cap: not at a max_tokens we lowered to the room left, nor
+        where a server shortened the request itself (fewer tokens than asked for)."""
+        if finish != "length" or max_tokens < cap:
+            return False
+        return generated is None or generated >= max_tokens
+
+    def _thinking(self, text: str, finish: str | None) -> tuple[str | None, str, dict[str, Any]]:
+        """(reasoning, action, what to record) of a thinking-mode reply: see ``split_thinking``."""
+        reasoning, action, closed = split_thinking(text)
+        if closed:
+            return reasoning, action, {"thinking_tokens": len(self.renderer.text(reasoning)), "thinking_budget_hit": False}
+        if finish == "length":  # still thinking when the tokens ran out: no action was written
+            return reasoning, action, {"thinking_tokens": len(self.renderer.text(reasoning)), "thinking_budget_hit": True}
+        return None, text, {"thinking_unclosed": True, "thinking_budget_hit": False}
 
     def _text_prompt(self, prompt: list[int]) -> str:
         """The prompt as text, only if the tokenizer reads that text back as the same ids."""

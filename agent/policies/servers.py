@@ -232,6 +232,11 @@ class ServerPool:
         replica = next(r for r in self.replicas if r.base == base)
         return self._request(replica, "GET", endpoint, None, limit=limit, timeout=timeout)
 
+    def post_once(self, base: str, endpoint: str, body: dict, timeout: float) -> dict:
+        """One POST to one replica, no retry (preflight's probe); raises HTTPStatus, OSError, ValueError."""
+        replica = next(r for r in self.replicas if r.base == base)
+        return self._request(replica, "POST", endpoint, json.dumps(body).encode(), timeout=timeout)
+
     def _request(self, replica: _Replica, method: str, endpoint: str, data: bytes | None, limit: int = ANSWER_BYTES,
                  timeout: float | None = None) -> dict:
         """One request on this thread's kept connection, bounded as a whole by ``timeout``: from

@@ -27,10 +27,17 @@ SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
 class FakeServer:
     """Answers POSTs from a list of (status, body), or with ``respond(body)`` when given, and records
-    each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint)."""
+    each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint),
+    with ``max_model_len`` when given.
 
-    def __init__(self, models: list[str] | None = None, respond=None):
-        self.answers, self.requests, self.headers, self.models = [], [], [], models
+    Preflight's test prompt (one token asked for, a prompt of a few) is answered as vLLM would and
+    kept in ``probes``, not in ``requests``. ``return_ids``: the prompt's ids come back when a
+    request asks (vLLM's ``return_token_ids``); ``refuse_ids``: a token-id prompt is refused with
+    HTTP 400 (``transformers serve``); ``max_model_len``: a longer prompt is refused with vLLM's
+    HTTP 400."""
+
+    def __init__(self, models: list[str] | None = None, respond=None, return_ids=False, refuse_ids=False, max_model_len=None):
+        self.answers, self.requests, self.headers, self.models, self.probes = [], [], [], models, []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -38,10 +45,23 @@ class FakeServer:
                 if fake.models is None:
                     self.send_error(501)
                     return
-                self.send_json(200, {"object": "list", "data": [{"id": m, "object": "model"} for m in fake.models]})
+                listed = [{"id": m, "object": "model", **({"max_model_len": max_model_len} if max_model_len else {})} for m in fake.models]
+                self.send_json(200, {"object": "list", "data": listed})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                prompt = body.get("prompt")
+                if refuse_ids and isinstance(prompt, list):
+                    self.send_json(400, {"error": "prompt must be a string"})
+                    return
+                if max_model_len and isinstance(prompt, list) and len(prompt) > max_model_len:
+                    self.send_json(400, {"error": {"message": f"This model's maximum context length is {max_model_len} tokens. However, "
+                                                   f"your prompt contains {len(prompt)} input tokens.", "param": "input_tokens", "code": 400}})
+                    return
+                if body.get("max_tokens") == 1 and prompt is not None and len(prompt) < 16:  # preflight's test prompt
+                    fake.probes.append(body)
+                    self.send_json(200, fake.with_ids(body, fake.completion("", len(prompt))))
+                    return
                 fake.requests.append({"path": self.path, **body})
                 fake.headers.append(dict(self.headers))
                 if respond is not None:
@@ -55,7 +75,7 @@ class FakeServer:
                     self.wfile.write(b'{"choices"')
                     self.close_connection = True
                     return
-                self.send_json(status, answer)
+                self.send_json(status, fake.with_ids(body, answer) if status == 200 else answer)
 
             def send_json(self, status, answer):
                 data = json.dumps(answer).encode()
@@ -68,9 +88,16 @@ class FakeServer:
             def log_message(self, *args):
                 pass
 
+        self.return_ids = return_ids
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def with_ids(self, body, answer):
+        """``answer`` with the prompt's ids as vLLM returns them, when this server does and the request asked."""
+        if self.return_ids and body.get("return_token_ids") and isinstance(body.get("prompt"), list) and "choices" in answer:
+            answer = {**answer, "choices": [{**answer["choices"][0], "prompt_token_ids": body["prompt"]}]}
+        return answer
 
     @staticmethod
     def completion(text, prompt_tokens, finish="stop"):
@@ -231,3 +258,163 @@ def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, in
         fake.server.shutdown()
     assert trajectory.outcome.status == "submitted" and trajectory.steps[0].generation.finish_reason == "stop\ufffd"
     trajectory.model_dump_json()  # what the log writes
+
+
+def preflighted(server, tiny_tokenizer, **options):
+    policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 1, **options}))
+    policy.backoff = 0.01
+    return policy, policy.preflight()
+
+
+def run_episode(small_demo, index, policy, question=None, max_steps=3):
+    question = question or small_demo.questions[0]
+    return EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=max_steps)).run(question.text, question)
+
+
+def eval_flags(server, tiny_tokenizer, out, *extra):
+    return ("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+            "--limit", "2", "--max-steps", "2", "--out", str(out), *extra)
+
+
+def test_a_server_that_returns_the_prompts_ids_is_asked_for_them_and_check_parity_compares_them(tiny_tokenizer, tmp_path):
+    fake = FakeServer(models=["served"], return_ids=True)
+    try:
+        run = tmp_path / "ids"
+        done = run_cli(*eval_flags(fake, tiny_tokenizer, run, "--record-prompt-ids"))
+        assert done.returncode == 0, done.stderr
+        assert fake.probes and all(request["return_token_ids"] is True for request in fake.requests)
+    finally:
+        fake.server.shutdown()
+    found = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
+    steps = [step for t in found for step in t["steps"]]
+    assert all(t["policy"]["settings"]["server_prompt_ids"] is True for t in found)
+    assert all(step["served"]["server_sha256"] == step["served"]["sha256"] for step in steps)
+    held = run_cli("check-parity", "-t", str(run / "trajectories.jsonl"), "--tokenizer", str(tiny_tokenizer), "--require-server-ids")
+    assert held.returncode == 0, held.stderr
+    assert f"ids compared on {len(steps)} steps, counts only on 0, nothing on 0" in held.stdout
+
+
+def test_without_ids_from_the_server_the_verdict_says_counts_only_and_require_server_ids_fails(server, tiny_tokenizer, tmp_path):
+    server.models = ["served"]
+    run = tmp_path / "counts"
+    done = run_cli(*eval_flags(server, tiny_tokenizer, run))
+    assert done.returncode == 0, done.stderr
+    assert "does not return the prompt's token ids" in " ".join((done.stdout + done.stderr).split())  # said at preflight
+    assert server.probes and not any("return_token_ids" in request for request in server.requests)  # not asked of it
+    steps = sum(len(json.loads(line)["steps"]) for line in (run / "trajectories.jsonl").read_text().splitlines())
+    held = run_cli("check-parity", "-t", str(run / "trajectories.jsonl"), "--tokenizer", str(tiny_tokenizer))
+    assert held.returncode == 0 and f"ids compared on 0 steps, counts only on {steps}, nothing on 0" in held.stdout, held.stdout
+    required = run_cli("check-parity", "-t", str(run / "trajectories.jsonl"), "--tokenizer", str(tiny_tokenizer), "--require-server-ids")
+    assert required.returncode == 1 and "no prompt ids from the server were recorded" in required.stderr
+
+
+def test_ids_the_server_received_otherwise_are_kept_and_fail_parity_where_they_differ(small_demo, index, tiny_tokenizer, tmp_path):
+    def respond(body):
+        answer = FakeServer.completion(SUBMIT, len(body["prompt"]))
+        answer["choices"][0]["prompt_token_ids"] = body["prompt"][:5] + [7] + body["prompt"][6:]
+        return 200, answer
+
+    fake = FakeServer(models=["served"], return_ids=True, respond=respond)
+    try:
+        policy, _ = preflighted(fake, tiny_tokenizer)
+        question = small_demo.questions[0]
+        trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3, record_prompt_ids=True)).run(question.text, question)
+    finally:
+        fake.server.shutdown()
+    served = trajectory.steps[0].served
+    assert served.server_ids is not None and served.server_ids[5] == 7
+    mismatch = check_trajectory(trajectory, ChatRenderer.from_directory(tiny_tokenizer))
+    assert mismatch is not None and mismatch.position == 5  # the first differing token, shown on both sides
+
+
+def test_a_server_that_refuses_token_id_prompts_is_one_line_naming_the_chat_api_before_anything_is_written(tiny_tokenizer, tmp_path):
+    fake = FakeServer(models=["served"], refuse_ids=True)
+    try:
+        run = tmp_path / "refused"
+        done = run_cli(*eval_flags(fake, tiny_tokenizer, run))
+    finally:
+        fake.server.shutdown()
+    assert done.returncode == 2 and "--api chat" in done.stderr and "prompt must be a string" in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not run.exists() and not fake.requests
+
+
+def test_the_servers_max_model_len_is_the_budget_and_a_larger_max_context_is_refused(tiny_tokenizer, tmp_path):
+    fake = FakeServer(models=["served"], max_model_len=2048)
+    try:
+        policy, _ = preflighted(fake, tiny_tokenizer)
+        assert policy.max_context == 2048 and policy.settings()["server_max_model_len"] == 2048
+        run = tmp_path / "too-long"
+        done = run_cli(*eval_flags(fake, tiny_tokenizer, run, "--max-context", "8192"))
+        assert done.returncode == 2 and "--max-context 8192 is more than the server's max_model_len of 2048" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and not run.exists()
+        smaller, _ = preflighted(fake, tiny_tokenizer, max_context=1024)
+        assert smaller.max_context == 1024  # a budget under the server's is the user's to choose
+    finally:
+        fake.server.shutdown()
+
+
+def test_a_prompt_over_the_servers_limit_is_context_limit_before_sending_or_from_its_400(small_demo, index, tiny_tokenizer):
+    fake = FakeServer(models=["served"], max_model_len=300)
+    try:
+        policy, _ = preflighted(fake, tiny_tokenizer)
+        stopped = run_episode(small_demo, index, policy)
+        assert stopped.outcome.status == "context_limit" and not fake.requests  # ours: nothing sent
+        unchecked = make_policy(PolicyConfig(name="openai", base_url=fake.url, model="served", tokenizer=tiny_tokenizer, retries=1))
+        refused = run_episode(small_demo, index, unchecked)  # no preflight: the server's HTTP 400 says it
+        assert refused.outcome.status == "context_limit" and "maximum context length is 300" in refused.outcome.reason
+    finally:
+        fake.server.shutdown()
+
+
+def test_new_tokens_beyond_the_room_left_are_clamped_and_not_the_policys_cap(small_demo, index, tiny_tokenizer):
+    fake = FakeServer(models=["served"], max_model_len=2048)
+    fake.answers = [(200, FakeServer.completion("no code here", None, finish="length"))]
+    try:
+        policy, _ = preflighted(fake, tiny_tokenizer, max_new_tokens=4000)
+        trajectory = run_episode(small_demo, index, policy, max_steps=1)
+    finally:
+        fake.server.shutdown()
+    generation = trajectory.steps[0].generation
+    (request,) = fake.requests
+    assert request["max_tokens"] == 2048 - generation.prompt_tokens == generation.clamped_max_tokens
+    assert generation.finish_reason == "length" and generation.hit_cap is False
+
+
+def test_a_server_that_shortens_the_request_itself_is_not_the_policys_cap(server, small_demo, index, tiny_tokenizer):
+    answer = FakeServer.completion("no code here", None, finish="length")
+    answer["usage"]["completion_tokens"] = 3  # fewer than the 16 asked for: the server cut it, not our cap
+    server.answers = [(200, answer), (200, {**answer, "usage": {"completion_tokens": 16}})]
+    trajectory = run_episode(small_demo, index, make_policy(PolicyConfig(name="openai", base_url=server.url, model="served",
+                                                                         tokenizer=tiny_tokenizer, max_new_tokens=16)), max_steps=2)
+    assert [step.generation.hit_cap for step in trajectory.steps] == [False, True]
+
+
+THOUGHT_THEN_SUBMIT = '<think>\nThe answer is in the abstract.\n```python\nsubmit("3e-5", evidence=[])\n```'
+
+
+def test_a_turn_ended_without_closing_its_think_block_is_its_whole_text_and_renders_back_exactly(small_demo, index, tiny_tokenizer):
+    fake = FakeServer(models=["served"], return_ids=True, respond=lambda body: (200, FakeServer.completion(THOUGHT_THEN_SUBMIT, len(body["prompt"]))))
+    try:
+        policy, _ = preflighted(fake, tiny_tokenizer, thinking=True)
+        trajectory = run_episode(small_demo, index, policy)
+    finally:
+        fake.server.shutdown()
+    step = trajectory.steps[0]
+    assert step.generation.thinking_unclosed is True and step.generation.thinking_budget_hit is False
+    assert step.reasoning is None and step.action_text == THOUGHT_THEN_SUBMIT  # Qwen3's template: no </think>, all content
+    assert trajectory.outcome.status == "submitted"  # its action ran
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    assert fake.requests[0]["prompt"] == renderer.prompt(trajectory.messages(upto=0), thinking=True)
+    assert check_trajectory(trajectory, renderer) is None
+    trained = renderer.render(trajectory.messages()).ids
+    written = [renderer.think, *renderer.text(THOUGHT_THEN_SUBMIT.removeprefix("<think>")), renderer.im_end]
+    start = len(fake.requests[0]["prompt"])
+    assert trained[start:start + len(written)] == written  # the <think> it opened is the control token, as generated
+
+
+def test_a_think_block_still_open_at_the_token_limit_is_a_budget_hit(server, small_demo, index, tiny_tokenizer):
+    server.answers = [(200, FakeServer.completion("<think>\nstill thinking", None, finish="length"))]
+    trajectory = run_episode(small_demo, index, make_policy(PolicyConfig(name="openai", base_url=server.url, model="served",
+                                                                         tokenizer=tiny_tokenizer, thinking=True)), max_steps=1)
+    generation = trajectory.steps[0].generation
+    assert generation.thinking_budget_hit is True and not generation.thinking_unclosed and trajectory.steps[0].action_text == ""

@@ -6,11 +6,21 @@ the server on one worker only (tests/integration/conftest.py).
 """
 
 import json
+import os
+import signal
+import subprocess
+import time
+from contextlib import contextmanager
 
 import pytest
 
-from tests.conftest import run_cli
-from tests.integration.conftest import MAX_MODEL_LEN
+from agent.policies import PolicyConfig, make_policy
+from agent.runner import EpisodeRunner
+from agent.trajectory import EpisodeConfig
+from corpus import BM25Index
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.integration.conftest import (MAX_MODEL_LEN, SERVED_NAME, VllmServer, free_port, server_command, server_environment,
+                                        stop, vllm_python, wait_until_serving)
 
 pytestmark = pytest.mark.vllm
 
@@ -45,22 +55,60 @@ def test_the_server_lists_the_model_with_its_context_length(vllm_server):
     assert listed[vllm_server.model]["root"] == str(vllm_server.model_dir)
 
 
-def test_eval_with_id_prompts_records_what_the_server_received_at_every_step(vllm_server, tmp_path):
+def test_eval_with_id_prompts_compares_the_ids_the_server_received_at_every_step(vllm_server, tmp_path):
     run = tmp_path / "ids"
     done = eval_against(vllm_server, run, "--record-prompt-ids")
     assert done.returncode == 0, done.stderr
     found = trajectories(run)
     assert_every_episode_ran_on_the_server(found)
+    steps = 0
     for trajectory in found:
-        assert trajectory["policy"]["settings"]["prompt_format"] == "ids"
+        settings = trajectory["policy"]["settings"]
+        assert settings["prompt_format"] == "ids" and settings["server_prompt_ids"] is True  # found at preflight
+        assert settings["server_max_model_len"] == settings["max_context"] == MAX_MODEL_LEN  # the server's limit is the budget
         for step in trajectory["steps"]:
             generation, served = step["generation"], step["served"]
-            # The server counted exactly the ids we sent, and the record holds those ids.
+            # vLLM returned the ids it received: their digest is ours, and no differing ids were kept.
+            assert served["server_sha256"] == served["sha256"] and "server_ids" not in served, served
             assert generation["server_prompt_tokens"] == generation["prompt_tokens"] == served["tokens"], step
             assert served["ids"]["append"], served
+            steps += 1
     parity = run_cli("check-parity", "--trajectories", str(run / "trajectories.jsonl"),
-                     "--tokenizer", str(vllm_server.model_dir))
+                     "--tokenizer", str(vllm_server.model_dir), "--require-server-ids")
     assert parity.returncode == 0, parity.stdout + parity.stderr
+    assert f"ids compared on {steps} steps, counts only on 0, nothing on 0" in parity.stdout, parity.stdout
+
+
+def test_a_prompt_over_the_servers_context_ends_as_context_limit(vllm_server, small_demo, tmp_path):
+    long_question = "Which learning rate did the authors use? " * 900  # several thousand tokens: over max_model_len
+    # Through the CLI: preflight read max_model_len, so the policy stops before sending.
+    run = tmp_path / "long"
+    done = run_cli("run", "--policy", "openai", "--base-url", vllm_server.url,
+                   "--model", vllm_server.model, "--tokenizer", str(vllm_server.model_dir), "--question", long_question,
+                   "--max-steps", "1", "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = trajectories(run)
+    assert trajectory["outcome"]["status"] == "context_limit", trajectory["outcome"]
+    assert f"the context of {MAX_MODEL_LEN}" in trajectory["outcome"]["reason"]
+    # Without preflight (our budget above the server's): the server's HTTP 400 is a context_limit too.
+    policy = make_policy(PolicyConfig(name="openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir))
+    refused = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=1)).run(long_question)
+    assert refused.outcome.status == "context_limit", refused.outcome
+    assert "maximum context length" in refused.outcome.reason
+
+
+def test_new_tokens_beyond_the_room_left_are_clamped_and_recorded_as_clamped(vllm_server, tmp_path):
+    run = tmp_path / "clamped"
+    done = run_cli("eval", "--policy", "openai", "--base-url", vllm_server.url, "--model", vllm_server.model,
+                   "--tokenizer", str(vllm_server.model_dir), "--limit", "1", "--max-steps", "1",
+                   "--max-new-tokens", str(MAX_MODEL_LEN), "--out", str(run))
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = trajectories(run)
+    (step,) = trajectory["steps"]
+    generation = step["generation"]
+    assert generation["clamped_max_tokens"] == MAX_MODEL_LEN - generation["prompt_tokens"], generation
+    assert generation["hit_cap"] is False, generation  # not the policy's cap, whatever the server did
+    assert generation["generated_tokens"] <= generation["clamped_max_tokens"]
 
 
 def test_eval_with_the_chat_api_records_every_step(vllm_server, tmp_path):
@@ -73,3 +121,59 @@ def test_eval_with_the_chat_api_records_every_step(vllm_server, tmp_path):
         assert trajectory["policy"]["settings"]["api"] == "chat"
         for step in trajectory["steps"]:
             assert step["generation"]["api"] == "chat" and step["generation"]["usage_prompt_tokens"] > 0, step
+
+
+def test_chat_requests_render_the_prompt_our_renderer_serves(vllm_server, tmp_path):
+    """With chat_template_kwargs enable_thinking false, the server's template and our renderer agree on the first step's
+    prompt (without it, the server renders the thinking-mode generation prompt: fewer tokens). Later steps are not compared:
+    the template drops the empty think block of each earlier assistant turn (Qwen3's does the same), which our renderer
+    keeps so that every prompt is a prefix of the training sequence, and it reads the model's text as a whole."""
+    run = tmp_path / "chat-counts"
+    done = eval_against(vllm_server, run, "--api", "chat")
+    assert done.returncode == 0, done.stderr
+    for trajectory in trajectories(run):
+        first = trajectory["steps"][0]
+        assert first["generation"]["usage_prompt_tokens"] == first["served"]["tokens"], first
+
+
+@contextmanager
+def vllm_on_port(model_dir, port, log):
+    """A private server on a port of our choosing (to restart one where a run expects it)."""
+    url = f"http://127.0.0.1:{port}/v1"
+    with log.open("ab") as sink:
+        process = subprocess.Popen(server_command(vllm_python(), model_dir, port), stdout=sink, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=server_environment(), start_new_session=True)
+    try:
+        wait_until_serving(process, url, log)
+        yield VllmServer(url=url, model=SERVED_NAME, model_dir=model_dir, process=process, log=log)
+    finally:
+        stop(process)
+
+
+def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finishes(vllm_server, tmp_path):
+    port, log, run = free_port(), tmp_path / "private.log", tmp_path / "killed"
+    flags = ["eval", "--policy", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", SERVED_NAME,
+             "--tokenizer", str(vllm_server.model_dir), "--limit", "8", "--max-steps", "2", "--max-new-tokens", "16",
+             "--concurrency", "4", "--timeout", "60", "--retries", "1", "--max-consecutive-errors", "2", "--out", str(run)]
+    with vllm_on_port(vllm_server.model_dir, port, log) as server:
+        evaluating = subprocess.Popen(explorer_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      env=checkout_environment())
+        written = run / "trajectories.jsonl"
+        deadline = time.monotonic() + HANG_SECONDS
+        while not (written.exists() and written.read_text().count("\n") >= 1) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        os.killpg(server.process.pid, signal.SIGKILL)  # the API server, its engine core and its workers, at once
+        stdout, stderr = evaluating.communicate(timeout=HANG_SECONDS)
+    assert evaluating.returncode == 1, stdout + stderr
+    said = [line for line in stderr.splitlines() if line.startswith("error:")]
+    assert len(said) == 1 and "--resume --retry-errors" in said[0], stderr
+    found = trajectories(run)
+    failed = [t for t in found if t["outcome"]["status"] == "policy_error"]
+    assert failed, [t["outcome"] for t in found]
+    for trajectory in failed:
+        assert "request failed" in trajectory["outcome"]["reason"], trajectory["outcome"]
+    with vllm_on_port(vllm_server.model_dir, port, log):
+        resumed = run_cli("eval", "--out", str(run), "--resume", "--retry-errors")
+    assert resumed.returncode == 0, resumed.stderr
+    finished = trajectories(run)
+    assert len(finished) == 8 and all(t["outcome"]["status"] != "policy_error" for t in finished), [t["outcome"] for t in finished]
