@@ -42,13 +42,22 @@ class Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
 
+class ServedAdapter(Config):
+    """An adapter as a server serves it (agent.policies.adapters): eval and improve set it, from --adapter."""
+
+    name: str  # the name requests ask for: <run id>[-r<round>]-<sha12>
+    path: str  # the absolute directory the server loaded it from
+    sha256: str  # one hash over the adapter's files (agent.policies.adapters.adapter_sha256)
+
+
 class PolicyConfig(Config):
     """Which policy acts, and its backend's settings (each one matters only to the policies named)."""
 
     name: str = "scripted"
     replay: Path | None = None  # replay: the trajectories whose actions are re-run
     model: str | None = None  # hf: a model directory or hub id; openai: the served model's name
-    adapter: Path | None = None  # hf: a LoRA adapter directory
+    adapter: Path | None = None  # hf: a LoRA adapter directory; openai: one eval loads into the server (vLLM runtime LoRA)
+    served_adapter: ServedAdapter | None = None  # openai: --adapter as loaded into the server (eval sets it; a resume checks it)
     quantization: Literal["auto", "4bit", "none"] = "auto"  # hf: auto is 4-bit NF4 on CUDA, none on CPU
     max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
     max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit

@@ -7,7 +7,6 @@ RUN_DIR/metrics.json       answer F1, exact match, abstention table (rewritten a
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -19,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from agent.config import SPLITS, EvalConfig, build_config, dotted, load_config, read_toml
-from agent.engine import EpisodeThreads, raise_descriptor_limit
+from agent.engine import EpisodeProcesses, EpisodeThreads, raise_descriptor_limit
 from agent.environment import git_commit, hardware, versions
 from agent.loop import corpus_hashes
 from agent.manifest import RunManifest, acting_settings, stranger
@@ -113,8 +112,8 @@ def eval_command(
     top_k: Optional[int] = TopKOption,
     max_consecutive_errors: Optional[int] = typer.Option(None, "--max-consecutive-errors", min=1, help="Stop the run after this many episodes in a row end in policy_error (default 5)."),
     retry_errors: bool = typer.Option(False, "--retry-errors", help="With --resume: run again the episodes that ended in policy_error (they are replaced)."),
-    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Episodes run in parallel processes (default 1)."),
-    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=1024, help="Episodes in flight in one process, each waiting on the server (default 1; for --policy openai, e.g. 256 against vLLM)."),
+    workers: Optional[int] = typer.Option(None, "--workers", "-w", min=1, max=64, help="Processes that run episodes, each with --concurrency in flight (default 1; past one process's interpreter lock)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", min=1, max=1024, help="Episodes in flight in each process, each waiting on the server (default 1; for --policy openai, e.g. 256 against vLLM)."),
     max_steps: Optional[int] = MaxStepsOption,
     seed: Optional[int] = SeedOption,
     replay: Optional[Path] = ReplayOption,
@@ -162,8 +161,6 @@ def eval_command(
         record_prompt_ids=record_prompt_ids, host_seconds=host_seconds,
     )
     manifest = _read_manifest(out) if resume else None
-    if manifest is not None and (workers is None) != (concurrency is None):  # the way given replaces the recorded one
-        overrides |= {"workers": workers or 1, "concurrency": concurrency or 1}
     config = _resolve_config(config_file, overrides, manifest)
     if manifest is not None:
         _refuse_changed_config(out, config, manifest)
@@ -172,12 +169,31 @@ def eval_command(
 
 
 def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False, replay_other_corpus: bool = False) -> None:
+    """The run; with --policy openai --adapter, the adapter is loaded into the server under a name
+    of this run's (agent.policies.adapters) before the preflight, and unloaded when the run ends."""
+    if config.policy.name != "openai" or config.policy.adapter is None or config.policy.api == "chat":
+        return _run_eval(out, config, corpus, resume, retry_errors, replay_other_corpus)  # make_policy refuses what does not fit
+    from agent.policies.adapters import ServerAdapters, checked_adapter, planned_adapter, run_id
+
+    given, recorded = config.policy.adapter, config.policy.served_adapter  # recorded: from the manifest, on --resume
+    served = checked_adapter(given, recorded) if recorded is not None else planned_adapter(given, run_id(out))
+    config = config.model_copy(update={"policy": config.policy.model_copy(update={"served_adapter": served})})
+    if not config.policy.base_url:
+        return _run_eval(out, config, corpus, resume, retry_errors, replay_other_corpus)  # make_policy says what is missing
+    with ServerAdapters(config.policy.base_url, config.policy.timeout, say=_say_note) as adapters:
+        _run_eval(out, config, corpus, resume, retry_errors, replay_other_corpus, adapters)
+
+
+def _say_note(line: str) -> None:
+    console.print(untrusted(line, style="yellow"))  # it may quote the server
+
+
+def _run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: bool = False, replay_other_corpus: bool = False,
+              adapters=None) -> None:
     """The run, in named steps: check, write the manifest, run what is missing, score."""
     prereg = _load_preregistration(config)
     if config.policy.name == "hf" and (config.workers > 1 or config.concurrency > 1):
         raise UsageError("--policy hf runs one episode at a time (one model in memory); for parallel episodes serve the model and use --policy openai")
-    if config.workers > 1 and config.concurrency > 1:
-        raise UsageError("--workers and --concurrency are two ways to run episodes at once; give one (--concurrency for a served model)")
     policy = make_policy(config.policy, config.episode.max_steps)
     if config.samples > 1 and config.policy.temperature == 0:  # allowed: it measures how deterministic a policy is
         console.print(f"[yellow]note: --samples {config.samples} with a deterministic policy or greedy decoding: its samples "
@@ -207,6 +223,8 @@ def run_eval(out: Path, config: EvalConfig, corpus, resume: bool, retry_errors: 
     if not remaining:
         console.print("note: every episode is written; the policy's server is not asked")  # rescoring needs no server
     else:
+        if adapters is not None:  # before the preflight, which then finds the adapter's name served
+            adapters.load(config.policy.served_adapter)
         note = policy.preflight()  # a dead or wrong server is one line now, not a policy_error per episode, and writes nothing
         if note:
             console.print(untrusted(f"note: {note}", style="yellow"))  # it may quote the server
@@ -397,19 +415,20 @@ def _check_run_directory(out: Path, manifest_path: Path, log_path: Path, resume:
 def _run_all(units: list, config: EvalConfig, log: TrajectoryLog, already: int, total: int) -> str | None:
     """Run and log every question; stop early, returning the last error, after
     ``max_consecutive_errors`` policy errors in a row (a server that is down fails every episode
-    the same way). Episodes run one at a time, in ``workers`` forked processes, or ``concurrency``
-    in flight in this one (agent.engine)."""
+    the same way). Episodes run one at a time, ``concurrency`` in flight in this process, or in
+    ``workers`` forked processes with ``concurrency`` in flight in each (agent.engine); this process
+    alone writes the log."""
     columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    errors, pool, max_errors = 0, None, config.max_consecutive_errors
+    errors, max_errors = 0, config.max_consecutive_errors
+    run_one = _run_one_in_flight if config.concurrency > 1 else _run_one
+    if len(units) <= 1 or (config.workers == 1 and config.concurrency == 1):
+        batches = ([_run_one(unit)] for unit in units)
+    elif config.workers == 1:
+        batches = EpisodeThreads(run_one, config.concurrency).run_batches(units)
+    else:  # forked before the progress bar's thread starts: the processes inherit the corpus, index and policy
+        batches = EpisodeProcesses(run_one, config.workers, config.concurrency).run_batches(units)
     with Progress(*columns, console=console, transient=False) as progress:
         task = progress.add_task("episodes", total=total, completed=already)
-        if config.concurrency > 1 and len(units) > 1:
-            batches = EpisodeThreads(_run_one_in_flight, config.concurrency).run_batches(units)
-        elif config.workers == 1 or len(units) <= 1:
-            batches = ([_run_one(unit)] for unit in units)
-        else:  # fork: workers inherit the corpus, index and policy without pickling them
-            pool = multiprocessing.get_context("fork").Pool(min(config.workers, len(units)))
-            batches = ([trajectory] for trajectory in pool.imap_unordered(_run_one, units))
         try:
             for batch in batches:
                 log.append_all(batch)  # whatever finished is kept, even past a stop
@@ -419,11 +438,8 @@ def _run_all(units: list, config: EvalConfig, log: TrajectoryLog, already: int, 
                     if errors >= max_errors:  # what is still in flight runs again on resume
                         return trajectory.outcome.reason or "policy_error"
         finally:
-            if pool is not None:
-                pool.terminate()
-                pool.join()
             if hasattr(batches, "close"):
-                batches.close()  # stops the episode threads from starting more
+                batches.close()  # stops the episode threads from starting more, kills the episode processes
     return None
 
 

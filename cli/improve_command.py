@@ -14,14 +14,13 @@ that finished is skipped on a rerun; an interrupted one resumes.
 
 At scale the sampling goes to a vLLM server instead (``--base-url``): the round's adapter is
 loaded into it through vLLM's runtime LoRA endpoint (``/v1/load_lora_adapter``, enabled with
-``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``) and sampled under the name ``round-N``.
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``) under a name no other run, round or adapter shares
+(``<run id>-r<N>-<sha12>``), checked against the server's own model list, sampled, and unloaded
+when the round's sampling ends (agent.policies.adapters). The round records that name and path.
 """
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from functools import partial
 from pathlib import Path
 from typing import List, Literal, Optional
@@ -63,6 +62,8 @@ class RoundRecord(BaseModel):
 
     round: int
     sampled_with: str  # the adapter sampled (or "base")
+    served_name: str | None = None  # --base-url: the name the server served sampled_with under
+    served_path: str | None = None  # --base-url: the path the server listed for that name (sampled_with, absolute)
     episodes: int
     successful: int
     examples: int = 0
@@ -150,7 +151,8 @@ def run_round(directory: Path, number: int, settings: ImproveSettings, corpus, c
     samples = _sample(directory / "samples", number, settings, corpus, adapter)
     scores = load_run(samples).scores
     successful = sum(1 for score in scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
-    record = partial(RoundRecord, round=number, sampled_with=adapter or "base", episodes=len(scores), successful=successful)
+    record = partial(RoundRecord, round=number, sampled_with=adapter or "base", episodes=len(scores), successful=successful,
+                     **_served(samples))
     data = directory / "data"
     if not (data / "build_report.json").exists():
         from cli.sft_commands import NothingToTrain, build_dataset
@@ -193,8 +195,12 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
         policy = PolicyConfig(name="hf", model=settings.model, adapter=Path(adapter) if adapter else None, quantization=settings.quantization,
                               max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     else:
-        served = _load_into_server(settings.base_url, f"round-{number}", adapter) if adapter else settings.model
-        policy = PolicyConfig(name="openai", base_url=settings.base_url, model=served, tokenizer=tokenizer_file(settings.model),
+        from agent.policies.adapters import planned_adapter, run_id
+
+        # eval loads the adapter under a name of this improve run (OUT is run's grandparent) and round, and unloads it.
+        served = planned_adapter(Path(adapter), run_id(run.parents[1]), number) if adapter else None
+        policy = PolicyConfig(name="openai", base_url=settings.base_url, model=settings.model, adapter=Path(adapter) if adapter else None,
+                              served_adapter=served, tokenizer=tokenizer_file(settings.model),
                               max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     config = EvalConfig(policy=policy, episode=EpisodeConfig(max_steps=settings.max_steps, seed=settings.seed + number),
                         split="train", limit=settings.limit, samples=settings.samples)
@@ -206,21 +212,12 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
     return run
 
 
-def _load_into_server(base_url: str, name: str, adapter: str) -> str:
-    """vLLM's runtime LoRA loading: the adapter becomes servable as ``name``."""
-    url = base_url.rstrip("/").removesuffix("/v1") + "/v1/load_lora_adapter"
-    request = urllib.request.Request(url, data=json.dumps({"lora_name": name, "lora_path": str(Path(adapter).resolve())}).encode(),
-                                     headers={"Content-Type": "application/json"}, method="POST")
-    try:
-        with urllib.request.urlopen(request, timeout=300):
-            return name
-    except urllib.error.HTTPError as error:
-        if error.code == 400 and b"already" in error.read():
-            return name  # loaded by an earlier try of this round
-        raise UsageError(f"{url}: could not load {adapter} (HTTP {error.code}); start vLLM with --enable-lora and "
-                         "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True") from None
-    except (urllib.error.URLError, OSError) as error:
-        raise UsageError(f"{url}: no vLLM server answers ({error}); start it or fix --base-url") from None
+def _served(samples: Path) -> dict:
+    """The name and path the round's adapter was served under, as its sampling run recorded them."""
+    from agent.manifest import RunManifest
+
+    served = RunManifest.model_validate_json((samples / "manifest.json").read_bytes()).config.policy.served_adapter
+    return {"served_name": served.name, "served_path": served.path} if served is not None else {}
 
 
 def _train(run: Path, data: Path, settings: ImproveSettings, corpus):

@@ -57,7 +57,7 @@ MaxStepsOption = typer.Option(None, "--max-steps", min=1, help="Actions before t
 ReplayOption = typer.Option(None, "--replay", help="Trajectories whose actions --policy replay re-runs.")
 SeedOption = typer.Option(None, "--seed", help="Seed passed to the policy (every built-in policy is deterministic given it; default 0).")
 ModelOption = typer.Option(None, "--model", "-m", help="hf: model directory or hub id; openai: the served model's name.")
-AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model.")
+AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model; openai (eval): loaded into the vLLM server at runtime under a name of the run's, sampled, unloaded at the end.")
 QuantizationOption = typer.Option(None, "--quantization", help="hf: auto (4bit on CUDA, none on CPU; the default), 4bit (NF4, double quantization) or none.")
 MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap; default 512).")
 MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")

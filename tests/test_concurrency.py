@@ -1,4 +1,4 @@
-"""eval --concurrency: many episodes in flight in one process, against one server or several replicas."""
+"""eval --concurrency and --workers: many episodes in flight in one process or several, against one server or several replicas."""
 
 import json
 import os
@@ -194,10 +194,108 @@ def test_too_few_open_files_for_the_concurrency_is_one_clear_error(monkeypatch):
         raise_descriptor_limit(512)
 
 
-def test_workers_and_concurrency_together_are_refused(tmp_path):
-    done = run_cli("eval", "--limit", "3", "--workers", "2", "--concurrency", "4", "--out", str(tmp_path / "run"))
-    assert done.returncode == 2 and done.stderr.startswith("error: --workers and --concurrency")
-    assert not (tmp_path / "run").exists()
+def test_processes_with_episodes_in_flight_give_the_trajectories_of_one_at_a_time(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer, latency=0.02)
+    one = openai_eval([server.url], tiny_tokenizer, tmp_path / "one")
+    many = openai_eval([server.url], tiny_tokenizer, tmp_path / "many", "--workers", "2", "--concurrency", "4")
+    assert one.returncode == 0 and many.returncode == 0, one.stderr + many.stderr
+    sequential, concurrent = comparable(tmp_path / "one"), comparable(tmp_path / "many")
+    assert len(sequential) == 24 and sequential == concurrent
+    assert len((tmp_path / "many" / "trajectories.jsonl").read_text().splitlines()) == 24  # one line per episode
+    config = json.loads((tmp_path / "many" / "manifest.json").read_text())["config"]
+    assert (config["workers"], config["concurrency"]) == (2, 4)
+
+
+def test_a_bug_in_an_episode_process_reaches_the_caller():
+    from agent.engine import EpisodeProcesses
+
+    assert sorted(EpisodeProcesses(lambda n: n * n, 3, 4).run(list(range(50)))) == [n * n for n in range(50)]
+
+    def fails(n):
+        if n == 7:
+            raise RuntimeError("a bug")
+        return n
+
+    with pytest.raises(RuntimeError, match="a bug") as raised:
+        list(EpisodeProcesses(fails, 2, 3).run(list(range(20))))
+    assert "in an episode process" in "".join(raised.value.__notes__)
+
+
+def test_an_episode_process_that_dies_is_one_clear_error():
+    from agent.engine import EpisodeProcesses
+
+    def dies(n):
+        if n == 5:
+            os._exit(3)
+        return n
+
+    with pytest.raises(AgentError, match="ended without finishing, exit code 3"):
+        list(EpisodeProcesses(dies, 2, 2).run(list(range(20))))
+
+
+def child_pids(pid: int) -> set[int]:
+    found = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            found |= {int(child) for child in handle.read().split()}
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def start_in_flight(tiny_tokenizer, server, out, *how) -> subprocess.Popen:
+    """An eval against ``server`` in a process of its own, returned once it has written 10 episodes."""
+    command = explorer_command("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+                               "--limit", "60", "--max-steps", "4", *how, "--out", str(out))
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env=checkout_environment())
+    log = out / "trajectories.jsonl"
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 10):
+        time.sleep(0.05)
+    return process
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="reads child processes from /proc")
+def test_a_killed_run_of_processes_resumes_with_every_episode_once_and_leaves_none_running(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer, latency=0.15)
+    out = tmp_path / "run"
+    process = start_in_flight(tiny_tokenizer, server, out, "--workers", "2", "--concurrency", "4")
+    children = child_pids(process.pid)
+    os.kill(process.pid, signal.SIGKILL)  # the writer alone, as an OOM killer would: its episode processes must follow
+    process.wait(HANG_SECONDS)
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and any(alive(pid) for pid in children):
+        time.sleep(0.05)
+    assert children and not any(alive(pid) for pid in children)
+    log = out / "trajectories.jsonl"
+    written = log.read_text().count("\n")
+    assert 10 <= written < 60
+    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "3", "--concurrency", "2")  # another combination
+    assert done.returncode == 0, done.stderr
+    ids = [json.loads(line)["episode_id"] for line in log.read_text().splitlines()]
+    assert len(ids) == 60 == len(set(ids))
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_processes_and_keeps_what_finished(tiny_tokenizer, tmp_path):
+    server = scripted_server(tiny_tokenizer, latency=0.15)
+    out = tmp_path / "run"
+    process = start_in_flight(tiny_tokenizer, server, out, "--workers", "2", "--concurrency", "4")
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the foreground group
+    _, stderr = process.communicate(timeout=HANG_SECONDS)
+    assert process.returncode == 130 and "Traceback" not in stderr, stderr  # as with episodes in flight in one process
+    done = run_cli("eval", "--out", str(out), "--resume", "--concurrency", "3")
+    assert done.returncode == 0, done.stderr
+    ids = [json.loads(line)["episode_id"] for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert len(ids) == 60 == len(set(ids))
 
 
 @pytest.mark.slow
@@ -347,7 +445,7 @@ def test_resuming_changes_how_episodes_run_and_a_finished_run_needs_no_server(ti
     assert run_cli("eval", "--limit", "8", "--concurrency", "4", "--out", str(out)).returncode == 0
     log = out / "trajectories.jsonl"
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))
-    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "2")  # replaces the recorded --concurrency
+    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "2")  # 2 processes, the recorded 4 in flight in each
     assert done.returncode == 0, done.stderr
     assert len(log.read_text().splitlines()) == 8
 

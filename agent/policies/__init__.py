@@ -28,6 +28,8 @@ def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
         raise AgentError(f"--replay is only for --policy replay, not {name!r}")
     if name not in MODEL_POLICIES and (config.model or config.adapter or config.base_url):
         raise AgentError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
+    if config.served_adapter is not None and (name != "openai" or config.adapter is None):
+        raise AgentError("policy.served_adapter is set by explorer eval from --adapter with --policy openai; remove it from the config")
     if config.thinking and name not in MODEL_POLICIES:
         raise AgentError(f"--thinking is for --policy hf or openai, not {name!r}")
     if (config.temperature, config.top_p, config.top_k) != (0.0, 1.0, 0) and name not in MODEL_POLICIES:
@@ -71,11 +73,14 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
     if name == "openai":
         if config.base_url is None or config.model is None or config.tokenizer is None:
             raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
-        if config.adapter is not None:
-            raise AgentError("--adapter is for --policy hf; serve the adapter with the server (see the README's vLLM command)")
+        if config.adapter is not None and config.served_adapter is None:
+            raise AgentError("--adapter with --policy openai is for explorer eval (it loads the adapter into the server); "
+                             "here pass the name the server serves it under as --model")
         from agent.policies.openai_server import OpenAIPolicy
 
-        return OpenAIPolicy(config.base_url, config.model, config.tokenizer, config.prompt_format,
+        # With an adapter, requests name it as the server serves it (eval loads it first; agent.policies.adapters).
+        served = config.served_adapter.name if config.served_adapter is not None else config.model
+        return OpenAIPolicy(config.base_url, served, config.tokenizer, config.prompt_format,
                             config.max_new_tokens, config.max_context, config.timeout, config.retries,
                             thinking=config.thinking, thinking_budget=config.thinking_budget,
                             sampling=Sampling(config.temperature, config.top_p, config.top_k))

@@ -2,6 +2,7 @@
 validate, round by round, resumable (records asserted, not quality)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -10,16 +11,18 @@ from tests.conftest import run_cli
 pytest.importorskip("torch")
 
 
-def improve_args(tiny_model, tmp_path, rounds: int, samples: int, limit: int, max_steps: int, max_new_tokens: int) -> list[str]:
+def improve_args(tiny_model, tmp_path, rounds: int, samples: int, limit: int, max_steps: int, max_new_tokens: int,
+                 out=None) -> list[str]:
     """A small corpus and a teacher's trajectories as seed data, and the improve command over them."""
     corpus = tmp_path / "corpus.jsonl"
-    assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
-    taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
-    assert taught.returncode == 0, taught.stderr
+    if not corpus.exists():  # a second run in the same test shares them
+        assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
+        taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
+        assert taught.returncode == 0, taught.stderr
     return ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", str(rounds), "--samples", str(samples),
             "--limit", str(limit), "--max-steps", str(max_steps), "--max-new-tokens", str(max_new_tokens), "--train-max-steps", "1",
             "--validation-episodes", "1", "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"),
-            "--out", str(tmp_path / "improve")]
+            "--out", str(out or tmp_path / "improve")]
 
 
 @pytest.mark.slow
@@ -99,3 +102,30 @@ def test_ctrl_c_while_a_round_trains_saves_a_checkpoint_and_says_how_to_resume(t
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     assert json.loads((train / "training_summary.json").read_text())["steps"] == 3
+
+
+def served_rounds(out) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(out.glob("round-*/round.json"))]
+
+
+@pytest.mark.slow
+def test_two_runs_on_one_server_each_sample_every_round_with_their_own_adapter(tiny_model, tmp_path):
+    """The bug this guards against: adapters named round-N, a second run's load answered "already
+    loaded", and its round 2 sampled the first run's adapter while recording its own."""
+    from tests.agent.test_adapters import FakeVllm, make_adapter
+
+    server = FakeVllm()
+    start = make_adapter(tmp_path / "start")  # round 1's policy; the fake never reads its weights
+    runs = [tmp_path / "first", tmp_path / "second"]
+    for out in runs:
+        args = improve_args(tiny_model, tmp_path, rounds=2, samples=1, limit=2, max_steps=2, max_new_tokens=6, out=out)
+        done = run_cli(*args, "--base-url", server.url, "--adapter", str(start))
+        assert done.returncode == 0, done.stderr
+    used = server.sampled_with()  # each name completions asked for -> the path loaded under it at the time
+    records = [record for out in runs for record in served_rounds(out)]
+    assert len(records) >= 2 and len({record["served_name"] for record in records}) == len(records)
+    for record in records:
+        assert record["served_path"] == str(Path(record["sampled_with"]).resolve())
+        assert used[record["served_name"]] == record["served_path"]  # sampled with exactly that checkpoint
+    assert set(used) == {record["served_name"] for record in records} and server.adapters == {}  # all unloaded
+    server.server.shutdown()
