@@ -60,7 +60,8 @@ class PolicyConfig(Config):
     served_adapter: ServedAdapter | None = None  # openai: --adapter as loaded into the server (eval sets it; a resume checks it)
     quantization: Literal["auto", "4bit", "none"] = "auto"  # hf: auto is 4-bit NF4 on CUDA, none on CPU
     max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
-    max_context: int = Field(32_768, ge=256)  # hf/openai: prompt plus new tokens, else context_limit
+    # hf/openai: prompt plus new tokens, else context_limit; None: the server's max_model_len (openai), else 32768
+    max_context: int | None = Field(None, ge=256)
     base_url: list[str] | None = None  # openai: e.g. http://localhost:8000/v1; several: replicas of one model
     tokenizer: Path | None = None  # openai: the served model's tokenizer; other policies: record the prompts it would serve
     api: Literal["completions", "chat"] = "completions"  # openai: /v1/completions (ours renders), or /v1/chat/completions (a teacher)

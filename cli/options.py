@@ -60,7 +60,7 @@ ModelOption = typer.Option(None, "--model", "-m", help="hf: model directory or h
 AdapterOption = typer.Option(None, "--adapter", help="hf: a LoRA adapter directory to load on the model; openai (eval): loaded into the vLLM server at runtime under a name of the run's, sampled, unloaded at the end.")
 QuantizationOption = typer.Option(None, "--quantization", help="hf: auto (4bit on CUDA, none on CPU; the default), 4bit (NF4, double quantization) or none.")
 MaxNewTokensOption = typer.Option(None, "--max-new-tokens", min=1, help="hf/openai: tokens per action before it is cut (recorded as hit_cap; default 512).")
-MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default 32768).")
+MaxContextOption = typer.Option(None, "--max-context", min=256, help="hf/openai: prompt plus new tokens allowed, else context_limit (default: the server's max_model_len for openai, else 32768; above the server's, refused).")
 BaseUrlOption = typer.Option(None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1; repeat it for replicas of one model (each request goes to the least busy).")
 TokenizerOption = typer.Option(None, "--tokenizer", help="openai: directory with the served model's tokenizer.json; other policies: record the prompts it would serve.")
 ApiOption = typer.Option(None, "--api", help="openai: completions (our renderer's prompt; the default) or chat (messages to /v1/chat/completions: a teacher).")

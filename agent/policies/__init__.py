@@ -58,7 +58,7 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
         require_llm_extra()
         from agent.policies.hf import HFPolicy
 
-        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context,
+        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context or 32_768,
                              thinking=config.thinking, thinking_budget=config.thinking_budget,
                              sampling=Sampling(config.temperature, config.top_p, config.top_k))
     if name == "openai" and config.api == "chat":

@@ -52,7 +52,7 @@ from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
-DEFAULT_MAX_CONTEXT = 32_768  # PolicyConfig's default: lowered to a server's max_model_len, where an explicit one is refused
+DEFAULT_MAX_CONTEXT = 32_768  # without --max-context: lowered to a server's max_model_len, where an explicit one above it is refused
 PROBE_TEXT = "Hello"  # preflight's prompt: a few tokens, one generated
 REFUSED_PROMPT_STATUS = {400, 422}  # what vLLM, SGLang and transformers serve answer a prompt they cannot take
 NO_COMPLETIONS_STATUS = {404, 405, 501}
@@ -102,7 +102,7 @@ class OpenAIPolicy(Policy):
 
     def __init__(
         self, base_url: str | list[str], model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
-        max_context: int = 32_768, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
+        max_context: int | None = None, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
         thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
     ) -> None:
         if prompt_format not in ("ids", "text"):
@@ -113,7 +113,9 @@ class OpenAIPolicy(Policy):
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)
         self.tokenizer_path = tokenizer
-        self.max_new_tokens, self.max_context = max_new_tokens, max_context
+        # None: the server's max_model_len once preflight has read it (DEFAULT_MAX_CONTEXT until then)
+        self.max_context_given = max_context is not None
+        self.max_new_tokens, self.max_context = max_new_tokens, max_context if max_context is not None else DEFAULT_MAX_CONTEXT
         self.timeout, self.retries = timeout, retries
         self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
         self.server_max_model_len: int | None = None  # read at preflight (the smallest of the replicas')
@@ -184,7 +186,7 @@ class OpenAIPolicy(Policy):
         self.server_max_model_len = limit
         if self.max_context <= limit:
             return
-        if self.max_context != DEFAULT_MAX_CONTEXT:
+        if self.max_context_given:
             raise AgentError(f"--max-context {self.max_context} is more than the server's max_model_len of {limit}; "
                              f"give at most {limit}, or leave it out to use {limit}")
         self.max_context = limit

@@ -349,6 +349,8 @@ def test_the_servers_max_model_len_is_the_budget_and_a_larger_max_context_is_ref
         assert len(done.stderr.strip().splitlines()) == 1 and not run.exists()
         smaller, _ = preflighted(fake, tiny_tokenizer, max_context=1024)
         assert smaller.max_context == 1024  # a budget under the server's is the user's to choose
+        default = run_cli(*eval_flags(fake, tiny_tokenizer, tmp_path / "default-given", "--max-context", "32768"))
+        assert default.returncode == 2 and "--max-context 32768 is more than" in default.stderr  # given, even at the old default
     finally:
         fake.server.shutdown()
 
