@@ -229,9 +229,10 @@ def notes(results: list[dict]) -> str:
             f"its sandbox workers (rendering the prompt, the request, the action's sandbox round trip and tool calls, the "
             f"episode's sandbox start shared by its steps, the log), so {os.cpu_count()} cores could serve at most about "
             f"{1000 * os.cpu_count() / per_step:.0f} steps/s. One process peaks lower, at {best['steps_per_s']:.0f} steps/s "
-            f"({best['level']} in flight): every episode starts and ends through its process's two fork servers "
-            f"(tools.zygote: a spawn or a release is one round trip under one lock, and the fork server forks one child "
-            f"at a time), and its Python work shares one interpreter lock; W processes have W of each.")
+            f"({best['level']} in flight): its Python work (rendering, requests, the log) shares one interpreter lock, "
+            f"and every episode's worker is forked by its process's one zygote, one at a time; W processes have W of "
+            f"each. `--workers` alone pays, in every process, for starting its own zygote and episode hosts' fork server "
+            f"(two interpreters, and the corpus sent to one): use it for CPU-bound policies, not against servers.")
     goal = 0.8 * 256 / fastest if fastest else None
     at_256 = [r for r in results if r["level"] == 256 and r["latency"] == fastest]
     if goal and at_256:
