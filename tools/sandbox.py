@@ -303,6 +303,8 @@ class Sandbox:
             lost = True
             self.start()
             reply = self._ask_host(request)
+            if reply["op"] == "stale":  # a fresh worker, dead before its first action: the machine, not the action
+                raise SandboxError("a fresh sandbox worker died before its first action; is the machine out of memory?")
         self.actions += 1
         self._host_tainted = self._host_tainted or reply["tainted"]
         result = ActionResult.from_json(reply["result"])

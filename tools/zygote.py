@@ -39,6 +39,7 @@ BOOT = ("import sys, importlib; sys.path.insert(0, sys.argv[3]); "
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 MESSAGE_BYTES = 1 << 16
 HELLO_SECONDS = 120.0  # a loaded CI machine can take seconds to start an interpreter
+SPARE_ACK_SECONDS = 60.0  # a spare's "got it": a few microseconds, bounded for a machine stalled for a minute
 EXIT_CHILD_RETURNED = 3  # a forked child whose entry returned or raised (the worker's EXIT_PROTOCOL)
 
 
@@ -116,12 +117,16 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
             handed = False
             if spare is not None:
                 pid, link = spare
-                try:
+                try:  # the spare says it has the request: one that died meanwhile answers nothing
                     socket.send_fds(link, [message], fds)
-                    handed = True
-                except OSError:  # the spare died (killed from outside): fork as without one
+                    link.settimeout(SPARE_ACK_SECONDS)
+                    handed = link.recv(1) == b"k"
+                except OSError:
+                    pass
+                if not handed:  # it died (killed from outside): reaped later, and a fresh child forked
                     children.discard(pid)
                     _kill(pid)
+                    released.add(pid)
                 link.close()
             if not handed:
                 pid = os.fork()
@@ -164,6 +169,7 @@ def _fork_spare(control: socket.socket, start_child: Callable[[dict, list[int]],
                 pass
             message, fds, _, _ = socket.recv_fds(theirs, MESSAGE_BYTES, 2)
             if message:  # nothing: the server is gone
+                theirs.send(b"k")
                 theirs.close()
                 start_child(json.loads(message), fds)
         finally:

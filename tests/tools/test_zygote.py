@@ -123,3 +123,31 @@ def test_a_killed_server_of_episode_hosts_is_replaced_for_the_next_episode(small
         result = sandbox.execute("search('learning rate', k=1)[0]['paper_id']")
         assert result.error is None and sandbox._host_server.pid != server
 
+
+
+def live_children(parent: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    fields = stat.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent and fields[0] not in ("Z", "X"):
+                found.append(int(entry))
+    return found
+
+
+def test_spares_and_idle_hosts_killed_from_outside_cost_no_episode(small_demo, index):
+    """The processes forked ahead (a spare worker, a spare episode host) and the idle episode hosts
+    may be killed from outside (the kernel's OOM killer): the next episodes start anyway."""
+    with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+        sandbox.execute("1")
+        servers = [sandbox.zygote.pid, sandbox._host_server.pid]
+    for _ in range(3):
+        for server in servers:
+            for child in live_children(server):
+                os.kill(child, signal.SIGKILL)
+        with Sandbox(small_demo, LIMITS, index=index) as sandbox:
+            assert sandbox.execute("40 + 2").value == "42"
