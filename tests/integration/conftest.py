@@ -118,12 +118,13 @@ def stop(process: subprocess.Popen) -> None:
 
 
 @contextmanager
-def running_vllm(model_dir: Path, log: Path) -> Iterator[VllmServer]:
-    """A vLLM server serving ``model_dir`` for the duration of the block, its output in ``log``."""
+def running_vllm(model_dir: Path, log: Path, port: int | None = None) -> Iterator[VllmServer]:
+    """A vLLM server serving ``model_dir`` for the duration of the block, its output appended to
+    ``log``; ``port``: one of the caller's (to restart a server where a run expects it), else a free one."""
     python = vllm_python()
-    port = free_port()
+    port = port or free_port()
     url = f"http://127.0.0.1:{port}/v1"
-    with log.open("wb") as sink:
+    with log.open("ab") as sink:
         process = subprocess.Popen(server_command(python, model_dir, port), stdout=sink, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, env=server_environment(), start_new_session=True)
     try:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import time
-from contextlib import contextmanager
 
 import pytest
 
@@ -19,8 +18,7 @@ from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
 from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
-from tests.integration.conftest import (MAX_MODEL_LEN, SERVED_NAME, VllmServer, free_port, server_command, server_environment,
-                                        stop, vllm_python, wait_until_serving)
+from tests.integration.conftest import MAX_MODEL_LEN, SERVED_NAME, free_port, running_vllm
 
 pytestmark = pytest.mark.vllm
 
@@ -136,26 +134,12 @@ def test_chat_requests_render_the_prompt_our_renderer_serves(vllm_server, tmp_pa
         assert first["generation"]["usage_prompt_tokens"] == first["served"]["tokens"], first
 
 
-@contextmanager
-def vllm_on_port(model_dir, port, log):
-    """A private server on a port of our choosing (to restart one where a run expects it)."""
-    url = f"http://127.0.0.1:{port}/v1"
-    with log.open("ab") as sink:
-        process = subprocess.Popen(server_command(vllm_python(), model_dir, port), stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=server_environment(), start_new_session=True)
-    try:
-        wait_until_serving(process, url, log)
-        yield VllmServer(url=url, model=SERVED_NAME, model_dir=model_dir, process=process, log=log)
-    finally:
-        stop(process)
-
-
 def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finishes(vllm_server, tmp_path):
     port, log, run = free_port(), tmp_path / "private.log", tmp_path / "killed"
     flags = ["eval", "--policy", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", SERVED_NAME,
              "--tokenizer", str(vllm_server.model_dir), "--limit", "8", "--max-steps", "2", "--max-new-tokens", "16",
              "--concurrency", "4", "--timeout", "60", "--retries", "1", "--max-consecutive-errors", "2", "--out", str(run)]
-    with vllm_on_port(vllm_server.model_dir, port, log) as server:
+    with running_vllm(vllm_server.model_dir, log, port=port) as server:
         evaluating = subprocess.Popen(explorer_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env=checkout_environment())
         written = run / "trajectories.jsonl"
@@ -172,7 +156,7 @@ def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finish
     assert failed, [t["outcome"] for t in found]
     for trajectory in failed:
         assert "request failed" in trajectory["outcome"]["reason"], trajectory["outcome"]
-    with vllm_on_port(vllm_server.model_dir, port, log):
+    with running_vllm(vllm_server.model_dir, log, port=port):
         resumed = run_cli("eval", "--out", str(run), "--resume", "--retry-errors")
     assert resumed.returncode == 0, resumed.stderr
     finished = trajectories(run)
