@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_QUESTION := What learning rate is used to train QuantLens?
 
-.PHONY: demo test vllm bench clean
+.PHONY: demo test fix vllm bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,8 +39,17 @@ demo: $(VENV)/.installed
 	$(BIN)/explorer corpus search "$(DEMO_QUESTION)" -k 5
 	$(BIN)/explorer run --out runs/demo
 
+# Formatting, lint and types first (seconds), so that a slip fails before the suite's minutes.
 test: $(VENV)/.installed-dev
+	$(BIN)/ruff format --check --quiet .
+	$(BIN)/ruff check --quiet .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n auto --dist loadscope  # one worker per core; a module's tests share one
+
+# What make test checks, put right where a tool can: formatting and the lint rules that fix themselves.
+fix: $(VENV)/.installed-dev
+	$(BIN)/ruff format --quiet .
+	$(BIN)/ruff check --quiet --fix .
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/search.py

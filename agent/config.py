@@ -51,28 +51,54 @@ class ServedAdapter(Config):
 
 
 class PolicyConfig(Config):
-    """Which policy acts, and its backend's settings (each one matters only to the policies named)."""
+    """Which policy acts, and its backend's settings (each one matters only to the policies its
+    description names first: ``hf:``, ``openai:``)."""
 
-    name: str = "scripted"
-    replay: Path | None = None  # replay: the trajectories whose actions are re-run
-    model: str | None = None  # hf: a model directory or hub id; openai: the served model's name
-    adapter: Path | None = None  # hf: a LoRA adapter directory; openai: one eval loads into the server (vLLM runtime LoRA)
-    served_adapter: ServedAdapter | None = None  # openai: --adapter as loaded into the server (eval sets it; a resume checks it)
-    quantization: Literal["auto", "4bit", "none"] = "auto"  # hf: auto is 4-bit NF4 on CUDA, none on CPU
-    max_new_tokens: int = Field(512, ge=1)  # hf/openai: tokens per action before it is cut (hit_cap)
-    # hf/openai: prompt plus new tokens, else context_limit; None: the server's max_model_len (openai), else 32768
-    max_context: int | None = Field(None, ge=256)
-    base_url: list[str] | None = None  # openai: e.g. http://localhost:8000/v1; several: replicas of one model
-    tokenizer: Path | None = None  # openai: the served model's tokenizer; other policies: record the prompts it would serve
-    api: Literal["completions", "chat"] = "completions"  # openai: /v1/completions (ours renders), or /v1/chat/completions (a teacher)
-    prompt_format: Literal["ids", "text"] = "ids"  # openai completions: token ids (vLLM) or text
-    timeout: float = Field(120.0, ge=1, allow_inf_nan=False)  # openai: seconds per request
-    retries: int = Field(4, ge=0)  # openai: retries with backoff on 429/5xx and network errors
-    temperature: float = Field(0.0, ge=0, le=10, allow_inf_nan=False)  # hf/openai: 0 is greedy (the default)
-    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False)  # hf/openai: nucleus sampling (1: off)
-    top_k: int = Field(0, ge=0)  # hf/openai: sample among the k likeliest tokens (0: off)
-    thinking: bool = False  # hf/openai: Qwen3 thinking mode (the model writes a think block before its action)
-    thinking_budget: int = Field(1024, ge=1)  # hf/openai: tokens a think block may take
+    name: str = Field("scripted", description=f"Which policy acts: {', '.join(POLICY_NAMES)}.")
+    replay: Path | None = Field(None, description="replay: the trajectories (.jsonl) whose actions are re-run.")
+    model: str | None = Field(None, description="hf: model directory or hub id; openai: the served model's name.")
+    adapter: Path | None = Field(
+        None,
+        description="hf: a LoRA adapter directory to load on the model; openai (eval): loaded "
+        "into the vLLM server at runtime under a name of the run's, sampled, unloaded at the end.",
+    )
+    served_adapter: ServedAdapter | None = Field(
+        None, description="openai: the adapter as eval loaded it into the server (eval sets it from adapter; a resume checks it)."
+    )
+    quantization: Literal["auto", "4bit", "none"] = Field(
+        "auto", description="hf: auto (4bit on CUDA, none on CPU), 4bit (NF4, double quantization) or none."
+    )
+    max_new_tokens: int = Field(512, ge=1, description="hf/openai: tokens per action before it is cut (recorded as hit_cap).")
+    max_context: int | None = Field(
+        None,
+        ge=256,
+        description="hf/openai: prompt plus new tokens allowed, else context_limit "
+        "(default: the server's max_model_len for openai, else 32768; above "
+        "the server's, refused).",
+    )
+    base_url: list[str] | None = Field(
+        None,
+        description="openai: the server, e.g. http://localhost:8000/v1; several are replicas "
+        "of one model (each request goes to the least busy).",
+    )
+    tokenizer: Path | None = Field(
+        None, description="openai: directory with the served model's tokenizer.json; other policies: record the prompts it would serve."
+    )
+    api: Literal["completions", "chat"] = Field(
+        "completions", description="openai: completions (our renderer's prompt) or chat (messages to /v1/chat/completions: a teacher)."
+    )
+    prompt_format: Literal["ids", "text"] = Field(
+        "ids", description="openai completions: ids (token ids, vLLM) or text (servers that take only text)."
+    )
+    timeout: float = Field(120.0, ge=1, allow_inf_nan=False, description="openai: seconds per request.")
+    retries: int = Field(4, ge=0, description="openai: retries with backoff on 429/5xx and network errors.")
+    temperature: float = Field(0.0, ge=0, le=10, allow_inf_nan=False, description="hf/openai: sampling temperature (0: greedy).")
+    top_p: float = Field(1.0, gt=0, le=1, allow_inf_nan=False, description="hf/openai: nucleus sampling (1: off).")
+    top_k: int = Field(0, ge=0, description="hf/openai: sample among the k likeliest tokens (0: off).")
+    thinking: bool = Field(
+        False, description="hf/openai: Qwen3 thinking mode (the model writes a think block before its action; the blocks are kept)."
+    )
+    thinking_budget: int = Field(1024, ge=1, description="hf/openai: tokens a think block may take (hitting it is recorded).")
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -100,15 +126,33 @@ class RunConfig(Config):
 class EvalConfig(RunConfig):
     """``explorer eval``: every question of a split."""
 
-    split: str | None = None  # None: test, or all when no paper of the corpus says its split (the manifest records which)
-    split_of: dict[str, str] = Field(default_factory=dict)  # corpus file -> split, for files whose names do not say
-    limit: int | None = Field(None, ge=1)  # only the first N questions of the split
-    shard: str | None = None  # "I/N": only the questions whose id hashes to shard I of N (after limit)
-    workers: int = Field(1, ge=1, le=64)  # episodes in parallel processes
-    concurrency: int = Field(1, ge=1, le=1024)  # episodes in flight in one process (threads; for served models)
-    samples: int = Field(1, ge=1, le=1000)  # episodes per question, each with its own seed
-    max_consecutive_errors: int = Field(5, ge=1)  # stop the run after this many policy_error episodes in a row
-    preregistration: Path | None = None  # TOML with frozen hashes and a pass rule
+    split: str | None = Field(
+        None,
+        description=f"Questions of which split: {', '.join(SPLITS)} (default test; the corpus's "
+        "only split when it has one; all when no paper says its split).",
+    )
+    split_of: dict[str, str] = Field(default_factory=dict, description="Corpus file -> split, for files whose names do not say.")
+    limit: int | None = Field(None, ge=1, description="Only the first N questions of the split.")
+    shard: str | None = Field(
+        None,
+        description="I/N: only the questions whose id hashes to shard I of N, after limit (one "
+        "machine each; explorer merge joins the runs).",
+    )
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Processes that run episodes, each with concurrency episodes in flight (past one process's interpreter lock).",
+    )
+    concurrency: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="Episodes in flight in each process, each waiting on the server (for policy openai, e.g. 256 against vLLM).",
+    )
+    samples: int = Field(1, ge=1, le=1000, description="Episodes per question, each with its own seed (pass@k, majority vote).")
+    max_consecutive_errors: int = Field(5, ge=1, description="Stop the run after this many episodes in a row end in policy_error.")
+    preregistration: Path | None = Field(None, description="TOML with frozen hashes and a pass rule (explorer preregister writes one).")
 
     @field_validator("split")
     @classmethod
@@ -126,7 +170,7 @@ class EvalConfig(RunConfig):
         return f"{index}/{count}"
 
 
-ConfigType = TypeVar("ConfigType", bound=BaseModel)  # these configs, and sft.train.TrainConfig
+ConfigType = TypeVar("ConfigType", bound=BaseModel)  # these configs, and sft.config.TrainConfig
 
 
 def read_toml(path: Path) -> dict[str, Any]:

@@ -31,8 +31,9 @@ import signal
 import sys
 import threading
 import traceback
-from multiprocessing.connection import wait
-from typing import Callable, Generic, Iterable, Iterator, Sequence, Sized, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from multiprocessing.connection import Connection, wait
+from typing import Any, Generic, TypeVar, cast
 
 from agent.errors import AgentError
 
@@ -50,8 +51,10 @@ def raise_descriptor_limit(concurrency: int, replicas: int = 1) -> int:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
-            raise AgentError(f"--concurrency {concurrency} needs about {needed} open files; this system allows {hard} "
-                             "(ulimit -Hn); lower --concurrency or raise the limit")
+            raise AgentError(
+                f"--concurrency {concurrency} needs about {needed} open files; this system allows {hard} "
+                "(ulimit -Hn); lower --concurrency or raise the limit"
+            )
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
         return needed
     return soft
@@ -94,8 +97,10 @@ class EpisodeThreads(Generic[Unit, Result]):
             return
         finished: queue.SimpleQueue = queue.SimpleQueue()
         stop = threading.Event()
-        threads = [threading.Thread(target=self._work, args=(source, taking, finished, stop), daemon=True,
-                                    name=f"episode-{number}") for number in range(threads_needed)]
+        threads = [
+            threading.Thread(target=self._work, args=(source, taking, finished, stop), daemon=True, name=f"episode-{number}")
+            for number in range(threads_needed)
+        ]
         for thread in threads:
             thread.start()
         running = len(threads)
@@ -128,7 +133,7 @@ class EpisodeThreads(Generic[Unit, Result]):
                         unit = next(source, _DONE)
                     if unit is _DONE:
                         return
-                    result = self.run_one(unit)
+                    result = self.run_one(cast(Unit, unit))
                 except BaseException as error:  # the caller's thread raises it: a bug must not vanish with its thread
                     finished.put(_Failed(error))
                     return
@@ -174,16 +179,16 @@ class EpisodeProcesses(Generic[Unit, Result]):
             readers[reader] = process
         return self._collect(readers)
 
-    def _collect(self, readers: dict) -> Iterator[list[Result]]:
+    def _collect(self, readers: dict[Connection, Any]) -> Iterator[list[Result]]:
         processes = list(readers.values())
         try:
             while readers:
-                for reader in wait(list(readers)):
+                for reader in cast(list[Connection], wait(list(readers))):
                     kind, payload = _receive(reader, readers[reader])
                     if kind == "batch":
-                        yield payload
+                        yield cast(list[Result], payload)
                     elif kind == "failed":
-                        raise payload
+                        raise cast(BaseException, payload)
                     else:
                         del readers[reader]
                         reader.close()
@@ -232,8 +237,9 @@ def _receive(reader, process) -> tuple[str, object]:
         return reader.recv()
     except EOFError:  # the pipe closed without an end: the process was killed or crashed
         process.join()
-        return "failed", AgentError(f"an episode process (pid {process.pid}) ended without finishing, exit code "
-                                    f"{process.exitcode}; resume the run to finish it")
+        return "failed", AgentError(
+            f"an episode process (pid {process.pid}) ended without finishing, exit code {process.exitcode}; resume the run to finish it"
+        )
 
 
 def _send_failure(writer, error: BaseException) -> None:

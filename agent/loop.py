@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import time
 import uuid
-from datetime import datetime, timezone
-from typing import Callable
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -34,14 +35,18 @@ from tools.sandbox import Limits, Sandbox
 
 def sandbox_limits(config: EpisodeConfig) -> Limits:
     return Limits(
-        wall_seconds=config.wall_seconds, cpu_seconds=config.cpu_seconds, host_seconds=config.host_seconds,
-        memory_bytes=config.memory_mb * 2**20, output_chars=config.output_chars,
+        wall_seconds=config.wall_seconds,
+        cpu_seconds=config.cpu_seconds,
+        host_seconds=config.host_seconds,
+        memory_bytes=config.memory_mb * 2**20,
+        output_chars=config.output_chars,
     )
 
 
 def corpus_hashes(corpus: Corpus) -> Hashes:
     return Hashes(
-        corpus_sha256=corpus.papers_sha256, questions_sha256=corpus.questions_sha256,
+        corpus_sha256=corpus.papers_sha256,
+        questions_sha256=corpus.questions_sha256,
         prompt_template_sha256=prompt_template_sha256(),
     )
 
@@ -60,10 +65,10 @@ def run_episode(
     on_step: Callable[[Step], None] | None = None,
 ) -> Trajectory:
     """One episode in ``sandbox`` (a fresh one per episode: no state may carry over)."""
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     system = system_prompt()
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": question_message(question)}]
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": question_message(question)}]
     steps: list[Step] = []
     outcome: Outcome | None = None
     last_prompt: list[int] | None = None
@@ -79,7 +84,9 @@ def run_episode(
             break
         size = sum(len(message["content"]) for message in messages)
         if size > config.context_chars:
-            outcome = Outcome(status="context_limit", reason=f"the conversation holds {size} characters, over the budget of {config.context_chars}")
+            outcome = Outcome(
+                status="context_limit", reason=f"the conversation holds {size} characters, over the budget of {config.context_chars}"
+            )
             break
         policy_started = time.perf_counter()
         try:
@@ -108,7 +115,7 @@ def run_episode(
         steps.append(step)
         if on_step is not None:
             on_step(step)
-        turn = {"role": "assistant", "content": reply.text}
+        turn: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if reply.reasoning is not None:
             turn["reasoning"] = reply.reasoning
         if generation is not None and generation.thinking_unclosed:
@@ -125,9 +132,21 @@ def run_episode(
             steps[-1].policy_info = StepPolicyInfo.model_validate({**earlier, **final})
     return Trajectory(
         episode_id=episode_id or uuid.uuid4().hex[:12],
-        question_id=question_id, question=question, paper_id=paper_id, system_prompt=system,
-        policy=PolicyInfo(name=policy.name, settings=policy.settings()), config=config, steps=steps,
-        outcome=outcome, sample=sample, episode_seed=seed, failed_request_retries=failed_retries, hashes=hashes, isolation=sandbox.isolation, versions=versions(), started_at=started_at,
+        question_id=question_id,
+        question=question,
+        paper_id=paper_id,
+        system_prompt=system,
+        policy=PolicyInfo(name=policy.name, settings=policy.settings()),
+        config=config,
+        steps=steps,
+        outcome=outcome,
+        sample=sample,
+        episode_seed=seed,
+        failed_request_retries=failed_retries,
+        hashes=hashes,
+        isolation=sandbox.isolation,
+        versions=versions(),
+        started_at=started_at,
         seconds=time.perf_counter() - started,
     )
 
@@ -147,15 +166,17 @@ def _step_records(reply) -> tuple[Generation | None, StepPolicyInfo | None]:
         try:
             (text or "").encode("utf-8")
         except UnicodeEncodeError as error:
-            raise ValueError(f"the policy's {name} holds a lone surrogate (at character {error.start}); it cannot be "
-                             "tokenised or logged") from None
+            raise ValueError(
+                f"the policy's {name} holds a lone surrogate (at character {error.start}); it cannot be tokenised or logged"
+            ) from None
     try:
         generation = Generation.model_validate(reply.generation) if reply.generation else None
         info = StepPolicyInfo.model_validate(reply.info) if reply.info else None
     except ValidationError as error:
         first = error.errors(include_url=False)[0]
-        raise ValueError(f"the policy recorded {'.'.join(map(str, first['loc']))} as {str(first.get('input'))[:60]!r}: "
-                         f"{first['msg']}") from None
+        raise ValueError(
+            f"the policy recorded {'.'.join(map(str, first['loc']))} as {str(first.get('input'))[:60]!r}: {first['msg']}"
+        ) from None
     for record in (generation, info):
         try:
             record is None or record.model_dump_json()
@@ -164,8 +185,9 @@ def _step_records(reply) -> tuple[Generation | None, StepPolicyInfo | None]:
     return generation, info
 
 
-def _served(policy: Policy, reply, messages: list[dict[str, str]], config: EpisodeConfig,
-            previous: list[int] | None) -> tuple[Served | None, list[int] | None]:
+def _served(
+    policy: Policy, reply, messages: list[dict[str, Any]], config: EpisodeConfig, previous: list[int] | None
+) -> tuple[Served | None, list[int] | None]:
     """The record of the prompt this step was served: the ids a model policy sent, or those its
     renderer would have sent a policy without a model; None when the policy has no renderer."""
     renderer = policy.renderer
@@ -175,9 +197,16 @@ def _served(policy: Policy, reply, messages: list[dict[str, str]], config: Episo
         prompt, source = reply.prompt_ids, "policy"
     else:
         prompt, source = renderer.prompt(messages, thinking=policy.thinking), "renderer"
-    record = served_record(prompt, renderer.fingerprint, source, reply=reply_sha256(reply.text, reply.reasoning),
-                           previous=previous, keep_ids=config.record_prompt_ids,
-                           server_ids=reply.server_prompt_ids, server_tokens=reply.server_prompt_tokens)
+    record = served_record(
+        prompt,
+        renderer.fingerprint,
+        source,
+        reply=reply_sha256(reply.text, reply.reasoning),
+        previous=previous,
+        keep_ids=config.record_prompt_ids,
+        server_ids=reply.server_prompt_ids,
+        server_tokens=reply.server_prompt_tokens,
+    )
     return record, prompt
 
 
@@ -190,11 +219,22 @@ def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> 
     shown, omitted = cut(observation(result), config.observation_chars)
     calls = result.tool_calls
     step = Step(
-        index=index, action_text=text, code=code, observation=shown, observation_chars_cut=omitted,
-        error=result.error, limit_hit=result.limit_hit, variables_lost=result.variables_lost,
-        deferred_output_chars=result.deferred_output_chars, tool_calls=calls,
-        timings=Timings(sandbox_seconds=result.seconds, tools_seconds=sum(call.seconds for call in calls),
-                        host_seconds=result.host_seconds, host_cpu_seconds=result.host_cpu_seconds,
-                        worker_cpu_seconds=result.worker_cpu_seconds),
+        index=index,
+        action_text=text,
+        code=code,
+        observation=shown,
+        observation_chars_cut=omitted,
+        error=result.error,
+        limit_hit=result.limit_hit,
+        variables_lost=result.variables_lost,
+        deferred_output_chars=result.deferred_output_chars,
+        tool_calls=calls,
+        timings=Timings(
+            sandbox_seconds=result.seconds,
+            tools_seconds=sum(call.seconds for call in calls),
+            host_seconds=result.host_seconds,
+            host_cpu_seconds=result.host_cpu_seconds,
+            worker_cpu_seconds=result.worker_cpu_seconds,
+        ),
     )
     return step, result.outcome  # the host's record of the call that ended the episode, if one did

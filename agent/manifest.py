@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.config import EvalConfig
 from agent.trajectory import Hashes, Trajectory
 
-MANIFEST_VERSION = 2  # 2: the config is an EvalConfig; isolation recorded
+MANIFEST_VERSION: Literal[2] = 2  # 2: the config is an EvalConfig; isolation recorded
 
 
 class RecordedEvalConfig(EvalConfig):

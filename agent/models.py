@@ -2,7 +2,7 @@
 
 ``load_causal_lm`` is the one place that decides quantization (4-bit NF4 with double
 quantization and the compute dtype for QLoRA), dtype and device; the hf policy and
-``sft.train`` both call it, so a model is served exactly as it is trained. Heavy imports
+``sft.model`` both call it, so a model is served exactly as it is trained. Heavy imports
 (torch, transformers) happen inside the functions.
 """
 
@@ -94,7 +94,10 @@ def load_causal_lm(model: str, quantization: str = "auto", device_map: Any = Non
         from transformers import BitsAndBytesConfig
 
         arguments["quantization_config"] = BitsAndBytesConfig(
-            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=dtype,
         )
     from huggingface_hub import utils as hub_utils
     from transformers.utils import logging as transformers_logging

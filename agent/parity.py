@@ -42,8 +42,13 @@ def differing(where: str, what: str, served: list[int], trained: list[int], rend
     if position == len(served) == len(trained):
         return None
     start = max(position - CONTEXT_TOKENS, 0)
-    return Mismatch(where, what, position, renderer.decode(served[start:position + CONTEXT_TOKENS]),
-                    renderer.decode(trained[start:position + CONTEXT_TOKENS]))
+    return Mismatch(
+        where,
+        what,
+        position,
+        renderer.decode(served[start : position + CONTEXT_TOKENS]),
+        renderer.decode(trained[start : position + CONTEXT_TOKENS]),
+    )
 
 
 MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt (a chat teacher: with --tokenizer)
@@ -58,8 +63,11 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
     must = require_served or any(recorded) or (trajectory.schema_version >= 3 and served_by_us)
     if must and not all(recorded):
         step = trajectory.steps[recorded.index(False)]
-        return Mismatch(f"episode {trajectory.episode_id} step {step.index + 1}", "no record of what this step was served "
-                        "(removed, or recorded without --tokenizer)", step=step.index)
+        return Mismatch(
+            f"episode {trajectory.episode_id} step {step.index + 1}",
+            "no record of what this step was served (removed, or recorded without --tokenizer)",
+            step=step.index,
+        )
     for step, mismatch in _step_mismatches(trajectory, renderer):
         mismatch.step = step
         return mismatch
@@ -72,7 +80,9 @@ def server_evidence(step) -> str:
     served, generation = step.served, step.generation
     if served is not None and served.server_sha256 is not None:
         return "ids"
-    if (served is not None and served.server_tokens is not None) or (generation is not None and generation.server_prompt_tokens is not None):
+    if (served is not None and served.server_tokens is not None) or (
+        generation is not None and generation.server_prompt_tokens is not None
+    ):
         return "counts"
     return "nothing"
 
@@ -81,8 +91,11 @@ def without_server_ids(trajectory: Trajectory) -> Mismatch | None:
     """The first step of ``trajectory`` whose served prompt the server did not confirm id by id."""
     for step in trajectory.steps:
         if server_evidence(step) != "ids":
-            return Mismatch(f"episode {trajectory.episode_id} step {step.index + 1}", "no prompt ids from the server were recorded "
-                            "(it did not return them, or they were not asked for)", step=step.index)
+            return Mismatch(
+                f"episode {trajectory.episode_id} step {step.index + 1}",
+                "no prompt ids from the server were recorded (it did not return them, or they were not asked for)",
+                step=step.index,
+            )
     return None
 
 
@@ -104,7 +117,8 @@ def _step_mismatches(trajectory: Trajectory, renderer: ChatRenderer):
         unclosed = step.generation is not None and bool(step.generation.thinking_unclosed)
         prompt = renderer.prompt(before, thinking=step.reasoning is not None or unclosed)
         written = (renderer.thought(step.reasoning) if step.reasoning is not None else []) + (
-            renderer.unclosed(step.action_text) if unclosed else renderer.action(step.action_text))
+            renderer.unclosed(step.action_text) if unclosed else renderer.action(step.action_text)
+        )
         mismatch = differing(where, "served and training tokens differ", prompt + written, training[: len(prompt) + len(written)], renderer)
         mismatch = mismatch or _recorded(where, step, recorded_ids, prompt, renderer)
         if mismatch is not None:
@@ -115,8 +129,13 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
     """What the step recorded about its serving, against the prompt the renderer builds for it."""
     generation, served = step.generation, step.served
     if served is not None and served.server_ids is not None and ids_sha256(served.server_ids) == served.server_sha256:
-        shown = differing(where, "the prompt ids the server returned differ from the ids sent", served.server_ids,
-                          recorded_ids if recorded_ids is not None else prompt, renderer)
+        shown = differing(
+            where,
+            "the prompt ids the server returned differ from the ids sent",
+            served.server_ids,
+            recorded_ids if recorded_ids is not None else prompt,
+            renderer,
+        )
         if shown is not None:
             return shown
     if generation is not None and generation.parity_warning is not None:
@@ -130,8 +149,11 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
     if served.reply_sha256 != reply_sha256(step.action_text, step.reasoning):
         return Mismatch(where, "the action (or think block) differs from what the policy wrote back: the record was altered")
     if served.tokenizer_sha256 != renderer.fingerprint:
-        return Mismatch(where, f"served with the tokenizer {served.tokenizer_sha256[:12]}, checked with {renderer.fingerprint[:12]}: "
-                               "name the tokenizer the run used")
+        return Mismatch(
+            where,
+            f"served with the tokenizer {served.tokenizer_sha256[:12]}, checked with {renderer.fingerprint[:12]}: "
+            "name the tokenizer the run used",
+        )
     if served.server_tokens is not None and served.server_tokens != served.tokens:
         return Mismatch(where, f"the server counted {served.server_tokens} prompt tokens; {served.tokens} were sent")
     if served.server_sha256 is not None and served.server_sha256 != served.sha256:
@@ -141,7 +163,10 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
             return Mismatch(where, "the recorded prompt ids do not match their recorded digest: the record was altered")
         return differing(where, "the served prompt differs from the training sequence", recorded_ids, prompt, renderer)
     if served.tokens != len(prompt) or served.sha256 != ids_sha256(prompt):
-        return Mismatch(where, f"the served prompt ({served.tokens} tokens, sha256 {served.sha256[:12]}) is not the training "
-                               f"sequence's prompt ({len(prompt)} tokens, sha256 {ids_sha256(prompt)[:12]}); "
-                               "rerun with --record-prompt-ids to see the first differing token")
+        return Mismatch(
+            where,
+            f"the served prompt ({served.tokens} tokens, sha256 {served.sha256[:12]}) is not the training "
+            f"sequence's prompt ({len(prompt)} tokens, sha256 {ids_sha256(prompt)[:12]}); "
+            "rerun with --record-prompt-ids to see the first differing token",
+        )
     return None

@@ -127,8 +127,10 @@ class ChatRenderer:
             return self.tokenizer.encode(text, add_special_tokens=False).ids
         except TypeError:  # the tokenizers library refuses a str it cannot encode as UTF-8
             position = next((i for i, c in enumerate(text) if 0xD800 <= ord(c) <= 0xDFFF), None)
-            raise AgentError(f"text holding a lone surrogate (at character {position}) cannot be tokenised: "
-                             f"{text[max((position or 0) - 20, 0):(position or 0)]!r}...; the record is not valid Unicode") from None
+            raise AgentError(
+                f"text holding a lone surrogate (at character {position}) cannot be tokenised: "
+                f"{text[max((position or 0) - 20, 0) : (position or 0)]!r}...; the record is not valid Unicode"
+            ) from None
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)

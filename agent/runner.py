@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from agent.loop import corpus_hashes, run_episode, sandbox_limits
 from agent.policies import Policy
@@ -37,15 +37,28 @@ class EpisodeRunner:
         self.hashes = corpus_hashes(self.corpus)
         self.limits = sandbox_limits(self.config)
 
-    def run(self, text: str, question: Question | None = None, on_step: Callable[[Step], None] | None = None,
-            sample: int = 0, policy: Policy | None = None) -> Trajectory:
+    def run(
+        self,
+        text: str,
+        question: Question | None = None,
+        on_step: Callable[[Step], None] | None = None,
+        sample: int = 0,
+        policy: Policy | None = None,
+    ) -> Trajectory:
         """One episode; ``sample`` numbers a question's attempts (each gets its own seed and id);
         ``policy``: this episode's own copy, when several run at once (``Policy.for_episode``)."""
         question_id = question.id if question else None
         policy = policy or self.policy
         with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
             return run_episode(
-                text, policy, sandbox, self.config, self.hashes,
-                question_id=question_id, paper_id=question.paper_id if question else None,
-                episode_id=episode_id(policy.name, question_id, text, sample), sample=sample, on_step=on_step,
+                text,
+                policy,
+                sandbox,
+                self.config,
+                self.hashes,
+                question_id=question_id,
+                paper_id=question.paper_id if question else None,
+                episode_id=episode_id(policy.name, question_id, text, sample),
+                sample=sample,
+                on_step=on_step,
             )

@@ -34,8 +34,17 @@ def reply_sha256(action_text: str, reasoning: str | None) -> str:
     return hashlib.sha256(written.encode()).hexdigest()
 
 
-def served_record(prompt: list[int], tokenizer_sha256: str, source: str, *, reply: str, previous: list[int] | None = None,
-                  keep_ids: bool = False, server_ids: list[int] | None = None, server_tokens: int | None = None) -> Served:
+def served_record(
+    prompt: list[int],
+    tokenizer_sha256: str,
+    source: str,
+    *,
+    reply: str,
+    previous: list[int] | None = None,
+    keep_ids: bool = False,
+    server_ids: list[int] | None = None,
+    server_tokens: int | None = None,
+) -> Served:
     """The record of one served prompt and the digest of the reply to it (``reply_sha256``);
     ``previous`` is the prompt of the step before (for the ids' delta)."""
     ids = None
@@ -44,8 +53,14 @@ def served_record(prompt: list[int], tokenizer_sha256: str, source: str, *, repl
         ids = PromptIds(keep=keep, append=prompt[keep:])
     differing = server_ids if keep_ids and server_ids is not None and server_ids != prompt else None
     return Served(
-        source=source, tokens=len(prompt), sha256=ids_sha256(prompt), tokenizer_sha256=tokenizer_sha256, ids=ids,
-        server_tokens=server_tokens, server_sha256=ids_sha256(server_ids) if server_ids is not None else None, reply_sha256=reply,
+        source=source,
+        tokens=len(prompt),
+        sha256=ids_sha256(prompt),
+        tokenizer_sha256=tokenizer_sha256,
+        ids=ids,
+        server_tokens=server_tokens,
+        server_sha256=ids_sha256(server_ids) if server_ids is not None else None,
+        reply_sha256=reply,
         server_ids=differing,
     )
 

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
+from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
 # 4: what each tool call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION: Final = 4
 
 
 class Record(BaseModel):
@@ -128,17 +129,24 @@ class PolicyInfo(Record):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
-class EpisodeConfig(Record):
-    max_steps: int = Field(10, ge=1)
-    observation_chars: int = Field(4_000, ge=200)
-    context_chars: int = Field(100_000, ge=1_000)
-    seed: int = 0
-    wall_seconds: float = Field(10.0, gt=0, allow_inf_nan=False)
-    cpu_seconds: int = Field(10, ge=1)
-    host_seconds: float = Field(5.0, gt=0, allow_inf_nan=False)  # the host's time serving one action's tool calls
-    memory_mb: int = Field(2_048, ge=64, le=2**20)  # at most 1 TiB: beyond that, no limit the kernel can set
-    output_chars: int = Field(20_000, ge=100)
-    record_prompt_ids: bool = False  # keep each served prompt's ids in the trajectory, not only their digest
+class EpisodeBudgets(Record):
+    """The first fields of an ``EpisodeConfig``: how long an episode may go, and its seed."""
+
+    max_steps: int = Field(10, ge=1, description="Actions before the episode ends with step_limit.")
+    observation_chars: int = Field(4_000, ge=200, description="An observation longer than this is cut, and says so.")
+    context_chars: int = Field(100_000, ge=1_000, description="A conversation longer than this ends with context_limit.")
+    seed: int = Field(0, description="Seed passed to the policy (every built-in policy is deterministic given it).")
+
+
+class EpisodeConfig(SandboxSettings, EpisodeBudgets):
+    """An episode's settings (``[episode]`` of a config): its budgets, and the sandbox limits of
+    ``tools.limits.SandboxSettings`` (declared there once; ``Limits.from_settings`` reads them).
+    pydantic puts the fields of the last base first, so the JSON keeps the order it always had:
+    budgets, limits, then ``record_prompt_ids``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    record_prompt_ids: bool = Field(False, description="Keep each served prompt's ids in the trajectory, not only their digest.")
 
 
 class Hashes(Record):
@@ -175,7 +183,7 @@ class Trajectory(Record):
 
         messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": question_message(self.question)}]
         for step in self.steps[:upto]:
-            turn = {"role": "assistant", "content": step.action_text}
+            turn: dict[str, Any] = {"role": "assistant", "content": step.action_text}
             if step.reasoning is not None:
                 turn["reasoning"] = step.reasoning
             if step.generation is not None and step.generation.thinking_unclosed:
@@ -198,6 +206,18 @@ def without_timings(trajectory: Trajectory) -> dict:
 
 
 __all__ = [
-    "Drift", "EpisodeConfig", "Evidence", "Generation", "Hashes", "Outcome", "PolicyInfo", "Status", "Step", "StepPolicyInfo",
-    "Timings", "ToolCallRecord", "Trajectory", "without_timings",
+    "Drift",
+    "EpisodeConfig",
+    "Evidence",
+    "Generation",
+    "Hashes",
+    "Outcome",
+    "PolicyInfo",
+    "Status",
+    "Step",
+    "StepPolicyInfo",
+    "Timings",
+    "ToolCallRecord",
+    "Trajectory",
+    "without_timings",
 ]

@@ -52,9 +52,11 @@ def mean(values: list[float]) -> float:
 def summary(name: str, scores: list[EpisodeScore], seconds: float) -> str:
     answerable = [s for s in scores if s.answerable]
     unanswerable = [s for s in scores if not s.answerable]
-    return (f"{name:<16} {mean([s.answer_f1 for s in scores]):>7.3f} {mean([s.answer_f1 for s in answerable]):>10.3f} "
-            f"{mean([s.answer_f1 for s in unanswerable]):>12.3f} {mean([float(s.abstained) for s in answerable]):>9.2f} "
-            f"{mean([float(not s.abstained) for s in unanswerable]):>8.2f} {seconds:>6.1f}s")
+    return (
+        f"{name:<16} {mean([s.answer_f1 for s in scores]):>7.3f} {mean([s.answer_f1 for s in answerable]):>10.3f} "
+        f"{mean([s.answer_f1 for s in unanswerable]):>12.3f} {mean([float(s.abstained) for s in answerable]):>9.2f} "
+        f"{mean([float(not s.abstained) for s in unanswerable]):>8.2f} {seconds:>6.1f}s"
+    )
 
 
 def main() -> None:
@@ -66,7 +68,7 @@ def main() -> None:
     args = parser.parse_args()
 
     corpus = load(args.corpus, None if args.questions == "-" else args.questions)
-    questions = [q for q in corpus.questions if q.answers][:args.limit]
+    questions = [q for q in corpus.questions if q.answers][: args.limit]
     index = BM25Index.cached(corpus)
 
     def runner_for(policy: Policy) -> EpisodeRunner:

@@ -24,16 +24,15 @@ def machine(packages: tuple[str, ...]) -> str:
             versions.append(f"{name} {version(name)}")
         except PackageNotFoundError:
             versions.append(f"{name} (not installed)")
-    return (f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib', 0):.0f} GiB; "
-            f"Python {platform.python_version()}; {', '.join(versions)}")
+    return (
+        f"{info['cpu']}, {info['cores']} cores, {info.get('memory_gib', 0):.0f} GiB; "
+        f"Python {platform.python_version()}; {', '.join(versions)}"
+    )
 
 
 def write_results(heading: str, command: str, packages: tuple[str, ...], text: str) -> None:
     """Replace (or append) the section under ``heading``; other scripts' sections stay as they are."""
-    body = (
-        f"{heading}\n\nMachine: {machine(packages)}. Measured {time.strftime('%Y-%m-%d')} with `{command}`.\n\n"
-        f"{text}\n"
-    )
+    body = f"{heading}\n\nMachine: {machine(packages)}. Measured {time.strftime('%Y-%m-%d')} with `{command}`.\n\n{text}\n"
     existing = RESULTS.read_text() if RESULTS.exists() else "# Benchmark results\n\nEach section is written by the script it names.\n"
     if heading in existing:
         before, _, after = existing.partition(heading)

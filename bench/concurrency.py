@@ -44,8 +44,11 @@ DEMO_QUESTIONS = 1248  # questions in every split of the demo corpus
 
 
 def start_server(latency: float, im_start: int) -> tuple[subprocess.Popen, str]:
-    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "latency_server.py"), "--latency", str(latency),
-                               "--im-start", str(im_start)], stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "latency_server.py"), "--latency", str(latency), "--im-start", str(im_start)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     port = server.stdout.readline().split()[-1]
     return server, f"http://127.0.0.1:{port}/v1"
 
@@ -97,9 +100,31 @@ def how_label(how: str, level: int) -> str:
 def run_eval(url: str, tokenizer: Path, how: str, level: int, episodes: int, out: Path) -> dict:
     limit = min(DEMO_QUESTIONS, episodes)
     samples = math.ceil(episodes / limit)
-    command = [sys.executable, "-m", "cli.main", "eval", "--policy", "openai", "--base-url", url, "--model", "policy",
-               "--tokenizer", str(tokenizer), "--split", "all", "--limit", str(limit), "--samples", str(samples),
-               "--max-steps", "4", "--out", str(out), *how_flags(how, level)]
+    command = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "policy",
+        "--tokenizer",
+        str(tokenizer),
+        "--split",
+        "all",
+        "--limit",
+        str(limit),
+        "--samples",
+        str(samples),
+        "--max-steps",
+        "4",
+        "--out",
+        str(out),
+        *how_flags(how, level),
+    ]
     started = time.monotonic()
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     peak = [0]
@@ -117,8 +142,13 @@ def run_eval(url: str, tokenizer: Path, how: str, level: int, episodes: int, out
     if process.returncode != 0:
         raise SystemExit(f"explorer eval {' '.join(how_flags(how, level))} failed: {stderr[-2000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"wall": time.monotonic() - started, "cpu": usage.ru_utime + usage.ru_stime, "peak_pss": peak[0],
-            "episodes": limit * samples, "status": metrics["status"]}
+    return {
+        "wall": time.monotonic() - started,
+        "cpu": usage.ru_utime + usage.ru_stime,
+        "peak_pss": peak[0],
+        "episodes": limit * samples,
+        "status": metrics["status"],
+    }
 
 
 def arrivals(url: str) -> list[float]:
@@ -158,16 +188,22 @@ def measure(tokenizer: Path, latency: float, how: str, level: int, episodes: int
 
 def table(results: list[dict]) -> str:
     baseline = {r["how"]: r["peak_pss"] for r in results if r["level"] == 1}
-    lines = ["| how | latency ms | in flight | episodes | steps/s | ideal steps/s | efficiency | episodes/s | host CPU ms/step | "
-             "server CPU ms/step | peak PSS MiB | MiB per extra episode in flight |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| how | latency ms | in flight | episodes | steps/s | ideal steps/s | efficiency | episodes/s | host CPU ms/step | "
+        "server CPU ms/step | peak PSS MiB | MiB per extra episode in flight |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in results:
-        per = (r["peak_pss"] - baseline.get(r["how"], baseline.get("concurrency", r["peak_pss"]))) / (r["level"] - 1) / 2**20 if r["level"] > 1 else float("nan")
+        per = (
+            (r["peak_pss"] - baseline.get(r["how"], baseline.get("concurrency", r["peak_pss"]))) / (r["level"] - 1) / 2**20
+            if r["level"] > 1
+            else float("nan")
+        )
         lines.append(
             f"| `{how_label(r['how'], r['level'])}` | {r['latency'] * 1000:.0f} | {r['level']} | {r['episodes']} | {r['steps_per_s']:.1f} | {r['ideal']:.0f} | "
             f"{r['steps_per_s'] / r['ideal']:.0%} | {r['steps_per_s'] / 2:.1f} | {1000 * r['cpu'] / r['steps']:.2f} | "
-            f"{1000 * r['server_cpu'] / r['steps']:.2f} | {r['peak_pss'] / 2**20:.0f} | "
-            + ("" if math.isnan(per) else f"{per:.1f}") + " |")
+            f"{1000 * r['server_cpu'] / r['steps']:.2f} | {r['peak_pss'] / 2**20:.0f} | " + ("" if math.isnan(per) else f"{per:.1f}") + " |"
+        )
     return "\n".join(lines)
 
 
@@ -180,29 +216,42 @@ def main() -> None:
     parser.add_argument("--together-levels", default="64,256,512", help="episodes in flight in all W processes together")
     parser.add_argument("--slow-latency", type=float, default=1.0, help="a second, slower server (a longer generation)")
     parser.add_argument("--slow-levels", default="256,512", help="--concurrency levels against the slower server")
-    parser.add_argument("--tokenizer", type=Path, default=QWEN3 if QWEN3.exists() else None,
-                        help="a Qwen3 tokenizer directory (default: ../shared/tokenizers/qwen3-8b)")
+    parser.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=QWEN3 if QWEN3.exists() else None,
+        help="a Qwen3 tokenizer directory (default: ../shared/tokenizers/qwen3-8b)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the table without updating bench/RESULTS.md")
     arguments = parser.parse_args()
     if arguments.tokenizer is None:
         raise SystemExit("give --tokenizer (a Qwen3 tokenizer directory, e.g. one `explorer tiny-model` writes)")
     results = []
-    series = (("concurrency", arguments.levels, arguments.latency), ("workers", arguments.workers, arguments.latency),
-              (f"workers={arguments.together}", arguments.together_levels, arguments.latency),
-              ("concurrency", arguments.slow_levels, arguments.slow_latency))
+    series = (
+        ("concurrency", arguments.levels, arguments.latency),
+        ("workers", arguments.workers, arguments.latency),
+        (f"workers={arguments.together}", arguments.together_levels, arguments.latency),
+        ("concurrency", arguments.slow_levels, arguments.slow_latency),
+    )
     for how, levels, latency in series:
         for level in (int(value) for value in levels.split(",") if value):
             episodes = max(60, 8 * level)
             result = measure(arguments.tokenizer, latency, how, level, episodes)
-            print(f"{' '.join(how_flags(how, level))} at {latency * 1000:.0f} ms: {result['steps_per_s']:.1f} steps/s of {result['ideal']:.0f} ideal, "
-                  f"{1000 * result['cpu'] / result['steps']:.2f} host CPU ms/step, peak PSS {result['peak_pss'] / 2**20:.0f} MiB",
-                  flush=True)
+            print(
+                f"{' '.join(how_flags(how, level))} at {latency * 1000:.0f} ms: {result['steps_per_s']:.1f} steps/s of {result['ideal']:.0f} ideal, "
+                f"{1000 * result['cpu'] / result['steps']:.2f} host CPU ms/step, peak PSS {result['peak_pss'] / 2**20:.0f} MiB",
+                flush=True,
+            )
             results.append(result)
     text = table(results)
     print(text)
     if not arguments.no_write:
-        write_results("## Episodes in flight against a served model (bench/concurrency.py)", "python bench/concurrency.py",
-                      ("tokenizers",), text + "\n\n" + notes(results))
+        write_results(
+            "## Episodes in flight against a served model (bench/concurrency.py)",
+            "python bench/concurrency.py",
+            ("tokenizers",),
+            text + "\n\n" + notes(results),
+        )
 
 
 def notes(results: list[dict]) -> str:
@@ -214,10 +263,12 @@ def notes(results: list[dict]) -> str:
             best = max(rows, key=lambda r: r["steps_per_s"])
             cores_used = best["steps_per_s"] * best["cpu"] / best["steps"]
             label = how_label(how, 2).replace("--concurrency 1", "--concurrency N/W") if how.startswith("workers=") else f"--{how}"
-            lines.append(f"- `{label}` at {at * 1000:.0f} ms: at least 80% of the ideal throughput up to "
-                         f"{max(good) if good else 'none of the levels'} in flight; the most measured was "
-                         f"{best['steps_per_s']:.0f} steps/s ({best['level']} in flight), using {cores_used:.2f} of the "
-                         f"{os.cpu_count()} cores for the eval process and its sandbox workers.")
+            lines.append(
+                f"- `{label}` at {at * 1000:.0f} ms: at least 80% of the ideal throughput up to "
+                f"{max(good) if good else 'none of the levels'} in flight; the most measured was "
+                f"{best['steps_per_s']:.0f} steps/s ({best['level']} in flight), using {cores_used:.2f} of the "
+                f"{os.cpu_count()} cores for the eval process and its sandbox workers."
+            )
     fastest = min((r["latency"] for r in results if r["how"] == "concurrency"), default=None)
     concurrent = [r for r in results if r["how"] == "concurrency" and r["latency"] == fastest]
     if concurrent:
@@ -232,7 +283,8 @@ def notes(results: list[dict]) -> str:
             f"({best['level']} in flight): its Python work (rendering, requests, the log) shares one interpreter lock, "
             f"and every episode's worker is forked by its process's one zygote, one at a time; W processes have W of "
             f"each. `--workers` alone pays, in every process, for starting its own zygote and episode hosts' fork server "
-            f"(two interpreters, and the corpus sent to one): use it for CPU-bound policies, not against servers.")
+            f"(two interpreters, and the corpus sent to one): use it for CPU-bound policies, not against servers."
+        )
     goal = 0.8 * 256 / fastest if fastest else None
     at_256 = [r for r in results if r["level"] == 256 and r["latency"] == fastest]
     if goal and at_256:
@@ -241,7 +293,8 @@ def notes(results: list[dict]) -> str:
             f"- The goal, 80% of the ideal at 256 in flight against a {fastest * 1000:.0f} ms server ({goal:,.0f} steps/s), is "
             + ("met" if best["steps_per_s"] >= goal else "not met")
             + f" on these cores: the best at 256 was `{how_label(best['how'], 256)}` with {best['steps_per_s']:.0f} steps/s "
-            f"({best['steps_per_s'] / best['ideal']:.0%}), {1000 * best['cpu'] / best['steps']:.2f} ms of host CPU per step.")
+            f"({best['steps_per_s'] / best['ideal']:.0%}), {1000 * best['cpu'] / best['steps']:.2f} ms of host CPU per step."
+        )
     return "\n".join(lines)
 
 

@@ -57,8 +57,7 @@ def through_cli(workers: int) -> tuple[float, int]:
     explorer = Path(sys.executable).parent / "explorer"
     with tempfile.TemporaryDirectory() as directory:
         started = time.perf_counter()
-        subprocess.run([str(explorer), "eval", "--out", f"{directory}/run", "--workers", str(workers)],
-                       check=True, capture_output=True)
+        subprocess.run([str(explorer), "eval", "--out", f"{directory}/run", "--workers", str(workers)], check=True, capture_output=True)
         seconds = time.perf_counter() - started
         episodes = sum(1 for _ in open(f"{directory}/run/trajectories.jsonl"))
     return seconds, episodes

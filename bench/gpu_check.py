@@ -35,8 +35,8 @@ TRAIN_BUDGET_GIB = 22.0
 def build_random_model(shape: dict, directory: Path, tokenizer_from: Path) -> Path:
     """Random bf16 weights of ``shape`` plus the tiny tokenizer, saved as a model directory."""
     import torch
-    from transformers import Qwen3Config, Qwen3ForCausalLM
     from tokenizers import Tokenizer
+    from transformers import Qwen3Config, Qwen3ForCausalLM
 
     tokenizer = Tokenizer.from_file(str(tokenizer_from / "tokenizer.json"))
     im_end = tokenizer.token_to_id("<|im_end|>")
@@ -72,8 +72,12 @@ def run(args) -> dict:
         tiny = build_tiny_model(scratch / "tiny")
         model_dir = tiny if args.tiny else build_random_model(QWEN3_8B, scratch / "qwen3-8b-random", tiny)
         started = time.perf_counter()
-        policy = HFPolicy.load(str(model_dir), quantization="4bit" if cuda else "none", max_new_tokens=args.max_new_tokens,
-                          max_context=max(args.context, 32_768))
+        policy = HFPolicy.load(
+            str(model_dir),
+            quantization="4bit" if cuda else "none",
+            max_new_tokens=args.max_new_tokens,
+            max_context=max(args.context, 32_768),
+        )
         load_seconds = time.perf_counter() - started
         corpus = generate(DemoConfig(papers=40, seed=7))
         question = corpus.questions[0]
@@ -98,12 +102,18 @@ def run(args) -> dict:
         report = {
             "device": torch.cuda.get_device_name(0) if cuda else "cpu",
             "model": "tiny" if args.tiny else "Qwen3-8B architecture, random weights",
-            "layers": shape["num_hidden_layers"], "quantization": quantization, "load_seconds": round(load_seconds, 1),
-            "episode_steps": len(steps), "episode_status": trajectory.outcome.status,
-            "prompt_tokens_final": steps[-1].prompt_tokens, "prefill_tokens": prefill_tokens,
+            "layers": shape["num_hidden_layers"],
+            "quantization": quantization,
+            "load_seconds": round(load_seconds, 1),
+            "episode_steps": len(steps),
+            "episode_status": trajectory.outcome.status,
+            "prompt_tokens_final": steps[-1].prompt_tokens,
+            "prefill_tokens": prefill_tokens,
             "prefill_tokens_per_second": round(prefill_tokens / prefill_seconds, 1),
-            "decode_tokens": decode_tokens, "decode_tokens_per_second": round(decode_tokens / decode_seconds, 1),
-            "fit_context_tokens": args.context, "peak_memory_gib": round(peak, 2) if peak is not None else None,
+            "decode_tokens": decode_tokens,
+            "decode_tokens_per_second": round(decode_tokens / decode_seconds, 1),
+            "fit_context_tokens": args.context,
+            "peak_memory_gib": round(peak, 2) if peak is not None else None,
             "budget_gib": args.budget_gib,
         }
         report["fits"] = peak is None or peak <= args.budget_gib
@@ -122,8 +132,9 @@ def train_steps(model_dir: Path, args, cuda: bool) -> dict:
 
     import torch
 
+    from sft.config import TrainConfig
     from sft.memory import Shape, estimate
-    from sft.train import TrainConfig, assistant_loss, load_model
+    from sft.model import assistant_loss, load_model
 
     gc.collect()
     if cuda:
@@ -152,15 +163,22 @@ def train_steps(model_dir: Path, args, cuda: bool) -> dict:
         seconds.append(time.perf_counter() - started)
     peak = torch.cuda.max_memory_allocated() / GIB if cuda else None
     shape = Shape.from_config(json_.loads((model_dir / "config.json").read_text()))
-    estimated = estimate(shape, args.context, config.lora_r, config.target_modules, quantized=cuda,
-                         trained_share=args.trained_share)["total"]
+    estimated = estimate(shape, args.context, config.lora_r, config.target_modules, quantized=cuda, trained_share=args.trained_share)[
+        "total"
+    ]
     steady = seconds[1:] or seconds
     return {
-        "steps": args.train_steps, "context": args.context, "trained_share": args.trained_share, "lora_r": config.lora_r,
-        "gradient_checkpointing": config.gradient_checkpointing, "last_loss": round(loss.item(), 4),
+        "steps": args.train_steps,
+        "context": args.context,
+        "trained_share": args.trained_share,
+        "lora_r": config.lora_r,
+        "gradient_checkpointing": config.gradient_checkpointing,
+        "last_loss": round(loss.item(), 4),
         "tokens_per_second": round(args.context / (sum(steady) / len(steady)), 1),
-        "peak_memory_gib": round(peak, 2) if peak is not None else None, "dry_run_estimate_gib": round(estimated, 2),
-        "budget_gib": TRAIN_BUDGET_GIB, "fits": peak is None or peak < TRAIN_BUDGET_GIB,
+        "peak_memory_gib": round(peak, 2) if peak is not None else None,
+        "dry_run_estimate_gib": round(estimated, 2),
+        "budget_gib": TRAIN_BUDGET_GIB,
+        "fits": peak is None or peak < TRAIN_BUDGET_GIB,
     }
 
 
@@ -182,8 +200,11 @@ def main() -> None:
         args.out.write_text(text + "\n")
     if not report["fits"]:
         training = report.get("training") or {}
-        print(f"FAIL: inference peak {report['peak_memory_gib']} GiB (budget {args.budget_gib}), "
-              f"training peak {training.get('peak_memory_gib')} GiB (budget {TRAIN_BUDGET_GIB})", file=sys.stderr)
+        print(
+            f"FAIL: inference peak {report['peak_memory_gib']} GiB (budget {args.budget_gib}), "
+            f"training peak {training.get('peak_memory_gib')} GiB (budget {TRAIN_BUDGET_GIB})",
+            file=sys.stderr,
+        )
         sys.exit(1)
 
 

@@ -65,8 +65,14 @@ print(json.dumps({"latencies": latencies, "limits": [l for l in limits if l], "l
 
 def measure(checkout: Path, papers: int, hostile: int, actions: int) -> dict:
     environment = {**os.environ, "PYTHONPATH": str(checkout), "EXPLORER_CACHE_DIR": tempfile.gettempdir()}
-    done = subprocess.run([sys.executable, "-c", CHILD, str(papers), str(hostile), str(actions)], capture_output=True,
-                          text=True, cwd=checkout, env=environment, timeout=3600)
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, str(papers), str(hostile), str(actions)],
+        capture_output=True,
+        text=True,
+        cwd=checkout,
+        env=environment,
+        timeout=3600,
+    )
     if done.returncode != 0:
         raise SystemExit(f"the measurement in {checkout} failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().split("\n")[-1])
@@ -83,8 +89,9 @@ def main() -> None:
     worktree = None
     if args.baseline != "none":
         worktree = Path(tempfile.mkdtemp(prefix="interference-baseline-"))
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline],
-                       check=True, capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline], check=True, capture_output=True
+        )
         checkouts.append((f"baseline {args.baseline}", worktree))
     print(f"{os.cpu_count()} cores; {args.papers} papers; {args.actions} innocent actions per row")
     print(f"{'code':<20} {'hostile':>7} {'median ms':>10} {'p95 ms':>8} {'x alone':>8} {'limits hit':>11} {'vars lost':>9}")
@@ -98,8 +105,11 @@ def main() -> None:
                 p95 = latencies[min(len(latencies) - 1, int(0.95 * len(latencies)))]
                 alone = median if hostile == 0 else alone
                 ratio = f"{median / alone:.1f}" if alone else "-"
-                print(f"{name:<20} {hostile:>7} {median * 1000:>10.1f} {p95 * 1000:>8.1f} {ratio:>8} "
-                      f"{len(row['limits']):>11} {row['lost']:>9}", flush=True)
+                print(
+                    f"{name:<20} {hostile:>7} {median * 1000:>10.1f} {p95 * 1000:>8.1f} {ratio:>8} "
+                    f"{len(row['limits']):>11} {row['lost']:>9}",
+                    flush=True,
+                )
     finally:
         if worktree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], capture_output=True)

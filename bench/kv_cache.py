@@ -59,11 +59,16 @@ def main() -> None:
     for reuse, label in ((True, "KV cache kept across steps (ours)"), (False, "whole prompt re-encoded each step")):
         prefilled, finals, seconds = rows[reuse]
         ratio = statistics.median(p / f for p, f in zip(prefilled, finals))
-        lines.append(f"| {label} | {len(prefilled)} | 10 | {statistics.median(finals):,.0f} | {statistics.median(prefilled):,.0f} | "
-                     f"{ratio:.2f}x | {statistics.median(seconds):.3f} |")
+        lines.append(
+            f"| {label} | {len(prefilled)} | 10 | {statistics.median(finals):,.0f} | {statistics.median(prefilled):,.0f} | "
+            f"{ratio:.2f}x | {statistics.median(seconds):.3f} |"
+        )
     cached, naive = rows[True], rows[False]
-    lines += ["", f"- Re-encoding prefills {statistics.median(naive[0]) / statistics.median(cached[0]):.1f}x the tokens the cache does "
-              f"(target for ours: prefilled <= 1.1x the final length); the tiny model on CPU, {args.max_new_tokens} new tokens per step."]
+    lines += [
+        "",
+        f"- Re-encoding prefills {statistics.median(naive[0]) / statistics.median(cached[0]):.1f}x the tokens the cache does "
+        f"(target for ours: prefilled <= 1.1x the final length); the tiny model on CPU, {args.max_new_tokens} new tokens per step.",
+    ]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:

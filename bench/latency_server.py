@@ -38,9 +38,12 @@ class LatencyServer:
             self.arrivals.append(time.monotonic())
             turns = len(self.turn.findall(body))  # system, user, then 2 per step, then the generation prompt
             text = SEARCH if turns <= 3 else SUBMIT
-            return 200, {"object": "text_completion", "model": self.model,
-                         "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
-                         "usage": {"completion_tokens": 20}}
+            return 200, {
+                "object": "text_completion",
+                "model": self.model,
+                "choices": [{"index": 0, "text": text, "finish_reason": "stop"}],
+                "usage": {"completion_tokens": 20},
+            }
         return 404, {"error": f"no {method} {path}"}
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -100,15 +100,18 @@ def bench_ours(corpus, index, repeats: dict[str, int], module=None) -> dict[str,
     with sandbox_class(corpus, limits, index=index) as sandbox:
         sandbox.execute(TRIVIAL)  # the worker's one-time set-up belongs to the start row
         for name, code in WORKLOADS.items():
+
             def run(code=code):
                 result = sandbox.execute(code)
                 assert result.error is None and result.limit_hit is None, result
+
             run()
             results[name] = timed(run, repeats[name])
 
     def start():
         with sandbox_class(corpus, limits, index=index) as sandbox:
             assert sandbox.execute(TRIVIAL).value == "2"
+
     start()
     results["start"] = timed(start, repeats["start"])
     return results
@@ -173,15 +176,14 @@ def heavy_host_starts(repeats: int, previous: bool = False) -> list[float]:
     importing = (
         f"sys.path.insert(0, {str(ROOT / 'bench')!r})\nfrom sandbox import previous_sandbox_module\n"
         "previous = previous_sandbox_module()\nLimits, Sandbox = previous.Limits, previous.Sandbox\n"
-        if previous else "from tools.sandbox import Limits, Sandbox\n"
+        if previous
+        else "from tools.sandbox import Limits, Sandbox\n"
     )
     probe = (
         "import json, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import numpy as np, torch, transformers\n"
-        "from corpus import BM25Index, generate\n"
-        + importing +
-        "corpus = generate(); index = BM25Index.cached(corpus)\n"
+        "from corpus import BM25Index, generate\n" + importing + "corpus = generate(); index = BM25Index.cached(corpus)\n"
         "resident = np.ones(4 * 2**30 // 8)\n"
         "seconds = []\n"
         f"for _ in range({repeats} + 1):\n"
@@ -206,9 +208,7 @@ def table(rows: dict[str, dict[str, list[float]]]) -> str:
             if workload not in by_workload:
                 continue
             p50, p95 = summary(by_workload[workload])
-            lines.append(
-                f"| {workload} | {executor} | {len(by_workload[workload])} | {p50:.3f} | {p95:.3f} | {p50 / ours:.2f}x |"
-            )
+            lines.append(f"| {workload} | {executor} | {len(by_workload[workload])} | {p50:.3f} | {p95:.3f} | {p50 / ours:.2f}x |")
     return "\n".join(lines)
 
 
@@ -259,8 +259,9 @@ def main() -> None:
     ]
     if previous is not None:
         before = {name: summary(seconds)[0] for name, seconds in rows["in-worker (previous)"].items()}
-        report.append(f"- One-search action, ours (an RPC to the host) / in-worker tools: "
-                      f"{ours['search'] / before['search']:.2f}x (target <= 1.5x).")
+        report.append(
+            f"- One-search action, ours (an RPC to the host) / in-worker tools: {ours['search'] / before['search']:.2f}x (target <= 1.5x)."
+        )
     report += [
         f"- 200k-iteration loop: smolagents / ours = {smol_loop / ours['loop']:.1f}x.",
         f"- Episode start to first result, ours: p50 {ours['start']:.1f} ms; from a host that has imported torch "

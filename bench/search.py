@@ -85,8 +85,9 @@ def worker(library: str, tokens_file: str, n_queries: int) -> dict:
     # Memory in a second, untimed build: tracemalloc sees Python objects and numpy buffers alike.
     tracemalloc.start()
     index = build(documents)
-    retained, peak = tracemalloc.get_traced_memory()
+    retained, peak = tracemalloc.get_traced_memory()  # while the index is alive: what it retains
     tracemalloc.stop()
+    del index
     return {
         "library": library,
         "build_s": build_seconds,
@@ -173,14 +174,16 @@ def main() -> None:
                 queries = args.rank_bm25_queries if library == "rank_bm25" and papers > 1000 else args.queries
                 output = subprocess.run(
                     [sys.executable, __file__, "--worker", library, "--tokens", str(tokens_file), "--queries", str(queries)],
-                    check=True, capture_output=True, text=True,
+                    check=True,
+                    capture_output=True,
+                    text=True,
                 ).stdout
                 rows.append(json.loads(output.strip().splitlines()[-1]))
                 print(f"{papers} papers, {library}: {rows[-1]}", file=sys.stderr)
             results.append((papers, paragraphs, extra, rows))
 
     report = [table(results), ""]
-    for papers, paragraphs, extra, rows in results:
+    for papers, _paragraphs, extra, rows in results:
         by = {row["library"]: row for row in rows}
         report.append(
             f"- {papers:,} papers ({extra['tokens']:,} tokens): query p50 ours / bm25s = "

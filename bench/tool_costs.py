@@ -29,9 +29,9 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -46,12 +46,13 @@ from corpus.index import QuoteText, quote_form  # noqa: E402
 from tools import paper_tools  # noqa: E402
 from tools.arguments import ExtractArgs, ReadArgs, SearchArgs, SubmitArgs  # noqa: E402
 from tools.errors import ToolError  # noqa: E402
-from tools.paper_tools import PAGE_CHARS, REGEX_MEMORY, PaperTools, SentenceIndex, sentences, shown  # noqa: E402
+from tools.paper_tools import PAGE_CHARS, REGEX_MEMORY, PaperTools, sentences, shown  # noqa: E402
 
 WORST_REGEX = r"(.{0,50}a){10}q"  # RE2's DFA runs out of states and its NFA walks ~4,500 instructions a byte
 
 
 # -- the tools before their costs were bounded ------------------------------------------------------
+
 
 def old_closest(wanted: str, candidates: list[str], n: int = 3) -> list[str]:
     close = difflib.get_close_matches(wanted, candidates, n=20, cutoff=0.6)
@@ -126,15 +127,20 @@ class OldPaperTools(PaperTools):
             options.case_sensitive = False
             options.max_mem = REGEX_MEMORY
             pattern = re2.compile(args.query, options)
-            ranked = [(i, 1.0) for i, (_, _, text) in enumerate(located) if pattern.search(text)][:args.k]
+            ranked = [(i, 1.0) for i, (_, _, text) in enumerate(located) if pattern.search(text)][: args.k]
         else:
             ranked = bm25.top_k(tokenize(args.query), args.k)
         return [{"sentence": located[i][2], "score": round(score, 3)} for i, score in ranked]
 
     def _old_sentences_of(self, paper: Paper) -> tuple[list[tuple[int, int, str]], BM25]:
         if paper.id not in self._old_sentence_indexes:
-            located = [(s, p, sentence) for s, section in enumerate(paper.sections)
-                       for p, text in enumerate(section.paragraphs) if text for sentence in sentences(text)]
+            located = [
+                (s, p, sentence)
+                for s, section in enumerate(paper.sections)
+                for p, text in enumerate(section.paragraphs)
+                if text
+                for sentence in sentences(text)
+            ]
             self._old_sentence_indexes[paper.id] = (located, BM25.build([tokenize(s) for _, _, s in located]))
         return self._old_sentence_indexes[paper.id]
 
@@ -161,6 +167,7 @@ class OldPaperTools(PaperTools):
 
 # -- worst arguments --------------------------------------------------------------------------------
 
+
 def common_words(index: BM25Index, count: int) -> list[str]:
     frequency = np.diff(index.bm25.indptr)
     words = list(index.bm25.vocabulary)
@@ -177,7 +184,7 @@ def late_quotes(index: BM25Index, count: int, weak: bool) -> list[str]:
     for _ in range(20_000):
         text = rng.choice(texts)
         start = rng.randrange(len(text))
-        quote = text[start:start + (rng.randrange(10, 16) if weak else 60)]
+        quote = text[start : start + (rng.randrange(10, 16) if weak else 60)]
         plan = index.plan_quote(quote)
         if len(quote_form(quote)) >= 10 and plan.scans_everything == weak and quote not in quotes:
             found = index.find_planned(plan)
@@ -235,23 +242,51 @@ def cases(corpus: Corpus, index: BM25Index, long_corpus: Corpus, papers_extracte
         Case("search", "500-character query of the 80 most common words, k=50", False, lambda f: f["search"](query, k=50)),
         Case("search", "the same query within one paper, k=50", False, lambda f: f["search"](query, k=50, paper_id=middle)),
         Case("submit", "20 quotes found only in the last paper", False, lambda f: f["submit"]("x", evidence=strong)),
-        Case("submit", "20 quotes with no uncommon word, found only in the last paper", False,
-             lambda f: f["submit"]("x", evidence=weak)),
-        Case("submit", f"1 quote that misses, as long as the longest paragraph ({len(longest):,} characters)", False,
-             lambda f: f["submit"]("x", evidence=[missing_long])),
+        Case("submit", "20 quotes with no uncommon word, found only in the last paper", False, lambda f: f["submit"]("x", evidence=weak)),
+        Case(
+            "submit",
+            f"1 quote that misses, as long as the longest paragraph ({len(longest):,} characters)",
+            False,
+            lambda f: f["submit"]("x", evidence=[missing_long]),
+        ),
         Case("submit", "20 quotes that miss (the first miss ends the call)", False, lambda f: f["submit"]("x", evidence=misses)),
         Case("read", f"unknown paper id, a typo of one ({typo!r})", False, lambda f: f["read"](typo)),
         Case("read", "unknown paper id of 200 characters", False, lambda f: f["read"]((middle * 40)[:200])),
-        Case("extract", f"regex {WORST_REGEX} on a generated paper", False,
-             lambda f: f["extract"](middle, WORST_REGEX, regex=True, k=20), warm=lambda f: f["extract"](middle, "x")),
-        Case("extract", f"regex {WORST_REGEX} on the long paper", True,
-             lambda f: f["extract"]("long", WORST_REGEX, regex=True, k=20), warm=build_long),
-        Case("extract", r"regex alpha \S+ beta on the long paper, k=20", True,
-             lambda f: f["extract"]("long", r"alpha \S+ beta", regex=True, k=20), warm=build_long),
-        Case("extract", "words, on the long paper in a new process (builds its sentence index)", True,
-             lambda f: f["extract"]("long", "alpha beta", k=20), fresh=True),
-        Case("extract", f"words, on {len(many)} papers in one action of a new process", False,
-             lambda f: [f["extract"](paper_id, "learning rate", k=20) for paper_id in many], fresh=True),
+        Case(
+            "extract",
+            f"regex {WORST_REGEX} on a generated paper",
+            False,
+            lambda f: f["extract"](middle, WORST_REGEX, regex=True, k=20),
+            warm=lambda f: f["extract"](middle, "x"),
+        ),
+        Case(
+            "extract",
+            f"regex {WORST_REGEX} on the long paper",
+            True,
+            lambda f: f["extract"]("long", WORST_REGEX, regex=True, k=20),
+            warm=build_long,
+        ),
+        Case(
+            "extract",
+            r"regex alpha \S+ beta on the long paper, k=20",
+            True,
+            lambda f: f["extract"]("long", r"alpha \S+ beta", regex=True, k=20),
+            warm=build_long,
+        ),
+        Case(
+            "extract",
+            "words, on the long paper in a new process (builds its sentence index)",
+            True,
+            lambda f: f["extract"]("long", "alpha beta", k=20),
+            fresh=True,
+        ),
+        Case(
+            "extract",
+            f"words, on {len(many)} papers in one action of a new process",
+            False,
+            lambda f: [f["extract"](paper_id, "learning rate", k=20) for paper_id in many],
+            fresh=True,
+        ),
         Case("read", f"the last page of a {len(huge):,}-character paragraph", True, lambda f: f["read"]("long", section=1, page=last_page)),
         Case("search", "k=50 over long paragraphs (each hit's snippet)", True, lambda f: f["search"]("alpha beta gamma", k=50)),
     ]

@@ -1,4 +1,5 @@
-"""How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``).
+"""How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``),
+and what a run says while it runs (``ConsoleReporter``: ``explorer eval``'s notes and progress bar).
 
 Everything an episode holds came from a model, a worker or a questions file: it is shown through
 ``agent.terminal_text`` (rich ``Text``, controls made visible), never as markup. Only the
@@ -6,6 +7,8 @@ labels and styles around it are ours."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -32,7 +35,7 @@ def shorten(observation: str) -> str:
 
 def _short(value, width: int = 40) -> str:
     text = repr(value)
-    return text if len(text) <= width else text[:width - 4] + "...'"
+    return text if len(text) <= width else text[: width - 4] + "...'"
 
 
 def print_question(console: Console, question: str, question_id: str | None, policy: str) -> None:
@@ -49,28 +52,40 @@ def print_step(console: Console, step: Step) -> None:
     if step.code is not None:  # Syntax passes ESC and other controls through as they are: shown visibly first
         parts.append(Syntax(visible(step.code), "python", theme="ansi_dark", background_color="default", word_wrap=True))
     else:
-        shown = shorten(step.action_text.strip()) if step.action_text.strip() else f"(a blank reply: {len(step.action_text)} whitespace characters)"
+        shown = (
+            shorten(step.action_text.strip())
+            if step.action_text.strip()
+            else f"(a blank reply: {len(step.action_text)} whitespace characters)"
+        )
         parts.append(Text(shown, style="red"))
     calls = ", ".join(
         f"{call.name}({', '.join(f'{k}={_short(v)}' for k, v in call.arguments.items() if v is not None)})"
-        + (" [error]" if call.error else "") + f" {call.seconds * 1000:.1f} ms"
+        + (" [error]" if call.error else "")
+        + f" {call.seconds * 1000:.1f} ms"
         for call in step.tool_calls
     )
     if calls:
         parts.append(untrusted(f"tools: {calls}", style="cyan"))
     if step.generation:
         g = step.generation
-        tokens = f"tokens: prompt {g.prompt_tokens}" if g.prompt_tokens is not None else f"chat API: prompt {g.usage_prompt_tokens} (its tokens)"
+        tokens = (
+            f"tokens: prompt {g.prompt_tokens}" if g.prompt_tokens is not None else f"chat API: prompt {g.usage_prompt_tokens} (its tokens)"
+        )
         if g.prefill_tokens is not None:
             tokens += f", prefilled {g.prefill_tokens} (cached {g.cached_tokens})"
         tokens += f", generated {g.generated_tokens}" + (" - hit the cap" if g.hit_cap else "")
         if g.parity_warning:
             tokens += f"; parity warning: {g.parity_warning}"
         parts.append(untrusted(tokens, style="magenta"))  # a parity warning quotes the model's tokens
-    flags = [flag for flag, on in (
-        ("format error", step.format_error), (f"limit: {step.limit_hit}", step.limit_hit),
-        (f"observation cut by {step.observation_chars_cut} characters", step.observation_chars_cut),
-    ) if on]
+    flags = [
+        flag
+        for flag, on in (
+            ("format error", step.format_error),
+            (f"limit: {step.limit_hit}", step.limit_hit),
+            (f"observation cut by {step.observation_chars_cut} characters", step.observation_chars_cut),
+        )
+        if on
+    ]
     observation = Text(shorten(step.observation), style="red" if step.error or step.format_error else "")
     parts.append(Panel(observation, title="observation", title_align="left", border_style="dim"))
     if flags:
@@ -88,11 +103,19 @@ def print_outcome(console: Console, trajectory: Trajectory, written_to: Path | N
         line.append(" ").append_text(untrusted(f"({outcome.reason})", style="dim"))
     console.print(line)
     for item in outcome.evidence:
-        console.print(Text.assemble("  evidence: ", untrusted(f"{item.paper_id} section {item.section} paragraph {item.paragraph}: "),
-                                    untrusted(f"{item.text[:120]}...", style="dim")))
+        console.print(
+            Text.assemble(
+                "  evidence: ",
+                untrusted(f"{item.paper_id} section {item.section} paragraph {item.paragraph}: "),
+                untrusted(f"{item.text[:120]}...", style="dim"),
+            )
+        )
     tools = sum(len(step.tool_calls) for step in trajectory.steps)
-    console.print(untrusted(f"{len(trajectory.steps)} steps, {tools} tool calls, {trajectory.seconds:.2f} s; episode {trajectory.episode_id}",
-                            style="dim"))
+    console.print(
+        untrusted(
+            f"{len(trajectory.steps)} steps, {tools} tool calls, {trajectory.seconds:.2f} s; episode {trajectory.episode_id}", style="dim"
+        )
+    )
     if written_to is not None:
         console.print(untrusted(f"trajectory written to {written_to}"))
 
@@ -102,3 +125,27 @@ def print_episode(console: Console, trajectory: Trajectory) -> None:
     for step in trajectory.steps:
         print_step(console, step)
     print_outcome(console, trajectory)
+
+
+class ConsoleReporter:
+    """``evaluation.run.Reporter`` on a terminal: notes in yellow ("note: ...") and progress lines
+    on ``console`` (stderr for eval), and a progress bar while the episodes run. A note may quote
+    a server, so every line is shown as data, never as markup."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def note(self, line: str) -> None:
+        self.console.print(untrusted(f"note: {line}", style="yellow"))
+
+    def say(self, line: str) -> None:
+        self.console.print(untrusted(line))
+
+    @contextlib.contextmanager
+    def progress(self, total: int, done: int) -> Iterator[Callable[[int], None]]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=self.console, transient=False) as bar:
+            task = bar.add_task("episodes", total=total, completed=done)
+            yield lambda episodes: bar.advance(task, episodes)

@@ -7,10 +7,8 @@ records, which the evaluation layer may not import.
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
-from typing import Optional
 
 import typer
 from pydantic import ValidationError
@@ -18,16 +16,26 @@ from pydantic import ValidationError
 from cli.errors import UsageError
 from cli.options import open_corpus
 
-log = logging.getLogger(__name__)
-
 FORMATS = ("inspect", "hf")
 
 
 def export_command(
-    source: Path = typer.Argument(..., help="A run directory (explorer eval --out); with --to hf also an explorer sft build --out directory."),
+    source: Path = typer.Argument(
+        ..., help="A run directory (explorer eval --out); with --to hf also an explorer sft build --out directory."
+    ),
     out: Path = typer.Argument(..., help="--to inspect: the log file, .eval (inspect's format) or .json; --to hf: the dataset directory."),
-    to: str = typer.Option(..., "--to", help="inspect (an inspect_ai eval log for inspect view) or hf (a Hugging Face datasets directory with parquet files)."),
-    corpus_path: Optional[Path] = typer.Option(None, "--corpus", "-c", help="The run's corpus, for the gold answers (default: the corpus its manifest records)."),
+    to: str = typer.Option(
+        ..., "--to", help="inspect (an inspect_ai eval log for inspect view) or hf (a Hugging Face datasets directory with parquet files)."
+    ),
+    corpus_path: Path | None = typer.Option(
+        None,
+        "--corpus",
+        "-c",
+        help="The run's corpus, for the gold answers (default: the corpus its manifest records; its hash is checked).",
+    ),
+    questions_path: Path | None = typer.Option(
+        None, "--questions", help="The questions file the run was given, if any (its hash is checked)."
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT (a directory only if it is an exported dataset)."),
 ) -> None:
     """Export a run (every episode: messages, code, observations, scores, detector flags) for inspect_ai
@@ -45,47 +53,47 @@ def export_command(
     if to == "hf" and out.exists() and not (export.is_dataset_directory(out) or (out.is_dir() and not any(out.iterdir()))):
         raise UsageError(f"{out}: exists and is not a dataset directory; --force replaces only an exported dataset")
     export.require("inspect_ai" if to == "inspect" else "datasets")
-    if to == "hf" and (source / "build_report.json").is_file():
+    if (source / "build_report.json").is_file():
+        if to == "inspect":
+            raise UsageError(
+                f"{source}: holds a dataset built by explorer sft build (build_report.json), not a run of explorer "
+                "eval; --to inspect exports a run: export this dataset with --to hf"
+            )
         _export_sft_data(source, out)
         return
     records = export.read_run(source)
-    gold = _gold_answers(records, corpus_path)
+    gold = _gold_answers(records, corpus_path, questions_path)
     if to == "inspect":
         export.write_inspect_log(export.inspect_log(records, gold), out)
-        typer.echo(f"inspect log written to {out} ({len(records.trajectories)} samples); "
-                   f"view it with: inspect view --log-dir {out.parent}")
+        typer.echo(f"inspect log written to {out} ({len(records.trajectories)} samples); view it with: inspect view --log-dir {out.parent}")
         if out.suffix == ".json" and not re.match(r"\d{4}-\d{2}-\d{2}T\d{2}[:-]\d{2}[:-]\d{2}", out.name):
             # inspect's own listing rule (inspect_ai.log._file.is_log_file); a .eval log is always listed
-            typer.echo("note: inspect view lists a .json log only when its name starts with a timestamp, as inspect "
-                       "names its own (2026-01-31T12-00-00_run.json); read_eval_log reads it whatever its name")
+            typer.echo(
+                "note: inspect view lists a .json log only when its name starts with a timestamp, as inspect "
+                "names its own (2026-01-31T12-00-00_run.json); read_eval_log reads it whatever its name"
+            )
         return
-    files = export.save_dataset(out, {"trajectories": export.trajectory_rows(records, gold)}, export.trajectory_features(),
-                                single="trajectories")
+    files = export.save_dataset(
+        out, {"trajectories": export.trajectory_rows(records, gold)}, export.trajectory_features(), single="trajectories"
+    )
     _print_written(out, f"{len(records.trajectories)} episodes", files)
 
 
-def _gold_answers(records, corpus_path: Optional[Path]) -> dict[str, list[str]]:
+def _gold_answers(records, corpus_path: Path | None, questions_path: Path | None) -> dict[str, list[str]]:
     """Each question's reference answers, from --corpus or else the corpus the run's manifest
-    records (a file, or the generated demo corpus). A corpus whose hash differs from the run's is
-    refused when named, and otherwise left out with one warning: the targets stay empty."""
+    records (a file, a folder, or the generated demo corpus): refused, as explorer report refuses
+    it, when it is gone or its papers or questions are not the run's - an export with empty or
+    another corpus's gold answers beside the predictions would mislead quietly."""
     from evaluation.export import gold_answers
+    from evaluation.report_data import check_corpus
+    from evaluation.resume import recorded_corpus
 
-    manifest = records.manifest
-    recorded = [Path(source) for source in manifest.corpus if Path(source).exists()]
-    if corpus_path is None and len(manifest.corpus) == 1 and len(recorded) == 1:
-        path = recorded[0]
-    elif corpus_path is None and recorded:  # several files: which folder held them is not recorded
-        log.warning("the run's corpus is %d files; pass --corpus to fill the gold answers (left empty)", len(recorded))
-        return {}
-    else:
-        path = corpus_path  # None: the demo corpus, what eval asks when given no corpus
-    corpus = open_corpus(path, None, manifest.config.split_of or None)
-    if corpus.papers_sha256 != manifest.hashes.corpus_sha256:
-        if corpus_path is not None:
-            raise UsageError(f"--corpus {corpus_path}: not the corpus the run asked (its hash differs from the manifest's)")
-        log.warning("the run's corpus (%s) is not here; pass --corpus to fill the gold answers (left empty)",
-                    ", ".join(manifest.corpus) or "the demo corpus")
-        return {}
+    manifest = records.run.manifest
+    path = corpus_path if corpus_path is not None else recorded_corpus(manifest)  # gone: one line that says to pass --corpus
+    corpus = open_corpus(path, questions_path, manifest.config.split_of or None)
+    check_corpus(
+        records.run, corpus, f"--corpus {path}" if corpus_path is not None else f"the run's corpus ({path or 'the generated demo corpus'})"
+    )
     return gold_answers(corpus)
 
 
@@ -104,12 +112,19 @@ def _export_sft_data(data: Path, out: Path) -> None:
     except ValidationError as error:
         raise UsageError(f"{data}: not what explorer sft build writes ({error.errors()[0]['msg']}); rebuild the data") from None
     text, integer = Value("string"), Value("int32")
-    features = Features({
-        "episode_id": text, "question_id": text, "paper_id": text, "question": text, "first_action_submits": Value("bool"),
-        "input_ids": List(integer), "labels": List(integer),  # labels: -100 except on assistant tokens
-        "turns": List({"start": integer, "end": integer, "type": text, "end_of_turn": integer}),
-        "split_at_turn": integer,
-    })
+    features = Features(
+        {
+            "episode_id": text,
+            "question_id": text,
+            "paper_id": text,
+            "question": text,
+            "first_action_submits": Value("bool"),
+            "input_ids": List(integer),
+            "labels": List(integer),  # labels: -100 except on assistant tokens
+            "turns": List({"start": integer, "end": integer, "type": text, "end_of_turn": integer}),
+            "split_at_turn": integer,
+        }
+    )
     files = save_dataset(out, splits, features)
     counts = ", ".join(f"{name} {len(rows)}" for name, rows in splits.items())
     _print_written(out, f"{counts} examples", files)
@@ -117,5 +132,7 @@ def _export_sft_data(data: Path, out: Path) -> None:
 
 def _print_written(out: Path, what: str, files: dict[str, Path]) -> None:
     data_files = {name: str(path) for name, path in files.items()}
-    typer.echo(f"dataset written to {out} ({what}): datasets.load_from_disk({str(out)!r}), "
-               f"or datasets.load_dataset('parquet', data_files={data_files!r})")
+    typer.echo(
+        f"dataset written to {out} ({what}): datasets.load_from_disk({str(out)!r}), "
+        f"or datasets.load_dataset('parquet', data_files={data_files!r})"
+    )

@@ -6,7 +6,7 @@ Questions, answers, ids and flag evidence come from the run's files: they reach 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -26,14 +26,22 @@ console = Console()
 
 def preregister_command(
     out: Path = typer.Option(..., "--out", "-o", help="The preregistration TOML to write."),
-    corpus_path: Optional[Path] = CorpusOption,
-    questions_path: Optional[Path] = QuestionsOption,
-    split: Optional[str] = typer.Option(None, "--split", help="Split the run will ask (as explorer eval --split; default test, all when the corpus has no splits)."),
-    split_of_values: Optional[List[str]] = SplitOfOption,
-    limit: Optional[int] = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
-    min_correct_abstentions: int = typer.Option(..., "--min-correct-abstentions", min=0, help="Pass only with at least this many abstentions on unanswerable questions."),
-    max_false_abstentions: int = typer.Option(..., "--max-false-abstentions", min=0, help="Pass only with at most this many abstentions on answerable questions."),
-    comparison: Optional[Path] = typer.Option(None, "--comparison", help="A finished run directory to Fisher-test against (as you would name it here)."),
+    corpus_path: Path | None = CorpusOption,
+    questions_path: Path | None = QuestionsOption,
+    split: str | None = typer.Option(
+        None, "--split", help="Split the run will ask (as explorer eval --split; default test, all when the corpus has no splits)."
+    ),
+    split_of_values: list[str] | None = SplitOfOption,
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
+    min_correct_abstentions: int = typer.Option(
+        ..., "--min-correct-abstentions", min=0, help="Pass only with at least this many abstentions on unanswerable questions."
+    ),
+    max_false_abstentions: int = typer.Option(
+        ..., "--max-false-abstentions", min=0, help="Pass only with at most this many abstentions on answerable questions."
+    ),
+    comparison: Path | None = typer.Option(
+        None, "--comparison", help="A finished run directory to Fisher-test against (as you would name it here)."
+    ),
     alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5, help="Significance level of the comparison."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
@@ -50,8 +58,15 @@ def preregister_command(
             raise UsageError(f"--comparison {comparison}: no metrics.json; name a finished run directory (explorer eval --out)")
     corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
     questions = select_questions(corpus, split, limit)
-    text = template(corpus.papers_sha256, questions_sha256(questions), len(questions), min_correct_abstentions,
-                    max_false_abstentions, str(comparison) if comparison else None, alpha)
+    text = template(
+        corpus.papers_sha256,
+        questions_sha256(questions),
+        len(questions),
+        min_correct_abstentions,
+        max_false_abstentions,
+        str(comparison) if comparison else None,
+        alpha,
+    )
     with atomic_file(out) as handle:
         handle.write(text)
     typer.echo(f"preregistration written to {out} ({len(questions)} questions); run: explorer eval --preregistration {out} ...")
@@ -59,22 +74,22 @@ def preregister_command(
 
 def inspect_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
-    episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Show one episode (episode or question id) with its flags."),
-    flag: Optional[str] = typer.Option(None, "--flag", "-f", help="List the episodes a detector flagged, with its evidence."),
+    episode: str | None = typer.Option(None, "--episode", "-e", help="Show one episode (episode or question id) with its flags."),
+    flag: str | None = typer.Option(None, "--flag", "-f", help="List the episodes a detector flagged, with its evidence."),
     worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes to list."),
 ) -> None:
     """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
     from evaluation.detectors import DETECTORS
-    from evaluation.summary import load_run, print_summary
+    from evaluation.run_directory import Run
+    from evaluation.summary import print_summary
 
-    run = load_run(run_dir)
+    run = Run.load(run_dir)
     if flag is not None and flag not in DETECTORS:
         raise UsageError(f"unknown flag {flag!r}; choose one of {', '.join(DETECTORS)}")
     if episode is not None:
-        from agent.writer import read_trajectories
         from cli.display import print_episode
 
-        matches = [t for t in read_trajectories(run.trajectories) if episode in (t.episode_id, t.question_id)]
+        matches = [t for t in run.trajectories if episode in (t.episode_id, t.question_id)]
         if not matches:
             raise UsageError(f"{run_dir}: no episode {episode!r}; explorer inspect {run_dir} lists the worst ones")
         print_episode(console, matches[-1])
@@ -92,8 +107,12 @@ def inspect_command(
         table = Table("episode", "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
         for score in flagged:
             for item in (f for f in score.flags if f.detector == flag):
-                table.add_row(untrusted(score.episode_id), untrusted(score.question[:50]),
-                              "-" if item.step is None else str(item.step + 1), untrusted(item.text[:80]))
+                table.add_row(
+                    untrusted(score.episode_id),
+                    untrusted(score.question[:50]),
+                    "-" if item.step is None else str(item.step + 1),
+                    untrusted(item.text[:80]),
+                )
         console.print(table)
         return
     print_summary(console, run.metrics)
@@ -101,8 +120,13 @@ def inspect_command(
     table = Table("episode", "question", "status", "F1", "flags", title=f"worst {len(ranked)} episodes")
     for score in ranked:
         flags = ", ".join(sorted({f.detector for f in score.flags}))
-        table.add_row(untrusted(score.episode_id), untrusted(score.question[:50]), untrusted(score.status),
-                      f"{score.answer_f1 or 0:.2f}", untrusted(flags))
+        table.add_row(
+            untrusted(score.episode_id),
+            untrusted(score.question[:50]),
+            untrusted(score.status),
+            f"{score.answer_f1 or 0:.2f}",
+            untrusted(flags),
+        )
     console.print(table)
 
 
@@ -114,8 +138,11 @@ def _print_changed_observations(trajectory: Trajectory) -> None:
         if reproduced:
             continue
         where = "" if drift is None else f" at character {drift.position}: recorded {drift.recorded!r}, now {drift.current!r}"
-        console.print(Text.assemble((f"replay drift (step {index + 1})", "yellow"), ": ",
-                                    untrusted(f"the observation differs from the recording{where}")))
+        console.print(
+            Text.assemble(
+                (f"replay drift (step {index + 1})", "yellow"), ": ", untrusted(f"the observation differs from the recording{where}")
+            )
+        )
 
 
 def compare_command(
@@ -126,25 +153,31 @@ def compare_command(
     """Paired comparison of two runs on the questions both scored: F1 and exact match with a bootstrap
     interval of the F1 difference, exact McNemar on correctness and abstention, Fisher as the unpaired-design test."""
     from evaluation.compare import compare_runs
-    from evaluation.summary import load_run
+    from evaluation.run_directory import Run
 
-    runs = load_run(run_a), load_run(run_b)
+    runs = Run.load(run_a), Run.load(run_b)
     result = compare_runs(*runs)
     for run in runs:
         if any(score.sample for score in run.scores):
-            typer.echo(f"note: {run.directory} has several samples per question; compare pairs each question's first "
-                       "(its pass@k and majority vote are in its metrics.json)", err=True)
+            typer.echo(
+                f"note: {run.directory} has several samples per question; compare pairs each question's first "
+                "(its pass@k and majority vote are in its metrics.json)",
+                err=True,
+            )
     if result.paired_questions == 0:
-        raise UsageError(f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
-                         f"{result.unpaired.only_in_b} only in B); compare runs of the same split")
+        raise UsageError(
+            f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
+            f"{result.unpaired.only_in_b} only in B); compare runs of the same split"
+        )
     if as_json:
         typer.echo(json_visible(result.model_dump_json(indent=2)))  # answers and questions are in it
         return
     if result.same_corpus is False:
         console.print("[yellow]warning: the runs used different corpora[/yellow]")
     console.print(untrusted(f"A: {result.run_a}\nB: {result.run_b}"))
-    console.print(f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, "
-                  "except the unpaired table")
+    console.print(
+        f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, except the unpaired table"
+    )
     for table in _compare_tables(result):
         console.print(table)
 
@@ -159,30 +192,60 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
     f1, em, ci = result.answer_f1, result.exact_match, result.answer_f1.paired_difference_ci95
     n = result.paired_questions
     figures = Table("figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A", title=f"paired questions (n = {n})")
-    figures.add_row("answer F1", number(f1.a), number(f1.b), number(ci.mean, signed=True),
-                    f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-")
+    figures.add_row(
+        "answer F1",
+        number(f1.a),
+        number(f1.b),
+        number(ci.mean, signed=True),
+        f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
+    )
     figures.add_row("exact match", number(em.a), number(em.b), number(em.difference, signed=True), "-")
     rate = result.direct_submit_rate
     figures.add_row("direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-")
 
-    abstention = Table("gold \\ decision", "A answered", "A abstained", "B answered", "B abstained",
-                       title=f"abstention on the paired questions (n = {n})")
+    abstention = Table(
+        "gold \\ decision", "A answered", "A abstained", "B answered", "B abstained", title=f"abstention on the paired questions (n = {n})"
+    )
     for (row, counts_a), (_, counts_b) in zip(result.abstention.a.rows(), result.abstention.b.rows()):
         abstention.add_row(row, str(counts_a.answered), str(counts_a.abstained), str(counts_b.answered), str(counts_b.abstained))
 
-    mcnemar = Table("outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both",
-                    "two-sided p", title="exact McNemar on the paired questions (primary test; only A-only and B-only pairs count)")
+    mcnemar = Table(
+        "outcome (yes/no per question)",
+        "pairs",
+        "yes in both",
+        "yes in A only",
+        "yes in B only",
+        "no in both",
+        "two-sided p",
+        title="exact McNemar on the paired questions (primary test; only A-only and B-only pairs count)",
+    )
     for test in [result.mcnemar_exact_match, *result.mcnemar_abstention]:
-        mcnemar.add_row(test.outcome, str(test.pairs), str(test.both), str(test.only_a), str(test.only_b), str(test.neither),
-                        format_p(test.p_value))
+        mcnemar.add_row(
+            test.outcome, str(test.pairs), str(test.both), str(test.only_a), str(test.only_b), str(test.neither), format_p(test.p_value)
+        )
 
-    fisher = Table("gold", "A abstained", "A answered", "B abstained", "B answered", "odds ratio", "two-sided p",
-                   title="Fisher exact on unanswerable and answerable abstentions, paired questions' tables "
-                         "(unpaired-design test, as preregistered; secondary: it ignores the pairing)")
+    fisher = Table(
+        "gold",
+        "A abstained",
+        "A answered",
+        "B abstained",
+        "B answered",
+        "odds ratio",
+        "two-sided p",
+        title="Fisher exact on unanswerable and answerable abstentions, paired questions' tables "
+        "(unpaired-design test, as preregistered; secondary: it ignores the pairing)",
+    )
     for test in result.fisher_abstention:
         (a_abstained, a_answered), (b_abstained, b_answered) = test.table
-        fisher.add_row(test.row, str(a_abstained), str(a_answered), str(b_abstained), str(b_answered),
-                       "n/a" if test.odds_ratio is None else f"{test.odds_ratio:.3g}", format_p(test.p_value))
+        fisher.add_row(
+            test.row,
+            str(a_abstained),
+            str(a_answered),
+            str(b_abstained),
+            str(b_answered),
+            "n/a" if test.odds_ratio is None else f"{test.odds_ratio:.3g}",
+            format_p(test.p_value),
+        )
 
     unpaired = result.unpaired
     rest: Table | str = "no unpaired question: both runs scored the same questions"
@@ -202,24 +265,31 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
 
 def report_command(
     run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (run A of a comparison)."),
-    run_b: Optional[Path] = typer.Argument(None, help="A second run: the report compares it with the first, question by question."),
+    run_b: Path | None = typer.Argument(None, help="A second run: the report compares it with the first, question by question."),
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (self-contained, opens offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
-    corpus_path: Optional[Path] = typer.Option(None, "--corpus", "-c", help="The corpus the run(s) used, for the gold answers and "
-                                               "cited paragraphs (default: the one the manifest recorded; its hash is checked)."),
-    questions_path: Optional[Path] = typer.Option(None, "--questions", help="The questions file the run(s) were given, if any (its hash is checked)."),
+    corpus_path: Path | None = typer.Option(
+        None,
+        "--corpus",
+        "-c",
+        help="The corpus the run(s) used, for the gold answers and "
+        "cited paragraphs (default: the one the manifest recorded; its hash is checked).",
+    ),
+    questions_path: Path | None = typer.Option(
+        None, "--questions", help="The questions file the run(s) were given, if any (its hash is checked)."
+    ),
 ) -> None:
     """Write one self-contained HTML report of a run (metrics, plots, every episode with its gold answers,
     prediction, cited paragraphs, steps and flags), or of two runs compared question by question with
     the statistics of explorer compare."""
     from evaluation.report import write_report
-    from evaluation.summary import load_run
+    from evaluation.run_directory import Run
 
     if out.is_dir():
         raise UsageError(f"{out}: is a directory; name the .html file to write")
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it, or name another file")
-    runs = [load_run(run_dir)] + ([] if run_b is None else [load_run(run_b)])
+    runs = [Run.load(run_dir)] + ([] if run_b is None else [Run.load(run_b)])
     corpus = _report_corpus(runs, corpus_path, questions_path)
     if run_b is None:
         write_report(runs[0], corpus, out)
@@ -228,20 +298,24 @@ def report_command(
     typer.echo(f"report written to {out}")
 
 
-def _report_corpus(runs: list, corpus_path: Optional[Path], questions_path: Optional[Path]):
+def _report_corpus(runs: list, corpus_path: Path | None, questions_path: Path | None):
     """The corpus the runs were made on: the one named, else the first run's recorded one; refused
     unless its papers and questions hash to what every run's manifest recorded."""
-    from cli.eval_command import recorded_corpus
     from evaluation.report_data import check_corpus
+    from evaluation.resume import recorded_corpus
 
     first = runs[0].manifest
     if len(runs) == 2:
         theirs = runs[1].manifest.hashes
-        for what, a, b in (("corpora", first.hashes.corpus_sha256, theirs.corpus_sha256),
-                           ("question sets", first.hashes.questions_sha256, theirs.questions_sha256)):
+        for what, a, b in (
+            ("corpora", first.hashes.corpus_sha256, theirs.corpus_sha256),
+            ("question sets", first.hashes.questions_sha256, theirs.questions_sha256),
+        ):
             if a != b:
-                raise UsageError(f"the runs used different {what} (sha256 {a[:12]} and {b[:12]}): their questions cannot be "
-                                 "paired; report runs made on the same corpus, or explorer report each run alone")
+                raise UsageError(
+                    f"the runs used different {what} (sha256 {a[:12]} and {b[:12]}): their questions cannot be "
+                    "paired; report runs made on the same corpus, or explorer report each run alone"
+                )
     path = corpus_path if corpus_path is not None else recorded_corpus(first)
     corpus = open_corpus(path, questions_path, first.config.split_of or None)
     for run in runs:
@@ -255,10 +329,15 @@ def _write_comparison_report(run_a, run_b, corpus, out: Path) -> None:
 
     comparison = compare_runs(run_a, run_b, top=len(run_a.scores))  # every question whose F1 moved, largest first
     if comparison.paired_questions == 0:
-        raise UsageError(f"the runs share no scored question ({comparison.unpaired.only_in_a} scored only in A, "
-                         f"{comparison.unpaired.only_in_b} only in B); report runs of the same split")
+        raise UsageError(
+            f"the runs share no scored question ({comparison.unpaired.only_in_a} scored only in A, "
+            f"{comparison.unpaired.only_in_b} only in B); report runs of the same split"
+        )
     for run in (run_a, run_b):
         if any(score.sample for score in run.scores):
-            typer.echo(f"note: {run.directory} has several samples per question; the report pairs each question's first "
-                       "(its pass@k and majority vote are in its metrics.json)", err=True)
+            typer.echo(
+                f"note: {run.directory} has several samples per question; the report pairs each question's first "
+                "(its pass@k and majority vote are in its metrics.json)",
+                err=True,
+            )
     write_comparison_report(run_a, run_b, comparison, corpus, out)

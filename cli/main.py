@@ -26,6 +26,7 @@ from cli.inspect_commands import compare_command, inspect_command, preregister_c
 from cli.merge_command import merge_command
 from cli.model_commands import tiny_model_command
 from cli.parity_command import check_parity_command
+from cli.questions_command import questions_app
 from cli.run_commands import run_command, show_command
 from cli.schema_command import schema_command
 from cli.sft_commands import sft_app, train_command
@@ -33,7 +34,6 @@ from cli.usage_errors import OneLineUsageErrors
 from corpus.errors import CorpusError
 from evaluation.errors import EvaluationError
 from sft.errors import TrainingError
-from tools.sandbox import SandboxError
 
 # Bad input, found by the layer that read it: one line, exit 2.
 INPUT_ERRORS = (UsageError, CorpusError, AgentError, EvaluationError, TrainingError)
@@ -48,6 +48,7 @@ app = typer.Typer(
 )
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(sft_app, name="sft")
+app.add_typer(questions_app, name="questions")
 app.command("exec")(exec_command)
 app.command("run")(run_command)
 app.command("show")(show_command)
@@ -91,14 +92,24 @@ def _root(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 
+def _is_sandbox_error(error: Exception) -> bool:
+    """Whether ``error`` is a ``tools.sandbox.SandboxError``, without importing the sandbox (it
+    brings the paper tools, numpy and scipy, which ``--help`` has no use for): a command that raised
+    one has imported it already."""
+    sandbox = sys.modules.get("tools.sandbox")
+    return sandbox is not None and isinstance(error, sandbox.SandboxError)
+
+
 def main() -> None:
     try:
         app(prog_name="explorer")
     except INPUT_ERRORS as error:
         typer.echo(f"error: {visible(str(error))}", err=True)
         sys.exit(2)
-    except SandboxError as error:  # the machine, not the input: one line, exit 1
-        typer.echo(f"error: {visible(str(error))}", err=True)
+    except Exception as error:
+        if not _is_sandbox_error(error):
+            raise
+        typer.echo(f"error: {visible(str(error))}", err=True)  # the machine, not the input: one line, exit 1
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

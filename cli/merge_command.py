@@ -13,39 +13,49 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
-from agent.loop import corpus_hashes
 from cli.errors import UsageError
-from cli.eval_command import recorded_corpus, write_metrics
 from cli.options import open_corpus, select_questions
-from corpus import BM25Index
-from evaluation.merge import (
-    ShardRun,
-    check_agreement,
-    check_corpus,
-    check_shards,
-    merge_record,
-    merged_lines,
-    merged_manifest,
-    read_run,
-    write_merged,
-)
+
+if TYPE_CHECKING:
+    from evaluation.merge import ShardRun
 
 
 def merge_command(
-    runs: List[Path] = typer.Argument(..., help="The run directories of every shard (explorer eval --shard I/N), each once."),
+    runs: list[Path] = typer.Argument(..., help="The run directories of every shard (explorer eval --shard I/N), each once."),
     out: Path = typer.Option(..., "--out", "-o", help="The merged run directory (must not exist, or be empty)."),
-    corpus_path: Optional[Path] = typer.Option(None, "--corpus", "-c", help="The corpus the shards ran on (default: the one the first "
-                                               "run's manifest recorded; its hash is checked)."),
-    questions_path: Optional[Path] = typer.Option(None, "--questions", help="The questions file the shards were given, if any (its hash is checked)."),
+    corpus_path: Path | None = typer.Option(
+        None,
+        "--corpus",
+        "-c",
+        help="The corpus the shards ran on (default: the one the first run's manifest recorded; its hash is checked).",
+    ),
+    questions_path: Path | None = typer.Option(
+        None, "--questions", help="The questions file the shards were given, if any (its hash is checked)."
+    ),
 ) -> None:
     """Merge sharded runs: check that their manifests agree and every episode is there once, then
     write the run one unsharded explorer eval would have written (its metrics recomputed) and
     merged.json (where each shard came from)."""
+    from agent.loop import corpus_hashes
+    from corpus import BM25Index
+    from evaluation.merge import (
+        check_agreement,
+        check_corpus,
+        check_shards,
+        merge_record,
+        merged_lines,
+        merged_manifest,
+        read_run,
+        write_merged,
+    )
+    from evaluation.resume import recorded_corpus
+    from evaluation.run import write_metrics
+
     _check_out(out)
     shards = [read_run(directory) for directory in runs]
     check_agreement(shards)
@@ -56,11 +66,13 @@ def merge_command(
     questions = select_questions(corpus, config.split, config.limit, _replayed_questions(config))
     lines = merged_lines(shards, questions, config.samples)
     prereg = _preregistration(config, corpus, questions)
-    manifest = merged_manifest(shards, questions, sys.argv[1:], [str(Path(s).resolve()) if Path(s).exists() else str(s) for s in corpus.sources])
+    manifest = merged_manifest(
+        shards, questions, sys.argv[1:], [str(Path(s).resolve()) if Path(s).exists() else str(s) for s in corpus.sources]
+    )
     index = BM25Index.cached(corpus)
     with _building(out) as building:
         write_merged(building, manifest, lines, merge_record(shards))
-        metrics = write_metrics(building, questions, index, prereg, shown=False)  # shown below, as --out
+        metrics = write_metrics(building, questions, index, prereg)
     from evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)
@@ -128,5 +140,8 @@ def _building(out: Path):
 def _say_left_out(shards: list[ShardRun]) -> None:
     for shard in shards:
         if shard.left_out:
-            typer.echo(f"note: {shard.directory}: left out {shard.left_out} of its log's lines: policy_error lines superseded "
-                       "by a later line of the same episode (or repeats), which its own scoring leaves out too", err=True)
+            typer.echo(
+                f"note: {shard.directory}: left out {shard.left_out} of its log's lines: policy_error lines superseded "
+                "by a later line of the same episode (or repeats), which its own scoring leaves out too",
+                err=True,
+            )

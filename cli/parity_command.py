@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 
@@ -12,12 +11,16 @@ from cli.errors import UsageError
 
 
 def check_parity_command(
-    trajectories: List[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectories .jsonl files (repeat for several)."),
+    trajectories: list[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectories .jsonl files (repeat for several)."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="A model or tokenizer directory with tokenizer.json (Qwen3)."),
-    data: Optional[Path] = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
-    model: Optional[str] = typer.Option(None, "--model", "-m", help="Also check that this model (directory or hub id) has the same tokenizer."),
+    data: Path | None = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
+    model: str | None = typer.Option(
+        None, "--model", "-m", help="Also check that this model (directory or hub id) has the same tokenizer."
+    ),
     require_served: bool = typer.Option(False, "--require-served", help="Fail on any step without a record of what it was served."),
-    require_server_ids: bool = typer.Option(False, "--require-server-ids", help="Fail on any step whose server did not return the prompt's ids."),
+    require_server_ids: bool = typer.Option(
+        False, "--require-server-ids", help="Fail on any step whose server did not return the prompt's ids."
+    ),
 ) -> None:
     """Prove train/serve parity from what was recorded, not only from what is re-rendered.
 
@@ -56,12 +59,19 @@ def check_parity_command(
     examples = _check_data(data, episodes, renderer) if data is not None else 0
     checked = f", {examples} examples of {data}" if data is not None else ""
     evidence = [server_evidence(step) for t in episodes for step in t.steps]
-    compared = f"ids compared on {evidence.count('ids')} steps, counts only on {evidence.count('counts')}, nothing on {evidence.count('nothing')}"
-    typer.echo(f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served; "
-               f"the server's record: {compared}){checked}")
+    compared = (
+        f"ids compared on {evidence.count('ids')} steps, counts only on {evidence.count('counts')}, nothing on {evidence.count('nothing')}"
+    )
+    typer.echo(
+        f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served; "
+        f"the server's record: {compared}){checked}"
+    )
     if served == 0:
-        typer.echo("warning: no step recorded what it was served, so only the re-rendering was checked; "
-                   "record it with --tokenizer (scripted, replay, sft teach) or a model policy", err=True)
+        typer.echo(
+            "warning: no step recorded what it was served, so only the re-rendering was checked; "
+            "record it with --tokenizer (scripted, replay, sft teach) or a model policy",
+            err=True,
+        )
 
 
 def _check_data(data: Path, episodes, renderer) -> int:

@@ -3,78 +3,38 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Column, Table
 
 from agent.config import RunConfig, load_config
-from agent.policies import Policy, make_policy
-from agent.policies.replay import Replay
-from agent.runner import EpisodeRunner
 from agent.terminal_text import untrusted, visible
 from agent.trajectory import Trajectory
 from agent.writer import TornLine, TrajectoryLog, read_whole_lines
 from cli.display import print_episode, print_outcome, print_question, print_step
 from cli.errors import UsageError
-from cli.options import (
-    AdapterOption,
-    ApiOption,
-    BaseUrlOption,
-    ConfigOption,
-    ContextCharsOption,
-    CorpusOption,
-    CpuSecondsOption,
-    HostSecondsOption,
-    MaxContextOption,
-    MaxNewTokensOption,
-    MaxStepsOption,
-    MemoryMbOption,
-    ModelOption,
-    ObservationCharsOption,
-    OutputCharsOption,
-    PolicyOption,
-    PromptFormatOption,
-    QuantizationOption,
-    RecordPromptIdsOption,
-    ReplayOption,
-    RetriesOption,
-    SeedOption,
-    TemperatureOption,
-    ThinkingBudgetOption,
-    ThinkingOption,
-    TimeoutOption,
-    TokenizerOption,
-    TopKOption,
-    TopPOption,
-    WallSecondsOption,
-    episode_overrides,
-    freeze_loaded_state,
-    open_corpus,
-    policy_overrides,
-)
-from corpus import BM25Index, Corpus
+from cli.flags import config_flags
+from cli.options import ConfigOption, CorpusOption, ReplayOtherCorpusOption, freeze_loaded_state, open_corpus
+from corpus import Corpus
 from corpus.schema import Question
 
 console = Console()
 
-ReplayOtherCorpusOption = typer.Option(
-    False, "--replay-other-corpus", help="With --policy replay: replay a recording made on another corpus (its drift is reported).")
 
+def check_episode_log_directory(out: Path) -> None:
+    """``run --out`` appends to the episode log of explorer run, never to a directory of another
+    kind: an episode appended to an eval run's log would break that run (export refuses it, and
+    --resume cannot mend it)."""
+    from evaluation.run_directory import EPISODE_LOG, kind_of
 
-def refuse_other_corpus(policy: Policy, papers_sha256: str, allowed: bool) -> None:
-    """A replay on another corpus than its recording's would report each difference as drift of
-    the runtime: refused, unless --replay-other-corpus asks for exactly that."""
-    if not isinstance(policy, Replay):
-        if allowed:
-            raise UsageError(f"--replay-other-corpus is only for --policy replay, not {policy.name!r}")
-        return
-    other = sorted(policy.corpus_hashes() - {papers_sha256})
-    if other and not allowed:
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a directory")
+    kind = kind_of(out)
+    if kind is not None and kind is not EPISODE_LOG:
         raise UsageError(
-            f"{policy.source or 'the recording'}: recorded on another corpus (corpus_sha256 {other[0][:12]}, this corpus "
-            f"{papers_sha256[:12]}); pass the corpus it was recorded on with --corpus, or --replay-other-corpus to measure what changed")
+            f"{kind.named(out)}; explorer run appends its episode only to a log of its own: choose another --out ({kind.taken_by(out)})"
+        )
 
 
 def demo_question(corpus: Corpus) -> Question:
@@ -98,64 +58,35 @@ def find_question(corpus: Corpus, question_id: str) -> Question:
     raise UsageError(f"no question {question_id!r} in the corpus{hint}")
 
 
+@config_flags(RunConfig)
 def run_command(
-    question_text: Optional[str] = typer.Option(None, "--question", "-q", help="A question of your own (no gold answer)."),
-    question_id: Optional[str] = typer.Option(None, "--question-id", help="A question of the corpus, by id."),
-    corpus_path: Optional[Path] = CorpusOption,
-    config_file: Optional[Path] = ConfigOption,
-    policy_name: Optional[str] = PolicyOption,
-    max_steps: Optional[int] = MaxStepsOption,
-    seed: Optional[int] = SeedOption,
-    replay: Optional[Path] = ReplayOption,
-    model: Optional[str] = ModelOption,
-    adapter: Optional[Path] = AdapterOption,
-    quantization: Optional[str] = QuantizationOption,
-    max_new_tokens: Optional[int] = MaxNewTokensOption,
-    max_context: Optional[int] = MaxContextOption,
-    base_url: Optional[List[str]] = BaseUrlOption,
-    tokenizer: Optional[Path] = TokenizerOption,
-    prompt_format: Optional[str] = PromptFormatOption,
-    timeout: Optional[float] = TimeoutOption,
-    retries: Optional[int] = RetriesOption,
-    api: Optional[str] = ApiOption,
-    temperature: Optional[float] = TemperatureOption,
-    top_p: Optional[float] = TopPOption,
-    top_k: Optional[int] = TopKOption,
-    thinking: Optional[bool] = ThinkingOption,
-    thinking_budget: Optional[int] = ThinkingBudgetOption,
-    record_prompt_ids: Optional[bool] = RecordPromptIdsOption,
-    observation_chars: Optional[int] = ObservationCharsOption,
-    context_chars: Optional[int] = ContextCharsOption,
-    wall_seconds: Optional[float] = WallSecondsOption,
-    cpu_seconds: Optional[int] = CpuSecondsOption,
-    host_seconds: Optional[float] = HostSecondsOption,
-    memory_mb: Optional[int] = MemoryMbOption,
-    output_chars: Optional[int] = OutputCharsOption,
+    question_text: str | None = typer.Option(None, "--question", "-q", help="A question of your own (no gold answer)."),
+    question_id: str | None = typer.Option(None, "--question-id", help="A question of the corpus, by id."),
+    corpus_path: Path | None = CorpusOption,
+    config_file: Path | None = ConfigOption,
     out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
     replay_other_corpus: bool = ReplayOtherCorpusOption,
+    overrides: dict | None = None,  # the policy and episode settings given as flags (cli.flags, from RunConfig's fields)
 ) -> None:
     """Run one episode and show each step live: the code, the tools it called, what it observed."""
+    from agent.policies import make_policy
+    from agent.policies.replay import Replay
+    from agent.runner import EpisodeRunner
+    from corpus import BM25Index
+
     if question_text is not None and question_id is not None:
         raise UsageError("pass --question or --question-id, not both")
     if question_text is not None and not question_text.strip():
         raise UsageError("--question is empty; write the question to ask")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: is a file; --out names a directory")
-    overrides = policy_overrides(
-        name=policy_name, replay=replay, model=model, adapter=adapter, quantization=quantization, max_new_tokens=max_new_tokens,
-        max_context=max_context, base_url=base_url, tokenizer=tokenizer, prompt_format=prompt_format, timeout=timeout, retries=retries,
-        thinking=thinking, thinking_budget=thinking_budget, api=api, temperature=temperature, top_p=top_p, top_k=top_k,
-    ) | episode_overrides(
-        max_steps=max_steps, seed=seed, observation_chars=observation_chars, context_chars=context_chars,
-        wall_seconds=wall_seconds, cpu_seconds=cpu_seconds, memory_mb=memory_mb, output_chars=output_chars,
-        record_prompt_ids=record_prompt_ids, host_seconds=host_seconds,
-    )
-    config = load_config(RunConfig, config_file, overrides)
+    check_episode_log_directory(out)
+    config = load_config(RunConfig, config_file, overrides or {})
     policy = make_policy(config.policy, config.episode.max_steps)
     note = policy.preflight()
     if note:
         typer.echo(f"note: {visible(note)}", err=True)  # it may quote the server
     corpus = open_corpus(corpus_path)
+    from evaluation.run import refuse_other_corpus
+
     refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
     question = None
     if question_id is not None:
@@ -182,16 +113,21 @@ def run_command(
 
 def show_command(
     trajectories: Path = typer.Argument(..., help="A trajectories .jsonl file (from run or eval)."),
-    episode: Optional[str] = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
-    line: Optional[int] = typer.Option(None, "--line", "-l", min=1, help="Show the episode on this line of the file (when --episode matches several)."),
+    episode: str | None = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
+    line: int | None = typer.Option(
+        None, "--line", "-l", min=1, help="Show the episode on this line of the file (when --episode matches several)."
+    ),
 ) -> None:
     """Print an episode the way `run` showed it; without --episode or --line, list the file's episodes.
 
     A torn last line (a run killed mid-write, or one still writing) is skipped and said on stderr."""
     found, torn = read_whole_lines(trajectories)
     if torn is not None:
-        typer.echo(f"note: {trajectories}:{torn.number}: skipped a torn last line ({torn.size} bytes without a newline: "
-                   "an interrupted run, or one still writing)", err=True)
+        typer.echo(
+            f"note: {trajectories}:{torn.number}: skipped a torn last line ({torn.size} bytes without a newline: "
+            "an interrupted run, or one still writing)",
+            err=True,
+        )
     if not found:
         raise UsageError(f"{trajectories}: holds no episodes")
     if line is not None:
@@ -209,18 +145,34 @@ def show_command(
         raise UsageError(f"{trajectories}: no episode {episode!r}; run without --episode to list them")
     if len(matches) > 1:  # the same question run twice, or copied logs: the user picks, nothing is guessed
         console.print(episode_table(matches))
-        raise UsageError(f"{trajectories}: {len(matches)} episodes match {episode!r} (listed above); "
-                         f"pick one with --line N (lines {', '.join(str(number) for number, _ in matches)})")
+        raise UsageError(
+            f"{trajectories}: {len(matches)} episodes match {episode!r} (listed above); "
+            f"pick one with --line N (lines {', '.join(str(number) for number, _ in matches)})"
+        )
     print_episode(console, matches[0][1])
 
 
 def episode_table(numbered: list[tuple[int, Trajectory]]) -> Table:
     """Episodes with the file line each is on (what --line takes)."""
     # the id and time fold onto more lines, never cut short: they are what tells duplicates apart
-    table = Table("line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer")
+    table = Table(
+        "line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer"
+    )
     for number, item in numbered:  # every cell but the line number came from the log: data, not markup
-        table.add_row(str(number), *(untrusted(cell) for cell in (
-            item.episode_id, item.question[:50], item.outcome.status, str(len(item.steps)), item.started_at, (item.outcome.answer or "")[:30])))
+        table.add_row(
+            str(number),
+            *(
+                untrusted(cell)
+                for cell in (
+                    item.episode_id,
+                    item.question[:50],
+                    item.outcome.status,
+                    str(len(item.steps)),
+                    item.started_at,
+                    (item.outcome.answer or "")[:30],
+                )
+            ),
+        )
     return table
 
 

@@ -67,9 +67,7 @@ class BM25:
         # dict.fromkeys keeps first-occurrence order, which is rank_bm25's idf summation order.
         terms = dict.fromkeys(chain.from_iterable(documents))
         vocabulary = dict(zip(terms, range(len(terms))))
-        term_ids = np.fromiter(
-            map(vocabulary.__getitem__, chain.from_iterable(documents)), dtype=np.int64, count=n_tokens
-        )
+        term_ids = np.fromiter(map(vocabulary.__getitem__, chain.from_iterable(documents)), dtype=np.int64, count=n_tokens)
         doc_ids = np.repeat(np.arange(n_docs, dtype=np.int64), lengths)
         # Rows are terms, columns documents; duplicates (a term repeated in a document) sum to tf.
         counts = scipy.sparse.csr_matrix(
@@ -94,9 +92,7 @@ class BM25:
         """One float64 score per document, equal to ``BM25Okapi.get_scores(query_tokens)``."""
         return self._accumulate(query_tokens, None)
 
-    def _accumulate(
-        self, query_tokens: Sequence[str], matched: np.ndarray | None, within: slice | None = None
-    ) -> np.ndarray:
+    def _accumulate(self, query_tokens: Sequence[str], matched: np.ndarray | None, within: slice | None = None) -> np.ndarray:
         scores = np.zeros(self.n_docs, dtype=np.float64)
         for token in query_tokens:
             term = self.vocabulary.get(token)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator
 
 from corpus.errors import LoadWarning
 from corpus.schema import Paper, Paragraph, Question, Split

@@ -14,6 +14,9 @@ sentence can leak them. Gold evidence is the exact paragraph that states the fac
 
 Determinism: one ``random.Random(seed)`` drives everything, nothing iterates over a set or
 depends on hash order, so the same config gives byte-identical output in any process.
+
+Why one module of this size: the generator's facts, its sentence templates and the questions
+asked of them must agree (a fact a paper omits is never in its text); read together, they do.
 """
 
 from __future__ import annotations
@@ -63,42 +66,182 @@ class Task:
 
 
 TASKS = (
-    Task("named entity recognition", "NER", "F1", ("CoNLL-2003", "OntoNotes 5.0", "WNUT-17", "WikiNER", "BC5CDR"),
-         ("BiLSTM-CRF", "BERT-base", "LUKE", "Flair", "RoBERTa-large"), True, "sentence"),
-    Task("machine translation", "MT", "BLEU", ("WMT14 En-De", "WMT16 En-Ro", "IWSLT14 De-En", "FLORES-101", "WMT19 Zh-En"),
-         ("Transformer-big", "mBART", "ConvS2S", "Marian", "M2M-100"), True, "sentence pair"),
-    Task("sentiment analysis", "SA", "accuracy", ("SST-2", "IMDb", "Yelp-5", "Amazon Reviews", "SemEval-2017"),
-         ("TextCNN", "BERT-base", "XLNet", "ELECTRA", "RoBERTa-base"), False, "review"),
-    Task("extractive question answering", "QA", "exact match", ("SQuAD 1.1", "SQuAD 2.0", "NaturalQuestions", "TriviaQA", "HotpotQA"),
-         ("BiDAF", "BERT-large", "SpanBERT", "ALBERT", "DeBERTa"), False, "question"),
-    Task("abstractive summarization", "SUM", "ROUGE-L", ("CNN/DailyMail", "XSum", "arXiv", "PubMed", "Multi-News"),
-         ("PEGASUS", "BART-large", "T5-base", "Pointer-Generator", "LED"), False, "document"),
-    Task("dependency parsing", "DP", "LAS", ("Penn Treebank", "Universal Dependencies 2.8", "CTB5", "UD English-EWT", "UD German-GSD"),
-         ("Biaffine parser", "UDPipe", "Stanza", "StackPointer", "UDify"), True, "sentence"),
-    Task("natural language inference", "NLI", "accuracy", ("SNLI", "MultiNLI", "XNLI", "ANLI", "SciTail"),
-         ("ESIM", "BERT-base", "RoBERTa-large", "DeBERTa", "InferSent"), True, "premise-hypothesis pair"),
-    Task("relation extraction", "RE", "micro F1", ("TACRED", "DocRED", "SemEval-2010 Task 8", "NYT10", "ChemProt"),
-         ("PCNN", "SpanBERT", "LUKE", "ATLOP", "BERT-base"), False, "sentence"),
-    Task("speech recognition", "ASR", "word error rate", ("LibriSpeech", "Common Voice", "TED-LIUM 3", "Switchboard", "AISHELL-1"),
-         ("wav2vec 2.0", "Conformer", "DeepSpeech 2", "QuartzNet", "Whisper-small"), True, "utterance"),
-    Task("text classification", "TC", "macro F1", ("AG News", "DBpedia", "20 Newsgroups", "TREC", "Yahoo Answers"),
-         ("fastText", "TextCNN", "BERT-base", "XLNet", "HAN"), False, "document"),
-    Task("code generation", "CG", "pass@1", ("HumanEval", "MBPP", "APPS", "CodeContests", "DS-1000"),
-         ("Codex", "CodeT5", "InCoder", "StarCoder", "CodeGen-2B"), False, "problem"),
-    Task("image captioning", "IC", "CIDEr", ("MS COCO", "Flickr30k", "NoCaps", "Conceptual Captions", "TextCaps"),
-         ("Show-Attend-Tell", "OSCAR", "BLIP", "VinVL", "ClipCap"), False, "image"),
+    Task(
+        "named entity recognition",
+        "NER",
+        "F1",
+        ("CoNLL-2003", "OntoNotes 5.0", "WNUT-17", "WikiNER", "BC5CDR"),
+        ("BiLSTM-CRF", "BERT-base", "LUKE", "Flair", "RoBERTa-large"),
+        True,
+        "sentence",
+    ),
+    Task(
+        "machine translation",
+        "MT",
+        "BLEU",
+        ("WMT14 En-De", "WMT16 En-Ro", "IWSLT14 De-En", "FLORES-101", "WMT19 Zh-En"),
+        ("Transformer-big", "mBART", "ConvS2S", "Marian", "M2M-100"),
+        True,
+        "sentence pair",
+    ),
+    Task(
+        "sentiment analysis",
+        "SA",
+        "accuracy",
+        ("SST-2", "IMDb", "Yelp-5", "Amazon Reviews", "SemEval-2017"),
+        ("TextCNN", "BERT-base", "XLNet", "ELECTRA", "RoBERTa-base"),
+        False,
+        "review",
+    ),
+    Task(
+        "extractive question answering",
+        "QA",
+        "exact match",
+        ("SQuAD 1.1", "SQuAD 2.0", "NaturalQuestions", "TriviaQA", "HotpotQA"),
+        ("BiDAF", "BERT-large", "SpanBERT", "ALBERT", "DeBERTa"),
+        False,
+        "question",
+    ),
+    Task(
+        "abstractive summarization",
+        "SUM",
+        "ROUGE-L",
+        ("CNN/DailyMail", "XSum", "arXiv", "PubMed", "Multi-News"),
+        ("PEGASUS", "BART-large", "T5-base", "Pointer-Generator", "LED"),
+        False,
+        "document",
+    ),
+    Task(
+        "dependency parsing",
+        "DP",
+        "LAS",
+        ("Penn Treebank", "Universal Dependencies 2.8", "CTB5", "UD English-EWT", "UD German-GSD"),
+        ("Biaffine parser", "UDPipe", "Stanza", "StackPointer", "UDify"),
+        True,
+        "sentence",
+    ),
+    Task(
+        "natural language inference",
+        "NLI",
+        "accuracy",
+        ("SNLI", "MultiNLI", "XNLI", "ANLI", "SciTail"),
+        ("ESIM", "BERT-base", "RoBERTa-large", "DeBERTa", "InferSent"),
+        True,
+        "premise-hypothesis pair",
+    ),
+    Task(
+        "relation extraction",
+        "RE",
+        "micro F1",
+        ("TACRED", "DocRED", "SemEval-2010 Task 8", "NYT10", "ChemProt"),
+        ("PCNN", "SpanBERT", "LUKE", "ATLOP", "BERT-base"),
+        False,
+        "sentence",
+    ),
+    Task(
+        "speech recognition",
+        "ASR",
+        "word error rate",
+        ("LibriSpeech", "Common Voice", "TED-LIUM 3", "Switchboard", "AISHELL-1"),
+        ("wav2vec 2.0", "Conformer", "DeepSpeech 2", "QuartzNet", "Whisper-small"),
+        True,
+        "utterance",
+    ),
+    Task(
+        "text classification",
+        "TC",
+        "macro F1",
+        ("AG News", "DBpedia", "20 Newsgroups", "TREC", "Yahoo Answers"),
+        ("fastText", "TextCNN", "BERT-base", "XLNet", "HAN"),
+        False,
+        "document",
+    ),
+    Task(
+        "code generation",
+        "CG",
+        "pass@1",
+        ("HumanEval", "MBPP", "APPS", "CodeContests", "DS-1000"),
+        ("Codex", "CodeT5", "InCoder", "StarCoder", "CodeGen-2B"),
+        False,
+        "problem",
+    ),
+    Task(
+        "image captioning",
+        "IC",
+        "CIDEr",
+        ("MS COCO", "Flickr30k", "NoCaps", "Conceptual Captions", "TextCaps"),
+        ("Show-Attend-Tell", "OSCAR", "BLIP", "VinVL", "ClipCap"),
+        False,
+        "image",
+    ),
 )
 
-PREFIXES = ("Span", "Hi", "Co", "Dyn", "Graph", "Meta", "Cross", "Deep", "Sparse", "Adapt", "Contra", "Lex",
-            "Syn", "Poly", "Uni", "Omni", "Tree", "Retro", "Mem", "Proto", "Quant", "Fusion", "Relay", "Echo")
-CORES = ("MAT", "Former", "BERT", "Net", "Flow", "Gate", "Align", "Route", "Mix", "Lens", "Tune", "Attn",
-         "Rank", "Path", "Grid", "Link", "Fuse", "Prompt", "Distill", "Sum")
+PREFIXES = (
+    "Span",
+    "Hi",
+    "Co",
+    "Dyn",
+    "Graph",
+    "Meta",
+    "Cross",
+    "Deep",
+    "Sparse",
+    "Adapt",
+    "Contra",
+    "Lex",
+    "Syn",
+    "Poly",
+    "Uni",
+    "Omni",
+    "Tree",
+    "Retro",
+    "Mem",
+    "Proto",
+    "Quant",
+    "Fusion",
+    "Relay",
+    "Echo",
+)
+CORES = (
+    "MAT",
+    "Former",
+    "BERT",
+    "Net",
+    "Flow",
+    "Gate",
+    "Align",
+    "Route",
+    "Mix",
+    "Lens",
+    "Tune",
+    "Attn",
+    "Rank",
+    "Path",
+    "Grid",
+    "Link",
+    "Fuse",
+    "Prompt",
+    "Distill",
+    "Sum",
+)
 FAMILY_SUFFIXES = ("-Lite", "-XL", "++", "-2", "-Base", "-Large")
-COMPONENTS = ("hierarchical attention", "gated fusion", "contrastive alignment", "span-level memory", "graph propagation",
-              "dynamic routing", "adapter layers", "mixture of experts", "retrieval augmentation", "structured pruning",
-              "curriculum sampling", "token mixing", "relative position encoding", "latent alignment")
-LANGUAGES = ("English", "German", "French", "Spanish", "Chinese", "Arabic", "Hindi", "Russian", "Japanese", "Swahili",
-             "Finnish", "Turkish")
+COMPONENTS = (
+    "hierarchical attention",
+    "gated fusion",
+    "contrastive alignment",
+    "span-level memory",
+    "graph propagation",
+    "dynamic routing",
+    "adapter layers",
+    "mixture of experts",
+    "retrieval augmentation",
+    "structured pruning",
+    "curriculum sampling",
+    "token mixing",
+    "relative position encoding",
+    "latent alignment",
+)
+LANGUAGES = ("English", "German", "French", "Spanish", "Chinese", "Arabic", "Hindi", "Russian", "Japanese", "Swahili", "Finnish", "Turkish")
 HARDWARE = ("NVIDIA V100", "NVIDIA A100", "NVIDIA RTX 3090", "NVIDIA T4", "TPU v3", "NVIDIA H100", "NVIDIA L4")
 OPTIMIZERS = ("Adam", "AdamW", "SGD with momentum", "Adafactor", "LAMB")
 LEARNING_RATES = ("1e-5", "2e-5", "3e-5", "5e-5", "1e-4", "3e-4", "5e-4", "1e-3")
@@ -178,13 +321,27 @@ def _facts(rng: random.Random, method: str) -> Facts:
     layers = rng.choice((4, 6, 8, 12, 24))
     hidden = rng.choice((256, 512, 768, 1024))
     return Facts(
-        method=method, task=task, component=rng.choice(COMPONENTS), datasets=datasets, unused_dataset=unused,
-        baselines=baselines, scores=scores, learning_rate=rng.choice(LEARNING_RATES), batch_size=rng.choice(BATCH_SIZES),
-        optimizer=rng.choice(OPTIMIZERS), epochs=rng.randint(3, 40), dropout=rng.choice((0.1, 0.2, 0.3, 0.5)),
-        layers=layers, hidden_size=hidden, heads=rng.choice((4, 8, 12, 16)),
+        method=method,
+        task=task,
+        component=rng.choice(COMPONENTS),
+        datasets=datasets,
+        unused_dataset=unused,
+        baselines=baselines,
+        scores=scores,
+        learning_rate=rng.choice(LEARNING_RATES),
+        batch_size=rng.choice(BATCH_SIZES),
+        optimizer=rng.choice(OPTIMIZERS),
+        epochs=rng.randint(3, 40),
+        dropout=rng.choice((0.1, 0.2, 0.3, 0.5)),
+        layers=layers,
+        hidden_size=hidden,
+        heads=rng.choice((4, 8, 12, 16)),
         parameters_m=max(5, int(layers * hidden * hidden * 12 / 1e6 + rng.randint(0, 40))),
-        gpus=rng.choice((1, 2, 4, 8)), hardware=rng.choice(HARDWARE), hours=rng.randint(2, 96),
-        languages=languages, code_released=rng.random() < 0.6,
+        gpus=rng.choice((1, 2, 4, 8)),
+        hardware=rng.choice(HARDWARE),
+        hours=rng.randint(2, 96),
+        languages=languages,
+        code_released=rng.random() < 0.6,
     )
 
 
@@ -233,8 +390,12 @@ class _Writer:
     def slots(self) -> dict[str, str]:
         f = self.facts
         return {
-            "task": f.task.name, "unit": f.task.unit, "component": f.component, "method": f.method,
-            "dataset": self.rng.choice(f.task.datasets), "baseline": self.rng.choice(f.task.baselines),
+            "task": f.task.name,
+            "unit": f.task.unit,
+            "component": f.component,
+            "method": f.method,
+            "dataset": self.rng.choice(f.task.datasets),
+            "baseline": self.rng.choice(f.task.baselines),
         }
 
     def filler(self, sentences: int | None = None) -> str:
@@ -268,65 +429,102 @@ def _paper(rng: random.Random, paper_id: str, facts: Facts, others: list[str]) -
     sections: list[tuple[str, list[str]]] = []
 
     intro = [w.filler(), w.filler(), w.filler()]
-    intro.insert(rng.randint(1, 3), w.fact("code", (
-        f"The code and trained models of {f.method} are publicly available." if f.code_released else
-        f"We do not release the code of {f.method} at this time because of licensing constraints."
-    )))
+    intro.insert(
+        rng.randint(1, 3),
+        w.fact(
+            "code",
+            (
+                f"The code and trained models of {f.method} are publicly available."
+                if f.code_released
+                else f"We do not release the code of {f.method} at this time because of licensing constraints."
+            ),
+        ),
+    )
     sections.append(("Introduction", intro))
 
     related = [w.filler() for _ in range(5)]
-    related.append(f"{w.filler(1)} Closely related systems include {_joined(cited)}, which also target {t.name}. {w.filler(1)}"
-                   if cited else w.filler())
+    related.append(
+        f"{w.filler(1)} Closely related systems include {_joined(cited)}, which also target {t.name}. {w.filler(1)}"
+        if cited
+        else w.filler()
+    )
     sections.append(("Related Work", related))
 
-    encoder = (f"The encoder of {f.method} has {f.layers} layers with a hidden size of {f.hidden_size}"
-               + ("." if "heads" in f.omitted else f" and {f.heads} attention heads per layer."))
+    encoder = f"The encoder of {f.method} has {f.layers} layers with a hidden size of {f.hidden_size}" + (
+        "." if "heads" in f.omitted else f" and {f.heads} attention heads per layer."
+    )
     if "heads" in f.omitted:
         encoder += " The attention layers follow the standard multi-head design."
-    size = ("The model is comparable in size to its strongest baseline." if "parameters" in f.omitted
-            else f"In total, {f.method} has {f.parameters_m}M parameters.")
+    size = (
+        "The model is comparable in size to its strongest baseline."
+        if "parameters" in f.omitted
+        else f"In total, {f.method} has {f.parameters_m}M parameters."
+    )
     method_paragraphs = [w.filler(), w.fact("layers", encoder), w.filler(), w.fact("parameters", size), w.filler()]
     sections.append(("Method", method_paragraphs[:2]))
     sections.append(("Method ::: Architecture", method_paragraphs[2:] + [w.filler()]))
 
-    data_sentence = (f"We evaluate {f.method} on {_joined(f.datasets)}." if len(f.datasets) > 1
-                     else f"We evaluate {f.method} on {main}.")
+    data_sentence = f"We evaluate {f.method} on {_joined(f.datasets)}." if len(f.datasets) > 1 else f"We evaluate {f.method} on {main}."
     if "other_dataset" in f.omitted:
         data_sentence += f" We leave other {t.name} benchmarks for future work."
-    language_sentence = ("All experiments use English data only." if f.languages == ["English"]
-                         else f"The experiments cover {_joined(f.languages)}.")
+    language_sentence = (
+        "All experiments use English data only." if f.languages == ["English"] else f"The experiments cover {_joined(f.languages)}."
+    )
     sections.append(("Experiments ::: Datasets", [w.fact("datasets", data_sentence), w.fact("languages", language_sentence), w.filler()]))
-    sections.append(("Experiments ::: Baselines", [
-        w.fact("baselines", f"We compare {f.method} against {_joined(f.baselines)}."), w.filler(),
-    ]))
+    sections.append(
+        (
+            "Experiments ::: Baselines",
+            [
+                w.fact("baselines", f"We compare {f.method} against {_joined(f.baselines)}."),
+                w.filler(),
+            ],
+        )
+    )
 
     setup = f"We train {f.method} with {f.optimizer} and a learning rate of {f.learning_rate} for {f.epochs} epochs"
-    setup += (". The batch size was tuned on the development set." if "batch_size" in f.omitted
-              else f" with a batch size of {f.batch_size}.")
-    dropout = ("Regularisation follows the settings of prior work." if "dropout" in f.omitted
-               else f"Dropout of {f.dropout} is applied after every layer.")
+    setup += ". The batch size was tuned on the development set." if "batch_size" in f.omitted else f" with a batch size of {f.batch_size}."
+    dropout = (
+        "Regularisation follows the settings of prior work."
+        if "dropout" in f.omitted
+        else f"Dropout of {f.dropout} is applied after every layer."
+    )
     hardware = f"Training uses {f.gpus} {f.hardware} GPUs" if "TPU" not in f.hardware else f"Training uses {f.gpus} {f.hardware} cores"
-    hardware += (". Training fits comfortably on this hardware." if "training_time" in f.omitted
-                 else f" and takes about {f.hours} hours.")
-    sections.append(("Experiments ::: Implementation Details", [
-        w.fact("setup", setup), w.fact("dropout", dropout), w.fact("hardware", hardware), w.filler(),
-    ]))
+    hardware += ". Training fits comfortably on this hardware." if "training_time" in f.omitted else f" and takes about {f.hours} hours."
+    sections.append(
+        (
+            "Experiments ::: Implementation Details",
+            [
+                w.fact("setup", setup),
+                w.fact("dropout", dropout),
+                w.fact("hardware", hardware),
+                w.filler(),
+            ],
+        )
+    )
 
     results = [w.filler()]
     for dataset in f.datasets:
         row = f.scores[dataset]
         listed = ", ".join(f"{name} {row[name]}" for name in f.baselines)
-        results.append(w.fact(f"result:{dataset}", (
-            f"On {dataset}, {f.method} obtains {row[f.method]} {t.metric}, compared with {listed}."
-        )))
+        results.append(
+            w.fact(f"result:{dataset}", (f"On {dataset}, {f.method} obtains {row[f.method]} {t.metric}, compared with {listed}."))
+        )
     results += [w.filler(), w.filler()]
     sections.append(("Results", results))
     sections.append(("Analysis", [w.filler() for _ in range(rng.randint(5, 8))]))
-    sections.append(("Conclusion", [
-        f"We introduced {f.method} for {t.name}. {w.filler(2)}", w.filler(),
-    ]))
+    sections.append(
+        (
+            "Conclusion",
+            [
+                f"We introduced {f.method} for {t.name}. {w.filler(2)}",
+                w.filler(),
+            ],
+        )
+    )
     return Paper(
-        id=paper_id, title=title, abstract=abstract,
+        id=paper_id,
+        title=title,
+        abstract=abstract,
         sections=tuple(Section(name=name, paragraphs=tuple(paragraphs)) for name, paragraphs in sections),
     )
 
@@ -341,6 +539,7 @@ def _best_baseline(f: Facts, dataset: str) -> str:
 # Questions. Each builder returns (text, answer fields, evidence fact names) or None when the
 # paper lacks what the question needs.
 
+
 def _answerable_questions(rng: random.Random, f: Facts) -> list[tuple[str, dict, list[str]]]:
     m, t = f.method, f.task
     other = f.baselines[0]
@@ -349,7 +548,7 @@ def _answerable_questions(rng: random.Random, f: Facts) -> list[tuple[str, dict,
     beats = ours > theirs if _higher_is_better(t) else ours < theirs
     best = _best_baseline(f, f.datasets[0])
     gain = abs(f.scores[f.datasets[0]][m] - f.scores[f.datasets[0]][best])
-    options = [
+    options: list[tuple[str, dict, list[str]]] = [
         (f"Which datasets is {m} evaluated on?", {"extractive_spans": tuple(f.datasets)}, ["datasets"]),
         (f"What baselines is {m} compared against?", {"extractive_spans": tuple(f.baselines)}, ["baselines"]),
         (f"What learning rate is used to train {m}?", {"extractive_spans": (f.learning_rate,)}, ["setup"]),
@@ -359,16 +558,20 @@ def _answerable_questions(rng: random.Random, f: Facts) -> list[tuple[str, dict,
         (f"Is the code of {m} publicly released?", {"yes_no": f.code_released}, ["code"]),
         (f"Does {m} outperform {other} on {dataset}?", {"yes_no": beats}, [f"result:{dataset}"]),
         (f"Is {m} evaluated on languages other than English?", {"yes_no": len(f.languages) > 1}, ["languages"]),
-        (f"How much does {m} improve over the strongest baseline on {f.datasets[0]}?",
-         {"free_form_answer": f"By {gain:.1f} {t.metric} points over {best}."}, [f"result:{f.datasets[0]}"]),
+        (
+            f"How much does {m} improve over the strongest baseline on {f.datasets[0]}?",
+            {"free_form_answer": f"By {gain:.1f} {t.metric} points over {best}."},
+            [f"result:{f.datasets[0]}"],
+        ),
     ]
     if len(f.languages) > 1:
         options.append((f"Which languages does {m} cover?", {"extractive_spans": tuple(f.languages)}, ["languages"]))
     if "batch_size" not in f.omitted:
         options.append((f"What batch size is used to train {m}?", {"extractive_spans": (str(f.batch_size),)}, ["setup"]))
     if "training_time" not in f.omitted:
-        options.append((f"How long does it take to train {m}?",
-                        {"free_form_answer": f"About {f.hours} hours on {f.gpus} {f.hardware}."}, ["hardware"]))
+        options.append(
+            (f"How long does it take to train {m}?", {"free_form_answer": f"About {f.hours} hours on {f.gpus} {f.hardware}."}, ["hardware"])
+        )
     if "parameters" not in f.omitted:
         options.append((f"How many parameters does {m} have?", {"extractive_spans": (f"{f.parameters_m}M",)}, ["parameters"]))
     return options
@@ -410,7 +613,7 @@ def generate(config: DemoConfig = DemoConfig()) -> Corpus:
     for i, method in enumerate(names):
         paper_id = f"demo-{i:0{width}d}"
         facts = _facts(rng, method)
-        flags = is_unanswerable[i * config.questions_per_paper:(i + 1) * config.questions_per_paper]
+        flags = is_unanswerable[i * config.questions_per_paper : (i + 1) * config.questions_per_paper]
         facts.omitted = set(rng.sample(OMITTABLE, sum(flags)))
         others = [names[j] for j in rng.sample(range(n), min(4, n)) if j != i]
         paper = _paper(rng, paper_id, facts, others).model_copy(update={"split": split_of[i]})
@@ -428,9 +631,11 @@ def generate(config: DemoConfig = DemoConfig()) -> Corpus:
                 text, fields, evidence_facts = answerable.pop()
                 evidence = tuple(facts.evidence[name] for name in evidence_facts)
                 answer = Answer(
-                    **fields, evidence=evidence, highlighted_evidence=evidence,
-                    annotation_id=f"{paper_id}-q{j}-a0", worker_id="generator",
+                    **fields,
+                    evidence=evidence,
+                    highlighted_evidence=evidence,
+                    annotation_id=f"{paper_id}-q{j}-a0",
+                    worker_id="generator",
                 )
-            questions.append(Question(id=f"{paper_id}-q{j}", paper_id=paper_id, text=text, answers=(answer,),
-                                      question_writer="generator"))
+            questions.append(Question(id=f"{paper_id}-q{j}", paper_id=paper_id, text=text, answers=(answer,), question_writer="generator"))
     return from_parts(papers, questions, source=f"demo(papers={n}, seed={config.seed})")

@@ -19,6 +19,8 @@ class LoadWarning:
     file: str
     paper_id: str
     detail: str
+    place: str | None = None  # "file:line" (or "file: paper 'id'") for a reader that points at it
+    question_id: str | None = None  # the question it is about, if any
 
     def __str__(self) -> str:
         return f"{self.file}: paper {self.paper_id!r}: {self.detail}"

@@ -23,6 +23,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -138,7 +139,7 @@ class BM25Index:
     """Paragraph-level BM25 over a corpus (``corpus.paragraphs()`` order)."""
 
     def __init__(
-        self, corpus: Corpus, bm25: BM25, stopwords: bool, source: str, quotes: QuoteText | None = None
+        self, corpus: Corpus, bm25: BM25, stopwords: bool, source: Literal["built", "cache"], quotes: QuoteText | None = None
     ) -> None:
         self.corpus = corpus
         self.bm25 = bm25
@@ -159,16 +160,14 @@ class BM25Index:
         return cls(corpus, BM25.build(documents, params), stopwords, source="built")
 
     @classmethod
-    def cached(
-        cls, corpus: Corpus, params: BM25Params = BM25Params(), stopwords: bool = True, directory: Path | None = None
-    ) -> BM25Index:
+    def cached(cls, corpus: Corpus, params: BM25Params = BM25Params(), stopwords: bool = True, directory: Path | None = None) -> BM25Index:
         """Load the index for this corpus from the cache, or build it and store it there."""
         path = (directory or cache_dir()) / f"bm25-{corpus.papers_sha256[:20]}.npz"
         header = _header(corpus, params, stopwords)
         loaded = _load(path, header)
         if loaded is not None:
-            *arrays, quotes = loaded
-            return cls(corpus, BM25(*arrays, params), stopwords, source="cache", quotes=quotes)
+            vocabulary, indptr, indices, weights, doc_lengths, quotes = loaded
+            return cls(corpus, BM25(vocabulary, indptr, indices, weights, doc_lengths, params), stopwords, source="cache", quotes=quotes)
         index = cls.build(corpus, params, stopwords)
         try:
             _save(path, header, index.bm25, index.quotes)
@@ -216,11 +215,11 @@ class BM25Index:
             return everything
         indptr, indices = self.bm25.indptr, self.bm25.indices
         terms.sort(key=lambda term: indptr[term + 1] - indptr[term])
-        candidates = indices[indptr[terms[0]]:indptr[terms[0] + 1]]  # ascending: the CSR keeps them sorted
+        candidates = indices[indptr[terms[0]] : indptr[terms[0] + 1]]  # ascending: the CSR keeps them sorted
         for term in terms[1:QUOTE_WORDS]:
             if len(candidates) <= QUOTE_FEW_CANDIDATES:
                 break
-            candidates = _holding(candidates, indices[indptr[term]:indptr[term + 1]])
+            candidates = _holding(candidates, indices[indptr[term] : indptr[term + 1]])
         cost = self.quotes.bytes_of(candidates) + QUOTE_CANDIDATE_BYTES * len(candidates)
         return everything if cost >= everything.cost else QuotePlan(needle, candidates, cost)
 
@@ -234,7 +233,7 @@ class BM25Index:
         """The term ids of the quote's inner words (see ``plan_quote``), or None when one of them
         is in no paragraph (so neither is the quote)."""
         hard = [match.start() for match in HARD_SEPARATOR.finditer(quote)]
-        inner = quote[hard[0] + 1:hard[-1]] if len(hard) >= 2 else ""
+        inner = quote[hard[0] + 1 : hard[-1]] if len(hard) >= 2 else ""
         terms = []
         for word in dict.fromkeys(TOKEN_PATTERN.findall(inner)):  # no lower(): the quote is lower case already
             term = self.bm25.vocabulary.get(word)
@@ -259,9 +258,7 @@ class BM25Index:
         for doc, score in self.bm25.top_k(self.tokenize(query), k, within):
             paragraph = self.paragraphs[doc]
             section = self.corpus.paper(paragraph.paper_id).sections[paragraph.section_index]
-            hits.append(
-                Hit(paragraph.paper_id, paragraph.section_index, section.name, paragraph.paragraph_index, score, paragraph.text)
-            )
+            hits.append(Hit(paragraph.paper_id, paragraph.section_index, section.name, paragraph.paragraph_index, score, paragraph.text))
         return hits
 
 
@@ -300,7 +297,7 @@ def _save(path: Path, header: dict, bm25: BM25, quotes: QuoteText) -> None:
         )
 
 
-def _load(path: Path, header: dict):
+def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndarray, np.ndarray, np.ndarray, QuoteText] | None:
     """The arrays of a cache file that matches ``header``, else None (and the reason logged)."""
     if not path.exists():
         return None
@@ -321,7 +318,8 @@ def _load(path: Path, header: dict):
     if not consistent or not _ascending_within(quote_starts, len(quote_text)):
         log.warning("rebuilding BM25 index: cache %s is inconsistent", path)
         return None
-    return (vocabulary, *arrays, QuoteText(quote_text, quote_starts.astype(np.int64)))
+    indptr, indices, weights, doc_lengths = arrays
+    return vocabulary, indptr, indices, weights, doc_lengths, QuoteText(quote_text, quote_starts.astype(np.int64))
 
 
 def _ascending_within(starts: np.ndarray, size: int) -> bool:

@@ -117,8 +117,7 @@ def parse(path: Path, line: Line, model: type[M] | None, what: str) -> M | Any:
     try:
         text = line.data.decode("utf-8")
     except UnicodeDecodeError as error:
-        raise JsonLinesError(f"{path}:{line.number}: not UTF-8 (byte {error.start + 1} of the line); "
-                             f"is this {_a(what)} file?") from None
+        raise JsonLinesError(f"{path}:{line.number}: not UTF-8 (byte {error.start + 1} of the line); is this {_a(what)} file?") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as error:
@@ -210,7 +209,7 @@ class AppendOnlyLines:
         for record in records:
             view = memoryview(encode(record, **self._dump))
             while view:  # O_APPEND and one write call per line; loop only for a short write
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         os.fsync(self._fd)
 
     def close(self) -> None:

@@ -10,6 +10,13 @@ The layout is recognised from the content, not the file name:
 A directory loads every ``*.json`` and ``*.jsonl`` file in it, in name order (so the official
 train, dev and test files load together). Any problem raises ``CorpusError`` with one line
 that names the file, the line or paper, and the field.
+
+Gold answers are checked at load: a question whose answers say nothing (none, or only empty
+ones) would be scored as a missed abstention, so our own formats (explorer JSONL, questions
+files, questions built in code) refuse it. QASPER's layouts only warn (``no_gold_answer``): a
+loader must not reject the official release for a question its annotators left empty. A
+questions file is also refused while it still holds a template's placeholders
+(``corpus.questions_file``).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
@@ -27,11 +34,11 @@ from corpus.collection import Corpus
 from corpus.errors import CorpusError, LoadWarning, from_validation_error, where
 from corpus.jsonl import every_line
 from corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
-from corpus.schema import Items, Paper, Question, Record
+from corpus.questions_file import refuse_unfilled
+from corpus.schema import FIGURE_EVIDENCE_PREFIX, Items, Paper, Question, Record
 from corpus.splits import ALIASES, SPLITS, split_from_name
 
 SCHEMA_VERSION = 1
-FIGURE_EVIDENCE_PREFIX = "FLOAT SELECTED"
 SUPPORTED = "QASPER v0.3 JSON, Hugging Face allenai/qasper rows (JSON or JSONL), or explorer JSONL"
 
 
@@ -45,7 +52,10 @@ class _Duplicates:
         result = dict(pairs)
         if len(result) != len(pairs):
             seen: set[str] = set()
-            self.keys.extend(key for key, _ in pairs if key in seen or seen.add(key))
+            for key, _ in pairs:
+                if key in seen:
+                    self.keys.append(key)
+                seen.add(key)
         return result
 
 
@@ -65,7 +75,7 @@ def _read_text(path: Path) -> tuple[bytes, str]:
         line = data.count(b"\n", 0, error.start) + 1
         raise CorpusError(
             f"{path}:{line}: bytes that are not UTF-8 at offset {error.start} "
-            f"({data[error.start:error.start + 4]!r}); re-encode the file as UTF-8"
+            f"({data[error.start : error.start + 4]!r}); re-encode the file as UTF-8"
         ) from None
 
 
@@ -90,11 +100,11 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> object:
     return value
 
 
-def _json_documents(path: Path) -> Iterator[tuple[int | None, object]]:
+def _json_documents(path: Path, expected: str = SUPPORTED) -> Iterator[tuple[int | None, object]]:
     """(line number or None, parsed value): one value for a JSON file, one per line for JSONL."""
     data, text = _read_text(path)
     if not text.strip():
-        raise CorpusError(f"{path}: the file is empty; expected {SUPPORTED}")
+        raise CorpusError(f"{path}: the file is empty; expected {expected}")
     if path.suffix != ".jsonl":
         try:
             value = _parse_json(path, text)
@@ -122,6 +132,15 @@ def _records(path: Path) -> Iterator[tuple[int | None, str | None, object]]:
 
 def _is_row(value: dict) -> bool:
     return "paper" in value or ("id" in value and "full_text" in value)
+
+
+class _Placed(NamedTuple):
+    """A question and where it was read; ``official``: from one of QASPER's layouts, whose gold is
+    taken as published (an empty annotation is warned about, not refused)."""
+
+    place: str
+    question: Question
+    official: bool = False
 
 
 def _paper_from_record(path: Path, line: int | None, key: str | None, raw: object) -> tuple[Paper, list[Question]]:
@@ -191,7 +210,7 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, sp
     if not (path.is_file() or path.is_dir()):
         raise CorpusError(f"{path}: not a regular file or directory; name a corpus file or directory")
     papers: list[Paper] = []
-    all_questions: list[tuple[str, Question]] = []
+    all_questions: list[_Placed] = []
     first_seen: dict[str, str] = {}
     stated = dict(split_of or {})
     files = corpus_files(path)
@@ -213,7 +232,8 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, sp
                 if question.paper_id != paper.id:
                     raise CorpusError(f"{place}: question {question.id!r} names paper {question.paper_id!r}; fix its paper_id")
             papers.append(paper)
-            all_questions.extend((place, question) for question in paper_questions)
+            official = not (isinstance(raw, dict) and "paper" in raw)  # not explorer JSONL: one of QASPER's layouts
+            all_questions.extend(_Placed(place, question, official) for question in paper_questions)
     if questions is not None:
         all_questions = list(_question_lines(Path(questions)))
     return _assemble(papers, all_questions, sources=tuple(str(p) for p in corpus_files(path)))
@@ -233,22 +253,25 @@ def with_questions(corpus: Corpus, questions: str | os.PathLike) -> Corpus:
     return _assemble(list(corpus.papers), list(_question_lines(Path(questions))), corpus.sources)
 
 
-def _question_lines(path: Path) -> Iterator[tuple[str, Question]]:
-    for line, value in _json_documents(path):
+def _question_lines(path: Path) -> Iterator[_Placed]:
+    for line, value in _json_documents(path, "one question per line (`explorer schema question` shows the format)"):
         place = where(str(path), line)
         if not isinstance(value, dict):
-            raise CorpusError(f"{place}: expected one question object per line, got {type(value).__name__}")
+            raise CorpusError(
+                f"{place}: expected one question object per line, got {type(value).__name__}; `explorer schema question` shows the format"
+            )
+        refuse_unfilled(place, value)
         try:
-            yield place, Question.model_validate(value)
+            yield _Placed(place, Question.model_validate(value))
         except ValidationError as error:
             raise from_validation_error(error, place) from None
 
 
-def _assemble(papers: list[Paper], questions: list[tuple[str, Question]], sources: tuple[str, ...]) -> Corpus:
+def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str, ...]) -> Corpus:
     by_id = {paper.id: paper for paper in papers}
     seen: dict[str, str] = {}
     warnings: list[LoadWarning] = []
-    for place, question in questions:
+    for place, question, official in questions:
         if question.id in seen:
             raise CorpusError(f"{place}: duplicate question id {question.id!r} (first in {seen[question.id]}); ids must be unique")
         seen[question.id] = place
@@ -258,28 +281,57 @@ def _assemble(papers: list[Paper], questions: list[tuple[str, Question]], source
                 f"{place}: question {question.id!r} is about paper {question.paper_id!r}, "
                 "which is not in the corpus; add the paper or drop the question"
             )
-        warnings.extend(_evidence_warnings(place.split(":")[0], paper, question))
+        file = place.split(":")[0]
+        warnings.extend(_gold_warnings(file, place, paper, question, official))
+        warnings.extend(_evidence_warnings(file, place, paper, question))
     return Corpus(
         papers=tuple(papers),
-        questions=tuple(question for _, question in questions),
+        questions=tuple(placed.question for placed in questions),
         warnings=tuple(warnings),
         sources=sources,
     )
 
 
-def _evidence_warnings(file: str, paper: Paper, question: Question) -> Iterable[LoadWarning]:
+def _gold_warnings(file: str, place: str, paper: Paper, question: Question, official: bool) -> Iterable[LoadWarning]:
+    """A question whose answers say nothing: refused (our formats), or warned about (QASPER's)."""
+    if any(answer.kind is not None for answer in question.answers):
+        return
+    if not official:
+        raise CorpusError(
+            f"{place}: question {question.id!r} {_no_gold(question)}; give it at least one answer "
+            "(extractive_spans, free_form_answer, yes_no, or unanswerable: true; "
+            "`explorer schema question` shows the format), or delete it"
+        )
+    detail = f"question {question.id!r} {_no_gold(question)}; it scores as a missed abstention"
+    yield LoadWarning("no_gold_answer", file, paper.id, detail, place, question.id)
+
+
+def _no_gold(question: Question) -> str:
+    if not question.answers:
+        return "has no answers"
+    return "has only empty answers" if len(question.answers) > 1 else "has an empty answer"
+
+
+def _evidence_warnings(file: str, place: str, paper: Paper, question: Question) -> Iterable[LoadWarning]:
     """Evidence must quote a paragraph of its own paper exactly (QASPER's Evidence-F1 compares
     strings); quotes of figures and tables ("FLOAT SELECTED: ...") are a separate, legal kind."""
     paragraphs = {text for section in paper.sections for text in section.paragraphs if text}
+    has_gold = any(answer.kind is not None for answer in question.answers)  # else reported once, as no_gold_answer
     for index, answer in enumerate(question.answers):
-        if answer.kind is None:
-            yield LoadWarning("empty_answer", file, paper.id, f"question {question.id!r} answer {index} has no answer of any kind")
+        if answer.kind is None and has_gold:
+            yield LoadWarning(
+                "empty_answer", file, paper.id, f"question {question.id!r} answer {index} has no answer of any kind", place, question.id
+            )
         for text in answer.evidence:
             if text not in paragraphs and not text.startswith(FIGURE_EVIDENCE_PREFIX):
                 shown = text if len(text) <= 50 else text[:47] + "..."
                 yield LoadWarning(
-                    "evidence_not_a_paragraph", file, paper.id,
+                    "evidence_not_a_paragraph",
+                    file,
+                    paper.id,
                     f"question {question.id!r} answer {index}: evidence {shown!r} is not a paragraph of the paper",
+                    place,
+                    question.id,
                 )
 
 
@@ -291,4 +343,4 @@ def from_parts(papers: Iterable[Paper], questions: Iterable[Question], source: s
         if paper.id in seen:
             raise CorpusError(f"{source}: paper {paper.id!r}: duplicate paper id")
         seen.add(paper.id)
-    return _assemble(papers, [(source, q) for q in questions], sources=(source,))
+    return _assemble(papers, [_Placed(source, q) for q in questions], sources=(source,))

@@ -114,16 +114,10 @@ def from_qasper_v03(paper_id: str, raw: RawQasperPaper) -> tuple[Paper, list[Que
         id=paper_id,
         title=raw.title,
         abstract=raw.abstract,
-        sections=tuple(
-            Section(name=s.section_name, paragraphs=tuple(_paragraph(p) for p in s.paragraphs))
-            for s in raw.full_text
-        ),
+        sections=tuple(Section(name=s.section_name, paragraphs=tuple(_paragraph(p) for p in s.paragraphs)) for s in raw.full_text),
         figures_and_tables=tuple(Figure(caption=f.caption, file=f.file) for f in raw.figures_and_tables),
     )
-    questions = [
-        _question(paper_id, qa, tuple(a.answer.to_answer(a.annotation_id, a.worker_id) for a in qa.answers))
-        for qa in raw.qas
-    ]
+    questions = [_question(paper_id, qa, tuple(a.answer.to_answer(a.annotation_id, a.worker_id) for a in qa.answers)) for qa in raw.qas]
     return paper, questions
 
 

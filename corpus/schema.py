@@ -20,25 +20,36 @@ T = TypeVar("T")
 # may become one of our tuples.
 Items = Annotated[tuple[T, ...], Field(strict=False)]
 
+FIGURE_EVIDENCE_PREFIX = "FLOAT SELECTED"  # evidence that quotes a figure or table, not a paragraph (QASPER's)
 AnswerKind = Literal["extractive", "abstractive", "boolean", "none"]
 Split = Literal["train", "validation", "test"]
 
 
 class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    # A field's docstring is its description in ``explorer schema`` (the questions file's documentation).
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True)
 
 
 class Answer(Record):
-    """One annotator's answer, with QASPER's own field names."""
+    """One annotator's answer, with QASPER's own field names. Give it one kind: extractive_spans,
+    free_form_answer, yes_no, or unanswerable (checked in that order when more are set)."""
 
     unanswerable: bool = False
+    """True: the paper does not answer the question (the agent should abstain)."""
     extractive_spans: Items[str] = ()
+    """Extractive: the answer as spans copied exactly from the paper."""
     yes_no: bool | None = None
+    """Yes/no: true or false."""
     free_form_answer: str = ""
+    """Free-form (QASPER's abstractive): the answer in your own words."""
     evidence: Items[str] = ()
+    """Paragraphs of the paper that support the answer, each quoted whole and exactly (Evidence-F1 compares strings); "FLOAT SELECTED: ..." quotes a figure or table."""
     highlighted_evidence: Items[str] = ()
+    """QASPER's annotators' highlighted sentences; optional."""
     annotation_id: str | None = None
+    """Optional: an id for this annotation."""
     worker_id: str | None = None
+    """Optional: who wrote this answer."""
 
     @property
     def kind(self) -> AnswerKind | None:
@@ -69,12 +80,19 @@ class Answer(Record):
 
 
 class Question(Record):
+    """A question about one paper and its gold answers: one line of a questions file (JSONL)."""
+
     id: str = Field(min_length=1)
+    """Unique in the file, e.g. the paper's id and -q1."""
     paper_id: str = Field(min_length=1)
+    """The id of a paper of the corpus."""
     text: str = Field(min_length=1)
+    """The question, as the agent will read it."""
     answers: Items[Answer] = ()
+    """One answer per annotator (one is enough); a question with none that says anything is refused at load."""
     # QASPER's metadata about how the question was written; kept so an export round-trips.
     question_writer: str = ""
+    """Optional: QASPER's metadata about how the question was written (as are the four fields after it)."""
     nlp_background: str = ""
     topic_background: str = ""
     paper_read: str = ""

@@ -35,7 +35,7 @@ def split_from_name(file: Path) -> str | None:
 
 def parse_split_of(values: list[str]) -> dict[str, str]:
     """``FILE=SPLIT`` pairs (``--split-of``) as {file path: split}; one clear line when malformed."""
-    stated = {}
+    stated: dict[str, str] = {}
     for value in values:
         file, sep, split = value.rpartition("=")
         split = ALIASES.get(split.strip().lower(), split.strip().lower())

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 
 from corpus.collection import Corpus
 from corpus.index import BM25Index
+from corpus.schema import FIGURE_EVIDENCE_PREFIX
 
 
 class Record(BaseModel):
@@ -46,8 +47,8 @@ class CorpusStats(Record):
     papers_per_split: dict[str, int]  # "none" for papers without a split
     questions_per_split: dict[str, int]  # by their paper's split
     warnings: dict[str, int]  # load warnings by kind
-    sha256: str
-    papers_sha256: str
+    sha256: str  # papers and questions together
+    corpus_sha256: str  # the papers: a run's manifest and a preregistration call it so
     questions_sha256: str
     index: IndexStats
 
@@ -70,12 +71,12 @@ def corpus_stats(corpus: Corpus, index: BM25Index, index_seconds: float) -> Corp
         unanswerable_questions=sum(1 for q in questions if not q.answerable),
         annotations=sum(answers.values()),
         answer_kinds=dict(sorted(answers.items())),
-        figure_evidence=sum(1 for q in questions for a in q.answers for text in a.evidence if text.startswith("FLOAT SELECTED")),
+        figure_evidence=sum(1 for q in questions for a in q.answers for text in a.evidence if text.startswith(FIGURE_EVIDENCE_PREFIX)),
         papers_per_split=dict(sorted(Counter(paper.split or "none" for paper in papers).items())),
         questions_per_split=dict(sorted(Counter(split_of[q.paper_id] for q in questions).items())),
         warnings=corpus.warning_counts(),
         sha256=corpus.sha256,
-        papers_sha256=corpus.papers_sha256,
+        corpus_sha256=corpus.papers_sha256,
         questions_sha256=corpus.questions_sha256,
         index=IndexStats(
             paragraphs=index.bm25.n_docs,

@@ -83,8 +83,9 @@ def paragraph_f1(predicted: list[str], gold: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def answer_and_evidence_f1(prediction: str, evidence: list[str], question: Question,
-                           text_evidence_only: bool = False) -> tuple[float, float, str | None]:
+def answer_and_evidence_f1(
+    prediction: str, evidence: list[str], question: Question, text_evidence_only: bool = False
+) -> tuple[float, float, str | None]:
     """As the official evaluator: the best answer F1 over annotators, with the answer type of the
     annotator that gives it (the first of ties), and - independently - the best evidence F1."""
     references = [answer for answer in question.answers if answer.reference_text is not None]

@@ -20,9 +20,9 @@ from pydantic import BaseModel, ConfigDict
 
 from evaluation.errors import EvaluationError
 from evaluation.records import AbstentionTable, MeanInterval
+from evaluation.run_directory import Run
 from evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, abstention_table
 from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
-from evaluation.summary import Run
 
 
 class Record(BaseModel):
@@ -118,8 +118,9 @@ def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
         if not score.scored or score.question_id is None or score.sample != 0:
             continue
         if score.question_id in scored:
-            raise EvaluationError(f"{run.directory}: question {score.question_id} is scored twice in scores.jsonl; "
-                                  "compare needs one episode per question")
+            raise EvaluationError(
+                f"{run.directory}: question {score.question_id} is scored twice in scores.jsonl; compare needs one episode per question"
+            )
         scored[score.question_id] = score
     return scored
 
@@ -127,8 +128,15 @@ def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
 def mcnemar(outcome: str, yes_a: list[bool], yes_b: list[bool]) -> McNemarTest:
     only_a, only_b = discordant_pairs(yes_a, yes_b)
     both = sum(1 for a, b in zip(yes_a, yes_b) if a and b)
-    return McNemarTest(outcome=outcome, pairs=len(yes_a), both=both, only_a=only_a, only_b=only_b,
-                       neither=len(yes_a) - both - only_a - only_b, p_value=mcnemar_exact_p(only_a, only_b))
+    return McNemarTest(
+        outcome=outcome,
+        pairs=len(yes_a),
+        both=both,
+        only_a=only_a,
+        only_b=only_b,
+        neither=len(yes_a) - both - only_a - only_b,
+        p_value=mcnemar_exact_p(only_a, only_b),
+    )
 
 
 def _mean(scores: list[EpisodeScore], value: Callable[[EpisodeScore], float]) -> float | None:
@@ -167,24 +175,42 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
     moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
     return RunComparison(
-        run_a=str(a.directory), run_b=str(b.directory),
+        run_a=str(a.directory),
+        run_b=str(b.directory),
         same_corpus=None if corpus_a is None or corpus_b is None else corpus_a == corpus_b,
         paired_questions=len(shared),
-        answer_f1=PairedF1(a=f1_a, b=f1_b, paired_difference_ci95=MeanInterval.model_validate(
-            bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)]))),
+        answer_f1=PairedF1(
+            a=f1_a,
+            b=f1_b,
+            paired_difference_ci95=MeanInterval.model_validate(bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)])),
+        ),
         exact_match=PairedExactMatch(a=em_a, b=em_b, difference=None if em_a is None else em_b - em_a),
         abstention=PairedAbstention(a=table_a, b=table_b),
         direct_submit_rate=PairedFigure(a=_mean(pa, _direct_submit), b=_mean(pb, _direct_submit)),
         mcnemar_exact_match=mcnemar("exact match", [s.exact_match >= 1 for s in pa], [s.exact_match >= 1 for s in pb]),
         mcnemar_abstention=abstention_tests,
-        fisher_abstention=[FisherTest.model_validate(abstention_fisher(table_a.model_dump(), table_b.model_dump(), row))
-                           for row in ("unanswerable", "answerable")],
-        unpaired=Unpaired(only_in_a=len(only_a), only_in_b=len(only_b),
-                          answer_f1_a=_mean(only_a, lambda s: s.answer_f1), answer_f1_b=_mean(only_b, lambda s: s.answer_f1),
-                          unscored_a=sum(1 for s in a.scores if not s.scored), unscored_b=sum(1 for s in b.scores if not s.scored)),
+        fisher_abstention=[
+            FisherTest.model_validate(abstention_fisher(table_a.model_dump(), table_b.model_dump(), row))
+            for row in ("unanswerable", "answerable")
+        ],
+        unpaired=Unpaired(
+            only_in_a=len(only_a),
+            only_in_b=len(only_b),
+            answer_f1_a=_mean(only_a, lambda s: s.answer_f1),
+            answer_f1_b=_mean(only_b, lambda s: s.answer_f1),
+            unscored_a=sum(1 for s in a.scores if not s.scored),
+            unscored_b=sum(1 for s in b.scores if not s.scored),
+        ),
         largest_differences=[
-            QuestionDifference(question_id=q, question=by_a[q].question, a=by_a[q].prediction, b=by_b[q].prediction,
-                               f1_a=by_a[q].answer_f1, f1_b=by_b[q].answer_f1)
-            for q in moved if by_a[q].answer_f1 != by_b[q].answer_f1
+            QuestionDifference(
+                question_id=q,
+                question=by_a[q].question,
+                a=by_a[q].prediction,
+                b=by_b[q].prediction,
+                f1_a=by_a[q].answer_f1,
+                f1_b=by_b[q].answer_f1,
+            )
+            for q in moved
+            if by_a[q].answer_f1 != by_b[q].answer_f1
         ],
     )

@@ -22,6 +22,9 @@ result, so no verdict of theirs is silently clean or silently damning. The other
 the tool calls, outcome, code, action text, generation record and status (host or policy
 records); ``repeated_prompt`` reads the observations because the observation is what the next
 prompt shows, whoever wrote it.
+
+Why one module of this size: fifteen small detectors, each a function and its docstring; they
+share the grounding helpers and are read as one list (``DETECTORS``).
 """
 
 from __future__ import annotations
@@ -79,8 +82,13 @@ def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Not one search, read or extract in the whole episode. Reads: the host's tool calls."""
     if any(call.name in RESEARCH_TOOLS for _, call in _calls(trajectory)):
         return []
-    return [Flag("no_tool_use", None, f"{len(trajectory.steps)} steps, tools called: "
-                 f"{', '.join(call.name for _, call in _calls(trajectory)) or 'none'}")]
+    return [
+        Flag(
+            "no_tool_use",
+            None,
+            f"{len(trajectory.steps)} steps, tools called: {', '.join(call.name for _, call in _calls(trajectory)) or 'none'}",
+        )
+    ]
 
 
 Place = tuple[str, int, int]  # (paper_id, section, paragraph): where a paragraph is
@@ -171,7 +179,7 @@ def _page_shown(paper_id: str, text: str) -> _Shown | None:
     for the next. Paragraph i counts as shown where its marker is: its first piece."""
     heading, _, body = text.partition("\n\n")
     prefix = f"{paper_id} / section "
-    match = PAGE_HEADING.fullmatch(heading[len(prefix):]) if heading.startswith(prefix) else None
+    match = PAGE_HEADING.fullmatch(heading[len(prefix) :]) if heading.startswith(prefix) else None
     if match is None:
         return None
     section, page, pages = int(match["section"]), int(match["page"]), int(match["pages"])
@@ -179,7 +187,7 @@ def _page_shown(paper_id: str, text: str) -> _Shown | None:
     if page < pages:
         if not body.endswith(more):
             return None
-        body = body[:-len(more)]
+        body = body[: -len(more)]
     texts = [match["name"]] if match["name"] != UNTITLED else []
     if body == NO_TEXT:
         return _Shown(texts, set())
@@ -196,9 +204,9 @@ def _page_pieces(body: str) -> list[tuple[int | None, str]] | None:
     for chunk in body.split("\n\n"):
         marker = PARAGRAPH_MARKER.match(chunk)
         if marker is not None:
-            pieces.append([int(marker["paragraph"]), chunk[marker.end():]])
+            pieces.append([int(marker["paragraph"]), chunk[marker.end() :]])
         elif chunk.startswith(CONTINUED) and not pieces:  # only a page's first piece continues one
-            pieces.append([None, chunk[len(CONTINUED):]])
+            pieces.append([None, chunk[len(CONTINUED) :]])
         elif pieces:  # a blank line inside a paragraph
             pieces[-1][1] += "\n\n" + chunk
         else:
@@ -216,7 +224,7 @@ def _outline_shown(paper_id: str, text: str) -> _Shown | None:
     head, tail = f"{paper_id}: ", f"\n\nread({paper_id!r}, section=N) shows a section's paragraphs."
     if not (text.startswith(head) and text.endswith(tail)):
         return None
-    front, found, listing = text[len(head):-len(tail)].rpartition("\n\nSections:")
+    front, found, listing = text[len(head) : -len(tail)].rpartition("\n\nSections:")
     lines = listing.split("\n")
     if not found or lines[0]:
         return None
@@ -232,8 +240,10 @@ def _outline_shown(paper_id: str, text: str) -> _Shown | None:
 
 # The keys of a search hit and of an extracted sentence, and which of them hold paper text (not the
 # paper id, which is ours, nor the numbers: section, paragraph and score).
-HIT_FIELDS = {"search": {"paper_id", "title", "section", "section_name", "paragraph", "score", "snippet"},
-              "extract": {"paper_id", "section", "section_name", "paragraph", "sentence", "score"}}
+HIT_FIELDS = {
+    "search": {"paper_id", "title", "section", "section_name", "paragraph", "score", "snippet"},
+    "extract": {"paper_id", "section", "section_name", "paragraph", "sentence", "score"},
+}
 HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("section_name", "sentence")}
 
 
@@ -246,14 +256,19 @@ def _hits_shown(name: str, text: str, cut: bool) -> _Shown | None:
         return None
     if not isinstance(hits, list) or not all(_is_hit(name, hit) for hit in hits):
         return None
-    return _Shown([hit[field] for hit in hits for field in HIT_TEXTS[name]],
-                  {(hit["paper_id"], hit["section"], hit["paragraph"]) for hit in hits})
+    return _Shown(
+        [hit[field] for hit in hits for field in HIT_TEXTS[name]], {(hit["paper_id"], hit["section"], hit["paragraph"]) for hit in hits}
+    )
 
 
 def _is_hit(name: str, hit) -> bool:
-    return (isinstance(hit, dict) and set(hit) == HIT_FIELDS[name] and isinstance(hit["paper_id"], str)
-            and all(type(hit[key]) is int for key in ("section", "paragraph"))
-            and all(isinstance(hit[key], str) for key in HIT_TEXTS[name]))
+    return (
+        isinstance(hit, dict)
+        and set(hit) == HIT_FIELDS[name]
+        and isinstance(hit["paper_id"], str)
+        and all(type(hit[key]) is int for key in ("section", "paragraph"))
+        and all(isinstance(hit[key], str) for key in HIT_TEXTS[name])
+    )
 
 
 def _whole_items(text: str) -> list:
@@ -276,8 +291,7 @@ def _whole_items(text: str) -> list:
 def _observed(trajectory: Trajectory) -> str:
     """What the actions printed before answering (the submit's own confirmation echoes the answer).
     Worker-written: only trajectories that predate recorded tool results are judged from it."""
-    return "\n".join(step.observation for step in trajectory.steps
-                     if not any(call.name in ENDING_TOOLS for call in step.tool_calls))
+    return "\n".join(step.observation for step in trajectory.steps if not any(call.name in ENDING_TOOLS for call in step.tool_calls))
 
 
 def _noted(text: str, note: str) -> str:
@@ -372,8 +386,11 @@ def consecutive_tool_errors(trajectory: Trajectory, gold: Question | None) -> li
 
 def hit_generation_cap(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Steps cut at the generation's token cap. Reads: the policy's generation record."""
-    return [Flag("hit_generation_cap", step.index, f"{step.generation.generated_tokens} tokens")
-            for step in trajectory.steps if step.generation and step.generation.hit_cap]
+    return [
+        Flag("hit_generation_cap", step.index, f"{step.generation.generated_tokens} tokens")
+        for step in trajectory.steps
+        if step.generation and step.generation.hit_cap
+    ]
 
 
 def ungrounded_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
@@ -448,8 +465,13 @@ def no_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     Reads: the outcome's status and reason."""
     if trajectory.outcome.status in ENDING_STATUSES:
         return []
-    return [Flag("no_answer", len(trajectory.steps) - 1 if trajectory.steps else None,
-                 f"{trajectory.outcome.status}: {trajectory.outcome.reason or ''}")]
+    return [
+        Flag(
+            "no_answer",
+            len(trajectory.steps) - 1 if trajectory.steps else None,
+            f"{trajectory.outcome.status}: {trajectory.outcome.reason or ''}",
+        )
+    ]
 
 
 def false_abstention(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
@@ -467,10 +489,23 @@ def missed_abstention(trajectory: Trajectory, gold: Question | None) -> list[Fla
 
 
 DETECTORS: dict[str, Detector] = {
-    detector.__name__: detector for detector in (
-        direct_submit, no_tool_use, placeholder_answer, repeated_prompt, repeated_actions, step_limit, format_errors,
-        consecutive_tool_errors, hit_generation_cap, ungrounded_answer, unobserved_evidence, unrecorded_tool_results, no_answer,
-        false_abstention, missed_abstention,
+    detector.__name__: detector
+    for detector in (
+        direct_submit,
+        no_tool_use,
+        placeholder_answer,
+        repeated_prompt,
+        repeated_actions,
+        step_limit,
+        format_errors,
+        consecutive_tool_errors,
+        hit_generation_cap,
+        ungrounded_answer,
+        unobserved_evidence,
+        unrecorded_tool_results,
+        no_answer,
+        false_abstention,
+        missed_abstention,
     )
 }
 
@@ -482,8 +517,10 @@ def detect(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
 def detector_rates(flags_by_episode: list[list[Flag]]) -> dict[str, float]:
     """The share of episodes each detector flagged at least once."""
     total = len(flags_by_episode)
-    return {name: (sum(1 for flags in flags_by_episode if any(f.detector == name for f in flags)) / total if total else 0.0)
-            for name in DETECTORS}
+    return {
+        name: (sum(1 for flags in flags_by_episode if any(f.detector == name for f in flags)) / total if total else 0.0)
+        for name in DETECTORS
+    }
 
 
 def verdict(rates: dict[str, float], threshold: float = SHORTCUT_COLLAPSE_RATE) -> dict:
@@ -491,5 +528,6 @@ def verdict(rates: dict[str, float], threshold: float = SHORTCUT_COLLAPSE_RATE) 
     collapsed = rates.get("direct_submit", 0.0) >= threshold
     return {
         "verdict": "shortcut collapse" if collapsed else "no shortcut collapse",
-        "direct_submit_rate": rates.get("direct_submit", 0.0), "threshold": threshold,
+        "direct_submit_rate": rates.get("direct_submit", 0.0),
+        "threshold": threshold,
     }

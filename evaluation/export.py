@@ -16,6 +16,9 @@ Both are built from the run's typed records (``RunManifest``, ``Trajectory``, ``
 
 Both packages are an optional extra (``pip install -e '.[export]'``), imported only here, only
 when an export runs; without them the export stops with one line that says how to install them.
+
+Why one module of this size: both exports read the same typed records the same way, so that
+what one says the other says too.
 """
 
 from __future__ import annotations
@@ -29,16 +32,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.config import PolicyConfig
-from agent.manifest import RunManifest
 from agent.prompt import question_message
 from agent.trajectory import Step, Trajectory
-from agent.writer import read_trajectories
 from corpus import Corpus
 from evaluation.answers import references
 from evaluation.errors import EvaluationError
 from evaluation.records import RunMetrics
+from evaluation.run_directory import Run, finish_command
 from evaluation.scoring import EpisodeScore
-from evaluation.summary import load_run
 
 if TYPE_CHECKING:
     from inspect_ai.log import EvalLog, EvalSample
@@ -54,27 +55,25 @@ PARQUET = "parquet"  # the folder of an exported dataset that holds its parquet 
 
 @dataclass(frozen=True)
 class RunRecords:
-    """A finished run, every file read through its model."""
+    """A finished run (``run_directory.Run``), its episodes that count, and the score of each."""
 
-    directory: Path
-    manifest: RunManifest
-    metrics: RunMetrics
+    run: Run
     trajectories: list[Trajectory]
     scores: dict[str, EpisodeScore]  # by episode id
 
 
 def read_run(directory: Path) -> RunRecords:
-    """The run's manifest, metrics, trajectories and scores; one clear error when one is missing,
-    malformed, or an episode has no score."""
-    run = load_run(directory)
-    manifest = run.manifest
-    trajectories = read_trajectories(run.trajectories)
+    """The run's manifest, metrics, trajectories and scores (``Run.load``); one clear error when
+    one is missing, malformed, or an episode that counts has no score."""
+    run = Run.load(directory)
     scores = {score.episode_id: score for score in run.scores}
-    unscored = [t.episode_id for t in trajectories if t.episode_id not in scores]
+    unscored = [t.episode_id for t in run.trajectories if t.episode_id not in scores]
     if unscored:
-        raise EvaluationError(f"{directory}: {len(unscored)} episodes have no line in scores.jsonl (first: {unscored[0]}); "
-                              "rerun explorer eval --resume")
-    return RunRecords(directory, manifest, run.metrics, trajectories, scores)
+        raise EvaluationError(
+            f"{directory}: {len(unscored)} episodes have no line in scores.jsonl (first: {unscored[0]}); "
+            f"{finish_command(directory)} scores them"
+        )
+    return RunRecords(run, run.trajectories, scores)
 
 
 def gold_answers(corpus: Corpus) -> dict[str, list[str]]:
@@ -108,30 +107,50 @@ def inspect_log(records: RunRecords, gold: dict[str, list[str]] | None = None) -
     require("inspect_ai")
     from inspect_ai.log import EvalConfig, EvalDataset, EvalLog, EvalPlan, EvalRevision, EvalSpec, EvalStats
 
-    manifest, gold = records.manifest, gold or {}
+    manifest, gold = records.run.manifest, gold or {}
     model = model_name(manifest.config.policy)
     samples = _unique_ids([_sample(t, records.scores[t.episode_id], gold, model) for t in records.trajectories], records.trajectories)
     # Stable across exports of the same run: inspect's ids are 22 characters (shortuuid).
     eval_id = hashlib.sha256(manifest.model_dump_json().encode()).hexdigest()[:22]
     commit, dirty = (manifest.git_commit or "").removesuffix("+dirty"), (manifest.git_commit or "").endswith("+dirty")
     spec = EvalSpec(
-        eval_id=eval_id, run_id=eval_id, created=manifest.created_at, task=TASK, task_id=eval_id,
+        eval_id=eval_id,
+        run_id=eval_id,
+        created=manifest.created_at,
+        task=TASK,
+        task_id=eval_id,
         task_args=manifest.config.model_dump(mode="json"),
-        dataset=EvalDataset(name=", ".join(manifest.corpus) or None, location=", ".join(manifest.corpus) or None,
-                            samples=len(samples), sample_ids=[sample.id for sample in samples]),
-        model=model, model_args=manifest.config.policy.model_dump(mode="json", exclude_none=True),
-        solver=manifest.config.policy.name, config=EvalConfig(epochs=max((t.sample for t in records.trajectories), default=0) + 1),
+        dataset=EvalDataset(
+            name=", ".join(manifest.corpus) or None,
+            location=", ".join(manifest.corpus) or None,
+            samples=len(samples),
+            sample_ids=[sample.id for sample in samples],
+        ),
+        model=model,
+        model_args=manifest.config.policy.model_dump(mode="json", exclude_none=True),
+        solver=manifest.config.policy.name,
+        config=EvalConfig(epochs=max((t.sample for t in records.trajectories), default=0) + 1),
         revision=EvalRevision(type="git", origin="", commit=commit, dirty=dirty) if commit else None,
         packages=manifest.versions,
-        metadata={"command": manifest.command, "hashes": manifest.hashes.model_dump(), "isolation": manifest.isolation,
-                  "hardware": manifest.hardware, "corpus": manifest.corpus},
+        metadata={
+            "command": manifest.command,
+            "hashes": manifest.hashes.model_dump(),
+            "isolation": manifest.isolation,
+            "hardware": manifest.hardware,
+            "corpus": manifest.corpus,
+        },
     )
     usage = [sample.model_usage[model] for sample in samples if model in sample.model_usage]
     return EvalLog(
-        status="success", eval=spec, plan=EvalPlan(name="explorer", steps=[]),
-        results=_results(records.metrics, len(samples)),
-        stats=EvalStats(started_at=manifest.created_at, completed_at=_completed_at(records.trajectories) or manifest.created_at,
-                        model_usage={model: _sum_usage(usage)} if usage else {}),
+        status="success",
+        eval=spec,
+        plan=EvalPlan(name="explorer", steps=[]),
+        results=_results(records.run.metrics, len(samples)),
+        stats=EvalStats(
+            started_at=manifest.created_at,
+            completed_at=_completed_at(records.trajectories) or manifest.created_at,
+            model_usage={model: _sum_usage(usage)} if usage else {},
+        ),
         samples=samples,
     )
 
@@ -166,13 +185,18 @@ def _sample(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[st
         limit = EvalSampleLimit(type="context", limit=trajectory.config.context_chars, reason=trajectory.outcome.reason)
     usage = _usage(trajectory.steps)
     return EvalSample(
-        id=trajectory.question_id or trajectory.episode_id, epoch=trajectory.sample + 1,
-        input=trajectory.question, target=gold.get(trajectory.question_id or "", []),
+        id=trajectory.question_id or trajectory.episode_id,
+        epoch=trajectory.sample + 1,
+        input=trajectory.question,
+        target=gold.get(trajectory.question_id or "", []),
         messages=_messages(trajectory, model),
         output=ModelOutput.from_content(model, score.prediction),
-        scores=scores, metadata=_metadata(trajectory, score),
+        scores=scores,
+        metadata=_metadata(trajectory, score),
         model_usage={model: usage} if usage else {},
-        started_at=trajectory.started_at, total_time=trajectory.seconds, limit=limit,
+        started_at=trajectory.started_at,
+        total_time=trajectory.seconds,
+        limit=limit,
     )
 
 
@@ -219,15 +243,24 @@ def _tool_call(step: Step):
 
     if step.code is None:
         return None
-    return ToolCall(id=f"step-{step.index + 1}", function="python", arguments={"code": step.code},
-                    view=ToolCallContent(format="markdown", content=f"```python\n{step.code}\n```"))
+    return ToolCall(
+        id=f"step-{step.index + 1}",
+        function="python",
+        arguments={"code": step.code},
+        view=ToolCallContent(format="markdown", content=f"```python\n{step.code}\n```"),
+    )
 
 
 def _step_metadata(step: Step) -> dict[str, Any]:
     """What the host recorded about the step beyond its observation: the tools the code called, errors, limits."""
     metadata: dict[str, Any] = {"step": step.index, "tool_calls": [call.model_dump(mode="json") for call in step.tool_calls]}
-    for name, value in (("error", step.error), ("limit_hit", step.limit_hit), ("format_error", step.format_error or None),
-                        ("observation_chars_cut", step.observation_chars_cut or None), ("variables_lost", step.variables_lost or None)):
+    for name, value in (
+        ("error", step.error),
+        ("limit_hit", step.limit_hit),
+        ("format_error", step.format_error or None),
+        ("observation_chars_cut", step.observation_chars_cut or None),
+        ("variables_lost", step.variables_lost or None),
+    ):
         if value is not None:
             metadata[name] = value
     return metadata
@@ -235,10 +268,19 @@ def _step_metadata(step: Step) -> dict[str, Any]:
 
 def _metadata(trajectory: Trajectory, score: EpisodeScore) -> dict[str, Any]:
     return {
-        "episode_id": trajectory.episode_id, "question_id": trajectory.question_id, "paper_id": trajectory.paper_id,
-        "sample": trajectory.sample, "policy": trajectory.policy.name, "status": score.status, "reason": trajectory.outcome.reason,
-        "steps": score.steps, "tool_calls": score.tool_calls, "tool_calls_before_end": score.tool_calls_before_end,
-        "flags": [flag.to_json() for flag in score.flags], "type": score.type, "answerable": score.answerable,
+        "episode_id": trajectory.episode_id,
+        "question_id": trajectory.question_id,
+        "paper_id": trajectory.paper_id,
+        "sample": trajectory.sample,
+        "policy": trajectory.policy.name,
+        "status": score.status,
+        "reason": trajectory.outcome.reason,
+        "steps": score.steps,
+        "tool_calls": score.tool_calls,
+        "tool_calls_before_end": score.tool_calls_before_end,
+        "flags": [flag.to_json() for flag in score.flags],
+        "type": score.type,
+        "answerable": score.answerable,
         "evidence": [item.model_dump() for item in trajectory.outcome.evidence],
     }
 
@@ -284,10 +326,17 @@ def _results(metrics: RunMetrics, samples: int):
         if name == "answer_f1" and interval.low is not None:
             figures["ci95_low"] = EvalMetric(name="ci95_low", value=interval.low)
             figures["ci95_high"] = EvalMetric(name="ci95_high", value=interval.high)
-        scores.append(EvalScore(name=name, scorer=name, scored_samples=metrics.scored,
-                                unscored_samples=metrics.episodes - metrics.scored, metrics=figures))
-    return EvalResults(total_samples=samples, completed_samples=samples, scores=scores,
-                       metadata={"explorer_metrics": metrics.model_dump(mode="json", by_alias=True)})
+        scores.append(
+            EvalScore(
+                name=name, scorer=name, scored_samples=metrics.scored, unscored_samples=metrics.episodes - metrics.scored, metrics=figures
+            )
+        )
+    return EvalResults(
+        total_samples=samples,
+        completed_samples=samples,
+        scores=scores,
+        metadata={"explorer_metrics": metrics.model_dump(mode="json", by_alias=True)},
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -300,23 +349,43 @@ def trajectory_features():
     from datasets import Features, List, Value
 
     text, integer, number = Value("string"), Value("int32"), Value("float64")
-    return Features({
-        "episode_id": text, "question_id": text, "sample": integer, "paper_id": text, "policy": text,
-        "question": text, "target": List(text),
-        "status": text, "answer": text, "reason": text,
-        "evidence": List({"paper_id": text, "section": integer, "paragraph": integer, "text": text}),
-        "messages": List({"role": text, "content": text}),
-        "steps": List({
-            "index": integer, "action_text": text, "reasoning": text, "code": text, "observation": text,
-            "error": text, "limit_hit": text, "format_error": Value("bool"),
-            "tool_calls": List({"name": text, "arguments": text, "error": text}),  # arguments as JSON text: any shape
-        }),
-        "num_steps": integer, "tool_calls": integer, "tool_calls_before_end": integer,
-        "type": text, "answerable": Value("bool"),
-        **{name: number for name in SCORES},
-        "flags": List({"detector": text, "step": integer, "text": text}),
-        "trajectory": text,  # the whole record: Trajectory.model_validate_json(row["trajectory"])
-    })
+    return Features(
+        {
+            "episode_id": text,
+            "question_id": text,
+            "sample": integer,
+            "paper_id": text,
+            "policy": text,
+            "question": text,
+            "target": List(text),
+            "status": text,
+            "answer": text,
+            "reason": text,
+            "evidence": List({"paper_id": text, "section": integer, "paragraph": integer, "text": text}),
+            "messages": List({"role": text, "content": text}),
+            "steps": List(
+                {
+                    "index": integer,
+                    "action_text": text,
+                    "reasoning": text,
+                    "code": text,
+                    "observation": text,
+                    "error": text,
+                    "limit_hit": text,
+                    "format_error": Value("bool"),
+                    "tool_calls": List({"name": text, "arguments": text, "error": text}),  # arguments as JSON text: any shape
+                }
+            ),
+            "num_steps": integer,
+            "tool_calls": integer,
+            "tool_calls_before_end": integer,
+            "type": text,
+            "answerable": Value("bool"),
+            **{name: number for name in SCORES},
+            "flags": List({"detector": text, "step": integer, "text": text}),
+            "trajectory": text,  # the whole record: Trajectory.model_validate_json(row["trajectory"])
+        }
+    )
 
 
 def trajectory_rows(records: RunRecords, gold: dict[str, list[str]] | None = None) -> list[dict[str, Any]]:
@@ -328,20 +397,40 @@ def _row(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[str]]
     messages = [{"role": "system", "content": trajectory.system_prompt}, {"role": "user", "content": question_message(trajectory.question)}]
     for step in trajectory.steps:
         messages += [{"role": "assistant", "content": step.action_text}, {"role": "user", "content": step.observation}]
-    steps = [{
-        "index": step.index, "action_text": step.action_text, "reasoning": step.reasoning, "code": step.code,
-        "observation": step.observation, "error": step.error, "limit_hit": step.limit_hit, "format_error": step.format_error,
-        "tool_calls": [{"name": call.name, "arguments": json.dumps(call.arguments), "error": call.error} for call in step.tool_calls],
-    } for step in trajectory.steps]
+    steps = [
+        {
+            "index": step.index,
+            "action_text": step.action_text,
+            "reasoning": step.reasoning,
+            "code": step.code,
+            "observation": step.observation,
+            "error": step.error,
+            "limit_hit": step.limit_hit,
+            "format_error": step.format_error,
+            "tool_calls": [{"name": call.name, "arguments": json.dumps(call.arguments), "error": call.error} for call in step.tool_calls],
+        }
+        for step in trajectory.steps
+    ]
     return {
-        "episode_id": trajectory.episode_id, "question_id": trajectory.question_id, "sample": trajectory.sample,
-        "paper_id": trajectory.paper_id, "policy": trajectory.policy.name, "question": trajectory.question,
+        "episode_id": trajectory.episode_id,
+        "question_id": trajectory.question_id,
+        "sample": trajectory.sample,
+        "paper_id": trajectory.paper_id,
+        "policy": trajectory.policy.name,
+        "question": trajectory.question,
         "target": gold.get(trajectory.question_id or "", []),
-        "status": score.status, "answer": score.prediction, "reason": trajectory.outcome.reason,
+        "status": score.status,
+        "answer": score.prediction,
+        "reason": trajectory.outcome.reason,
         "evidence": [item.model_dump() for item in trajectory.outcome.evidence],
-        "messages": messages, "steps": steps,
-        "num_steps": score.steps, "tool_calls": score.tool_calls, "tool_calls_before_end": score.tool_calls_before_end,
-        "type": score.type, "answerable": score.answerable, **{name: getattr(score, name) for name in SCORES},
+        "messages": messages,
+        "steps": steps,
+        "num_steps": score.steps,
+        "tool_calls": score.tool_calls,
+        "tool_calls_before_end": score.tool_calls_before_end,
+        "type": score.type,
+        "answerable": score.answerable,
+        **{name: getattr(score, name) for name in SCORES},
         "flags": [flag.to_json() for flag in score.flags],
         "trajectory": trajectory.model_dump_json(),
     }
@@ -366,8 +455,10 @@ def save_dataset(out: Path, splits: dict[str, list[dict[str, Any]]], features, s
     if out.exists() and not (is_dataset_directory(out) or (out.is_dir() and not any(out.iterdir()))):
         raise EvaluationError(f"{out}: exists and is not a dataset directory; name a new directory")
     # Column-wise, so that an empty split (sft build may leave validation empty) still has every column.
-    built = {name: datasets.Dataset.from_dict({column: [row[column] for row in rows] for column in features}, features=features)
-             for name, rows in splits.items()}
+    built = {
+        name: datasets.Dataset.from_dict({column: [row[column] for row in rows] for column in features}, features=features)
+        for name, rows in splits.items()
+    }
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     old = out.with_name(f".{out.name}.{os.getpid()}.old")

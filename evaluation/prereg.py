@@ -76,11 +76,15 @@ def load(path: Path) -> Preregistration:
 def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questions_sha256: str, questions: int) -> None:
     """Before the first episode: the run must ask exactly the frozen questions of the frozen corpus."""
     frozen = prereg.frozen
-    for name, pinned, actual in (("corpus_sha256", frozen.corpus_sha256, corpus_sha256),
-                                 ("questions_sha256", frozen.questions_sha256, questions_sha256)):
+    for name, pinned, actual in (
+        ("corpus_sha256", frozen.corpus_sha256, corpus_sha256),
+        ("questions_sha256", frozen.questions_sha256, questions_sha256),
+    ):
         if pinned != actual:
-            raise EvaluationError(f"{path}: {name} is pinned to {pinned[:12]}... but this run's is {actual[:12]}...; "
-                             "run on the preregistered corpus and questions (same --split and --limit)")
+            raise EvaluationError(
+                f"{path}: {name} is pinned to {pinned[:12]}... but this run's is {actual[:12]}...; "
+                "run on the preregistered corpus and questions (same --split and --limit)"
+            )
     if frozen.questions is not None and frozen.questions != questions:
         raise EvaluationError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
 
@@ -101,7 +105,11 @@ def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> Prereg
     correct, false = table.unanswerable.abstained, table.answerable.abstained
     rule = prereg.rule
     checks = [
-        {"check": f"correct abstentions >= {rule.min_correct_abstentions}", "value": correct, "pass": correct >= rule.min_correct_abstentions},
+        {
+            "check": f"correct abstentions >= {rule.min_correct_abstentions}",
+            "value": correct,
+            "pass": correct >= rule.min_correct_abstentions,
+        },
         {"check": f"false abstentions <= {rule.max_false_abstentions}", "value": false, "pass": false <= rule.max_false_abstentions},
     ]
     result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks}
@@ -114,12 +122,19 @@ def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> Prereg
     return PreregistrationResult.model_validate(result)
 
 
-def template(corpus_sha256: str, questions_sha256: str, questions: int, min_correct: int, max_false: int,
-             comparison: str | None, alpha: float) -> str:
+def template(
+    corpus_sha256: str, questions_sha256: str, questions: int, min_correct: int, max_false: int, comparison: str | None, alpha: float
+) -> str:
     lines = [
         "# explorer preregistration: fixed before the run, checked by explorer eval --preregistration",
-        "[frozen]", f'corpus_sha256 = "{corpus_sha256}"', f'questions_sha256 = "{questions_sha256}"', f"questions = {questions}", "",
-        "[rule]", f"min_correct_abstentions = {min_correct}", f"max_false_abstentions = {max_false}",
+        "[frozen]",
+        f'corpus_sha256 = "{corpus_sha256}"',
+        f'questions_sha256 = "{questions_sha256}"',
+        f"questions = {questions}",
+        "",
+        "[rule]",
+        f"min_correct_abstentions = {min_correct}",
+        f"max_false_abstentions = {max_false}",
     ]
     if comparison:
         lines += ["", "[comparison]", f"run = {json.dumps(comparison)}", f"alpha = {alpha}"]

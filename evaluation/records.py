@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -137,6 +139,24 @@ class RunMetrics(Record):
     preregistration: PreregistrationResult | None = None
     replay: ReplayDrift | None = None  # --policy replay only
     sampling: SampleMetrics | None = None  # with --samples K > 1
+
+    # What the terminal summary and the HTML report lead with, in this order.
+    HEADLINE: ClassVar[tuple[str, ...]] = (
+        "episodes",
+        "answer_f1",
+        "exact_match",
+        "sub_exact_match",
+        "evidence_f1",
+        "evidence_f1_text_only",
+        "evidence_f1_strict",
+        "false_abstention_rate",
+        "missed_abstention_rate",
+        "mean_steps",
+        "mean_tool_calls",
+    )
+
+    def headline(self) -> list[tuple[str, float | int | None]]:
+        return [(name, getattr(self, name)) for name in self.HEADLINE]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)

@@ -18,7 +18,7 @@ from evaluation.detectors import DETECTORS
 from evaluation.records import ReplayDrift, RunMetrics
 from evaluation.report_data import ReportEpisode, report_episodes
 from evaluation.report_plots import bar_chart, count_histogram, f1_histogram
-from evaluation.summary import Run
+from evaluation.run_directory import Run
 
 
 def page_data(payload: dict) -> str:
@@ -35,41 +35,55 @@ def run_plots(run: Run) -> list[str]:
         count_histogram("steps per episode", "steps", [s.steps for s in scores]),
         count_histogram("tool calls before submit or abstain", "tool calls", [s.tool_calls_before_end for s in scores]),
         f1_histogram("answer F1 per episode", [s.answer_f1 for s in scores if s.scored]),
-        bar_chart("detector flags", "share of episodes flagged",
-                  [(name, rate, f"{flagged[name]} ({rate:.0%})") for name, rate in metrics.detector_rates.items()],
-                  maximum=1.0, tick_format="{:.0%}", caption=f"of {len(scores)} episodes"),
-        bar_chart("answer F1 by question type", "mean answer F1",
-                  [(kind, value, f"{value:.2f} (n={typed[kind]})") for kind, value in metrics.answer_f1_by_type.items()],
-                  maximum=1.0, tick_format="{:.1f}", caption="n: scored episodes of the type"),
+        bar_chart(
+            "detector flags",
+            "share of episodes flagged",
+            [(name, rate, f"{flagged[name]} ({rate:.0%})") for name, rate in metrics.detector_rates.items()],
+            maximum=1.0,
+            tick_format="{:.0%}",
+            caption=f"of {len(scores)} episodes",
+        ),
+        bar_chart(
+            "answer F1 by question type",
+            "mean answer F1",
+            [(kind, value, f"{value:.2f} (n={typed[kind]})") for kind, value in metrics.answer_f1_by_type.items()],
+            maximum=1.0,
+            tick_format="{:.1f}",
+            caption="n: scored episodes of the type",
+        ),
     ]
 
 
 def metrics_rows(metrics: RunMetrics) -> str:
-    headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
-                ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
-                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict),
-                ("false_abstention_rate", metrics.false_abstention_rate),
-                ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
-                ("mean_tool_calls", metrics.mean_tool_calls)]
-    return "".join(f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
-                   for name, value in headline)
+    headline = metrics.headline()
+    return "".join(
+        f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
+        for name, value in headline
+    )
 
 
 def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
     metrics = run.metrics
-    abstention = "".join(f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td>"
-                         f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
-                         for row, counts in metrics.abstention.rows())
+    abstention = "".join(
+        f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td>"
+        f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
+        for row, counts in metrics.abstention.rows()
+    )
     verdict = metrics.verdict
     policy = run.manifest.config.policy.name
     data = page_data({"episodes": [e.model_dump(mode="json") for e in episodes], "detectors": list(DETECTORS)})
     title = html.escape(f"{run.directory.name} - {policy}")
     header = HEADER.format(
-        title=title, policy=html.escape(policy), verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
+        title=title,
+        policy=html.escape(policy),
+        verdict_class="bad" if verdict.verdict == "shortcut collapse" else "good",
         verdict=html.escape(f"{verdict.verdict}: direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})"),
-        corpus=html.escape(run.manifest.hashes.corpus_sha256[:16]), commit=html.escape(str(run.manifest.git_commit)))
-    main = MAIN.format(rows=metrics_rows(metrics), abstention=abstention, replay=replay_section(metrics.replay),
-                       plots="".join(run_plots(run)))
+        corpus=html.escape(run.manifest.hashes.corpus_sha256[:16]),
+        commit=html.escape(str(run.manifest.git_commit)),
+    )
+    main = MAIN.format(
+        rows=metrics_rows(metrics), abstention=abstention, replay=replay_section(metrics.replay), plots="".join(run_plots(run))
+    )
     return page(title, header, main, data, SCRIPT)
 
 
@@ -82,16 +96,22 @@ def replay_section(drift: ReplayDrift | None) -> str:
     """The run's replay drift as a table (nothing for a run of another policy)."""
     if drift is None:
         return ""
-    rows = [("episodes replayed", drift.episodes), ("steps replayed", drift.steps),
-            ("observations compared", drift.observations_compared), ("observations changed", drift.observations_changed),
-            ("episodes with a change", drift.episodes_changed)]
+    rows = [
+        ("episodes replayed", drift.episodes),
+        ("steps replayed", drift.steps),
+        ("observations compared", drift.observations_compared),
+        ("observations changed", drift.observations_changed),
+        ("episodes with a change", drift.episodes_changed),
+    ]
     cells = "".join(f"<tr><th>{name}</th><td>{value}</td></tr>" for name, value in rows)
     first = drift.first_change
     if first is not None:
         where = f"episode {first.episode_id}, observation of step {first.step + 1}, character {first.position}"
-        cells += (f"<tr><th>first change</th><td>{html.escape(where)}</td></tr>"
-                  f"<tr><th>recorded</th><td><pre>{html.escape(first.recorded)}</pre></td></tr>"
-                  f"<tr><th>current</th><td><pre>{html.escape(first.current)}</pre></td></tr>")
+        cells += (
+            f"<tr><th>first change</th><td>{html.escape(where)}</td></tr>"
+            f"<tr><th>recorded</th><td><pre>{html.escape(first.recorded)}</pre></td></tr>"
+            f"<tr><th>current</th><td><pre>{html.escape(first.current)}</pre></td></tr>"
+        )
     return f'<h2>Replay drift</h2><table id="replay">{cells}</table>'
 
 

@@ -17,8 +17,8 @@ from evaluation.compare import RunComparison, scored_by_question
 from evaluation.report import page, page_data, write_html
 from evaluation.report_data import report_episodes
 from evaluation.report_plots import bar_chart, column_chart
+from evaluation.run_directory import Run
 from evaluation.stats import format_p
-from evaluation.summary import Run
 
 
 class PairedQuestion(BaseModel):
@@ -40,26 +40,54 @@ def paired_questions(a: Run, b: Run, comparison: RunComparison) -> list[PairedQu
     by_a, by_b = scored_by_question(a), scored_by_question(b)
     moved = [d.question_id for d in comparison.largest_differences]
     same = [q for q in by_a if q in by_b and q not in set(moved)]
-    return [PairedQuestion(question_id=q, question=by_a[q].question, episode_a=by_a[q].episode_id, episode_b=by_b[q].episode_id,
-                           f1_a=by_a[q].answer_f1, f1_b=by_b[q].answer_f1, change=by_b[q].answer_f1 - by_a[q].answer_f1)
-            for q in moved + same]
+    return [
+        PairedQuestion(
+            question_id=q,
+            question=by_a[q].question,
+            episode_a=by_a[q].episode_id,
+            episode_b=by_b[q].episode_id,
+            f1_a=by_a[q].answer_f1,
+            f1_b=by_b[q].answer_f1,
+            change=by_b[q].answer_f1 - by_a[q].answer_f1,
+        )
+        for q in moved + same
+    ]
 
 
-CHANGE_BINS = [("<= -0.5", lambda d: d <= -0.5), ("-0.5 to 0", lambda d: -0.5 < d < 0), ("0 (same)", lambda d: d == 0),
-               ("0 to 0.5", lambda d: 0 < d < 0.5), (">= 0.5", lambda d: d >= 0.5)]
+CHANGE_BINS = [
+    ("<= -0.5", lambda d: d <= -0.5),
+    ("-0.5 to 0", lambda d: -0.5 < d < 0),
+    ("0 (same)", lambda d: d == 0),
+    ("0 to 0.5", lambda d: 0 < d < 0.5),
+    (">= 0.5", lambda d: d >= 0.5),
+]
 
 
 def comparison_plots(comparison: RunComparison, pairs: list[PairedQuestion]) -> list[str]:
     changes = Counter(next(label for label, holds in CHANGE_BINS if holds(p.change)) for p in pairs)
     figures = []
-    for name, figure in (("answer F1", comparison.answer_f1), ("exact match", comparison.exact_match),
-                         ("direct-submit rate", comparison.direct_submit_rate)):
+    for name, figure in (
+        ("answer F1", comparison.answer_f1),
+        ("exact match", comparison.exact_match),
+        ("direct-submit rate", comparison.direct_submit_rate),
+    ):
         figures += [(f"{name} A", figure.a or 0.0, _number(figure.a)), (f"{name} B", figure.b or 0.0, _number(figure.b))]
     return [
-        column_chart("change of answer F1 per question (B - A)", "F1 of B minus F1 of A", "questions",
-                     [(label, changes[label]) for label, _ in CHANGE_BINS], caption=f"{len(pairs)} paired questions"),
-        bar_chart("paired figures", "mean over the paired questions", figures, maximum=1.0, tick_format="{:.1f}",
-                  caption=f"n = {comparison.paired_questions} paired questions"),
+        column_chart(
+            "change of answer F1 per question (B - A)",
+            "F1 of B minus F1 of A",
+            "questions",
+            [(label, changes[label]) for label, _ in CHANGE_BINS],
+            caption=f"{len(pairs)} paired questions",
+        ),
+        bar_chart(
+            "paired figures",
+            "mean over the paired questions",
+            figures,
+            maximum=1.0,
+            tick_format="{:.1f}",
+            caption=f"n = {comparison.paired_questions} paired questions",
+        ),
     ]
 
 
@@ -75,52 +103,100 @@ def _table(table_id: str, header: list[str], rows: list[list[str]]) -> str:
 
 def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
     """compare's figures, then its tests and tables, as ``explorer compare`` prints them, in HTML."""
-    f1, em, ci, rate = comparison.answer_f1, comparison.exact_match, comparison.answer_f1.paired_difference_ci95, comparison.direct_submit_rate
-    figures = _table("figures", ["figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A"], [
-        ["answer F1", _number(f1.a), _number(f1.b), _number(ci.mean, signed=True),
-         f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-"],
-        ["exact match", _number(em.a), _number(em.b), _number(em.difference, signed=True), "-"],
-        ["direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-"],
-    ])
-    abstention = _table("paired-abstention", ["gold \\ decision", "A answered", "A abstained", "B answered", "B abstained"], [
-        [row, str(ca.answered), str(ca.abstained), str(cb.answered), str(cb.abstained)]
-        for (row, ca), (_, cb) in zip(comparison.abstention.a.rows(), comparison.abstention.b.rows())])
-    mcnemar = _table("mcnemar", ["outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only",
-                                 "no in both", "two-sided p"], [
-        [t.outcome, str(t.pairs), str(t.both), str(t.only_a), str(t.only_b), str(t.neither), format_p(t.p_value)]
-        for t in [comparison.mcnemar_exact_match, *comparison.mcnemar_abstention]])
-    fisher = _table("fisher", ["gold", "A abstained", "A answered", "B abstained", "B answered", "odds ratio", "two-sided p"], [
-        [t.row, str(t.table[0][0]), str(t.table[0][1]), str(t.table[1][0]), str(t.table[1][1]),
-         "n/a" if t.odds_ratio is None else f"{t.odds_ratio:.3g}", format_p(t.p_value)] for t in comparison.fisher_abstention])
+    f1, em, ci, rate = (
+        comparison.answer_f1,
+        comparison.exact_match,
+        comparison.answer_f1.paired_difference_ci95,
+        comparison.direct_submit_rate,
+    )
+    figures = _table(
+        "figures",
+        ["figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A"],
+        [
+            [
+                "answer F1",
+                _number(f1.a),
+                _number(f1.b),
+                _number(ci.mean, signed=True),
+                f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
+            ],
+            ["exact match", _number(em.a), _number(em.b), _number(em.difference, signed=True), "-"],
+            ["direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-"],
+        ],
+    )
+    abstention = _table(
+        "paired-abstention",
+        ["gold \\ decision", "A answered", "A abstained", "B answered", "B abstained"],
+        [
+            [row, str(ca.answered), str(ca.abstained), str(cb.answered), str(cb.abstained)]
+            for (row, ca), (_, cb) in zip(comparison.abstention.a.rows(), comparison.abstention.b.rows())
+        ],
+    )
+    mcnemar = _table(
+        "mcnemar",
+        ["outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both", "two-sided p"],
+        [
+            [t.outcome, str(t.pairs), str(t.both), str(t.only_a), str(t.only_b), str(t.neither), format_p(t.p_value)]
+            for t in [comparison.mcnemar_exact_match, *comparison.mcnemar_abstention]
+        ],
+    )
+    fisher = _table(
+        "fisher",
+        ["gold", "A abstained", "A answered", "B abstained", "B answered", "odds ratio", "two-sided p"],
+        [
+            [
+                t.row,
+                str(t.table[0][0]),
+                str(t.table[0][1]),
+                str(t.table[1][0]),
+                str(t.table[1][1]),
+                "n/a" if t.odds_ratio is None else f"{t.odds_ratio:.3g}",
+                format_p(t.p_value),
+            ]
+            for t in comparison.fisher_abstention
+        ],
+    )
     u = comparison.unpaired
-    unpaired = _table("unpaired", ["not paired (NOT comparable between runs)", "A", "B"], [
-        ["questions scored in this run only", str(u.only_in_a), str(u.only_in_b)],
-        ["answer F1 on them (different questions)", _number(u.answer_f1_a), _number(u.answer_f1_b)],
-        ["episodes without gold answers (unscored)", str(u.unscored_a), str(u.unscored_b)]])
-    tests = (f"<h2>Exact McNemar on the paired questions</h2><p class=\"muted\">The primary tests: only the questions "
-             f"where one run said yes and the other no count.</p>{mcnemar}"
-             f"<h2>Abstention on the paired questions</h2>{abstention}"
-             f"<h2>Fisher exact on the abstention tables</h2><p class=\"muted\">The unpaired design, as preregistered; "
-             f"secondary here: it ignores the pairing.</p>{fisher}"
-             f"<h2>Questions only one run scored</h2>{unpaired}")
+    unpaired = _table(
+        "unpaired",
+        ["not paired (NOT comparable between runs)", "A", "B"],
+        [
+            ["questions scored in this run only", str(u.only_in_a), str(u.only_in_b)],
+            ["answer F1 on them (different questions)", _number(u.answer_f1_a), _number(u.answer_f1_b)],
+            ["episodes without gold answers (unscored)", str(u.unscored_a), str(u.unscored_b)],
+        ],
+    )
+    tests = (
+        f'<h2>Exact McNemar on the paired questions</h2><p class="muted">The primary tests: only the questions '
+        f"where one run said yes and the other no count.</p>{mcnemar}"
+        f"<h2>Abstention on the paired questions</h2>{abstention}"
+        f'<h2>Fisher exact on the abstention tables</h2><p class="muted">The unpaired design, as preregistered; '
+        f"secondary here: it ignores the pairing.</p>{fisher}"
+        f"<h2>Questions only one run scored</h2>{unpaired}"
+    )
     return figures, tests
 
 
 def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -> str:
     pairs = paired_questions(a, b, comparison)
     wanted = {p.episode_a for p in pairs}, {p.episode_b for p in pairs}
-    episodes = [{e.episode_id: e.model_dump(mode="json") for e in report_episodes(run, corpus) if e.episode_id in ids}
-                for run, ids in zip((a, b), wanted)]
+    episodes = [
+        {e.episode_id: e.model_dump(mode="json") for e in report_episodes(run, corpus) if e.episode_id in ids}
+        for run, ids in zip((a, b), wanted)
+    ]
     better, worse = sum(1 for p in pairs if p.change > 0), sum(1 for p in pairs if p.change < 0)
-    summary = (f"{len(pairs)} paired questions: answer F1 higher in B on {better}, lower on {worse}, "
-               f"the same on {len(pairs) - better - worse}")
+    summary = (
+        f"{len(pairs)} paired questions: answer F1 higher in B on {better}, lower on {worse}, the same on {len(pairs) - better - worse}"
+    )
     figures, statistics = statistics_tables(comparison)
     names = [f"{run.directory.name} ({run.manifest.config.policy.name})" for run in (a, b)]
     title = html.escape(f"{names[0]} vs {names[1]}")
-    header = HEADER.format(title=title, run_a=html.escape(comparison.run_a), run_b=html.escape(comparison.run_b),
-                           summary=html.escape(summary))
-    main = MAIN.format(n=comparison.paired_questions, figures=figures, statistics=statistics,
-                       plots="".join(comparison_plots(comparison, pairs)))
+    header = HEADER.format(
+        title=title, run_a=html.escape(comparison.run_a), run_b=html.escape(comparison.run_b), summary=html.escape(summary)
+    )
+    main = MAIN.format(
+        n=comparison.paired_questions, figures=figures, statistics=statistics, plots="".join(comparison_plots(comparison, pairs))
+    )
     data = page_data({"pairs": [p.model_dump(mode="json") for p in pairs], "a": episodes[0], "b": episodes[1], "names": names})
     return page(title, header, main, data, SCRIPT)
 

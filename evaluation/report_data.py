@@ -8,12 +8,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from agent.trajectory import Drift, Trajectory
-from agent.writer import read_trajectories
 from corpus.collection import Corpus
 from corpus.schema import Question
 from evaluation.errors import EvaluationError
+from evaluation.run_directory import Run
 from evaluation.scoring import EpisodeScore, compared_observations
-from evaluation.summary import Run
 
 
 class Record(BaseModel):
@@ -63,16 +62,22 @@ class ReportEpisode(EpisodeScore):
 def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
     """Refuse a corpus whose papers or questions are not the ones the run was made on."""
     hashes = run.manifest.hashes
-    for what, recorded, found in (("papers", hashes.corpus_sha256, corpus.papers_sha256),
-                                  ("questions", hashes.questions_sha256, corpus.questions_sha256)):
+    for what, recorded, found in (
+        ("papers", hashes.corpus_sha256, corpus.papers_sha256),
+        ("questions", hashes.questions_sha256, corpus.questions_sha256),
+    ):
         if recorded != found:
-            raise EvaluationError(f"{where}: its {what} are not those of run {run.directory} (sha256 {found[:12]}, the run "
-                                  f"recorded {recorded[:12]}); pass --corpus (and --questions) with the corpus the run used")
+            raise EvaluationError(
+                f"{where}: its {what} are not those of run {run.directory} (the sha256 hash differs: "
+                f"{found[:12]}, the run recorded {recorded[:12]}); pass --corpus (and --questions) with the "
+                "corpus the run used"
+            )
 
 
 def gold_answers(question: Question) -> list[GoldAnswer]:
-    return [GoldAnswer(kind=answer.kind or "empty", text=answer.reference_text, evidence=list(answer.evidence))
-            for answer in question.answers]
+    return [
+        GoldAnswer(kind=answer.kind or "empty", text=answer.reference_text, evidence=list(answer.evidence)) for answer in question.answers
+    ]
 
 
 def cited_paragraphs(trajectory: Trajectory, corpus: Corpus) -> list[CitedParagraph]:
@@ -80,19 +85,36 @@ def cited_paragraphs(trajectory: Trajectory, corpus: Corpus) -> list[CitedParagr
     for item in trajectory.outcome.evidence:
         # the host resolved each address against this corpus (its hash was checked): it is there
         section = corpus.paper(item.paper_id).sections[item.section]
-        cited.append(CitedParagraph(paper_id=item.paper_id, section=item.section, paragraph=item.paragraph,
-                                    section_name=section.name or "(untitled)", text=section.paragraphs[item.paragraph]))
+        cited.append(
+            CitedParagraph(
+                paper_id=item.paper_id,
+                section=item.section,
+                paragraph=item.paragraph,
+                section_name=section.name or "(untitled)",
+                text=section.paragraphs[item.paragraph],
+            )
+        )
     return cited
 
 
 def report_steps(trajectory: Trajectory) -> list[ReportStep]:
     changed = {index: drift for index, matches, drift in compared_observations(trajectory) if not matches}
     return [
-        ReportStep(index=s.index, action=s.action_text, code=s.code, observation=s.observation,
-                   tools=[f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items() if v is not None)})"[:200]
-                          + (f" -> error: {c.error}" if c.error else "") for c in s.tool_calls],
-                   error=s.error, limit=s.limit_hit, format_error=s.format_error,
-                   changed=_changed(changed[s.index]) if s.index in changed else None)
+        ReportStep(
+            index=s.index,
+            action=s.action_text,
+            code=s.code,
+            observation=s.observation,
+            tools=[
+                f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items() if v is not None)})"[:200]
+                + (f" -> error: {c.error}" if c.error else "")
+                for c in s.tool_calls
+            ],
+            error=s.error,
+            limit=s.limit_hit,
+            format_error=s.format_error,
+            changed=_changed(changed[s.index]) if s.index in changed else None,
+        )
         for s in trajectory.steps
     ]
 
@@ -106,19 +128,27 @@ def _changed(drift: Drift | None) -> str:
 
 def report_episodes(run: Run, corpus: Corpus) -> list[ReportEpisode]:
     """Every scored line of the run with its trajectory, gold answers and cited paragraphs."""
-    trajectories = {t.episode_id: t for t in read_trajectories(run.trajectories)}
+    trajectories = {t.episode_id: t for t in run.trajectories}
     questions = {question.id: question for question in corpus.questions}
     episodes = []
     for score in run.scores:
         trajectory = trajectories.get(score.episode_id)
         if trajectory is None:
-            raise EvaluationError(f"{run.directory}: episode {score.episode_id} is in scores.jsonl but not in "
-                                  "trajectories.jsonl; rerun explorer eval --resume")
+            raise EvaluationError(
+                f"{run.directory}: episode {score.episode_id} is in scores.jsonl but not in "
+                "trajectories.jsonl; rerun explorer eval --resume"
+            )
         question = questions.get(score.question_id) if score.question_id is not None else None
         if score.question_id is not None and question is None:
             raise EvaluationError(f"{run.directory}: question {score.question_id} is not in the corpus the run recorded")
-        episodes.append(ReportEpisode(
-            **score.model_dump(), answer=trajectory.outcome.answer, reason=trajectory.outcome.reason,
-            gold=None if question is None else gold_answers(question), cited=cited_paragraphs(trajectory, corpus),
-            steps_detail=report_steps(trajectory)))
+        episodes.append(
+            ReportEpisode(
+                **score.model_dump(),
+                answer=trajectory.outcome.answer,
+                reason=trajectory.outcome.reason,
+                gold=None if question is None else gold_answers(question),
+                cited=cited_paragraphs(trajectory, corpus),
+                steps_detail=report_steps(trajectory),
+            )
+        )
     return episodes

@@ -37,8 +37,10 @@ def _text(x: float, y: float, text: str, anchor: str = "start", cls: str = "") -
 
 def _figure(title: str, width: int, height: int, body: list[str], caption: str = "") -> str:
     note = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
-    return (f'<figure><svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-            f'aria-label="{html.escape(title)}">{_text(2, 15, title, cls="title")}{"".join(body)}</svg>{note}</figure>')
+    return (
+        f'<figure><svg width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{html.escape(title)}">{_text(2, 15, title, cls="title")}{"".join(body)}</svg>{note}</figure>'
+    )
 
 
 def column_chart(title: str, x_label: str, y_label: str, columns: list[tuple[str, int]], caption: str = "") -> str:
@@ -56,21 +58,26 @@ def column_chart(title: str, x_label: str, y_label: str, columns: list[tuple[str
         body.append(_text(left - 6, y + 4, f"{mark:g}", "end", "tick"))
     for i, (label, count) in enumerate(columns):
         x, height = left + i * slot, count * scale
-        body.append(f'<rect x="{x + slot * 0.12:.1f}" y="{base_y - height:.1f}" width="{slot * 0.76:.1f}" '
-                    f'height="{height:.1f}" class="bar"><title>{html.escape(f"{label}: {count}")}</title></rect>')
+        body.append(
+            f'<rect x="{x + slot * 0.12:.1f}" y="{base_y - height:.1f}" width="{slot * 0.76:.1f}" '
+            f'height="{height:.1f}" class="bar"><title>{html.escape(f"{label}: {count}")}</title></rect>'
+        )
         body.append(_text(x + slot / 2, base_y - height - 4, str(count), "middle", "count"))
         body.append(_text(x + slot / 2, base_y + 14, label, "middle", "tick"))
     body.append(f'<line x1="{left}" x2="{WIDTH - right}" y1="{base_y}" y2="{base_y}" class="axis"/>')
     body.append(f'<line x1="{left}" x2="{left}" y1="{top_y}" y2="{base_y}" class="axis"/>')
     body.append(_text(left + (WIDTH - left - right) / 2, base_y + 30, x_label, "middle", "axis-label"))
     middle = top_y + plot_height / 2
-    body.append(f'<text x="14" y="{middle:.1f}" text-anchor="middle" transform="rotate(-90 14 {middle:.1f})" '
-                f'class="axis-label">{html.escape(y_label)}</text>')
+    body.append(
+        f'<text x="14" y="{middle:.1f}" text-anchor="middle" transform="rotate(-90 14 {middle:.1f})" '
+        f'class="axis-label">{html.escape(y_label)}</text>'
+    )
     return _figure(title, WIDTH, base_y + AXIS_SPACE + 4, body, caption)
 
 
-def bar_chart(title: str, x_label: str, bars: list[tuple[str, float, str]], maximum: float,
-              tick_format: str = "{:g}", caption: str = "") -> str:
+def bar_chart(
+    title: str, x_label: str, bars: list[tuple[str, float, str]], maximum: float, tick_format: str = "{:g}", caption: str = ""
+) -> str:
     """Horizontal bars from 0 to ``maximum`` on a ticked x axis; each bar is (label, value, what to
     write after it - the value with its count, say)."""
     label_width, right, row = 150, 90, 22
@@ -90,8 +97,10 @@ def bar_chart(title: str, x_label: str, bars: list[tuple[str, float, str]], maxi
         y = top_y + i * row + 3
         width = plot_width * min(value, maximum) / maximum
         body.append(_text(label_width - 6, y + 12, label, "end", "tick"))
-        body.append(f'<rect x="{label_width}" y="{y}" width="{width:.1f}" height="{row - 6}" class="bar">'
-                    f'<title>{html.escape(f"{label}: {annotation}")}</title></rect>')
+        body.append(
+            f'<rect x="{label_width}" y="{y}" width="{width:.1f}" height="{row - 6}" class="bar">'
+            f"<title>{html.escape(f'{label}: {annotation}')}</title></rect>"
+        )
         body.append(_text(label_width + width + 4, y + 12, annotation, cls="count"))
     body.append(f'<line x1="{label_width}" x2="{label_width + plot_width}" y1="{base_y}" y2="{base_y}" class="axis"/>')
     body.append(f'<line x1="{label_width}" x2="{label_width}" y1="{top_y}" y2="{base_y}" class="axis"/>')
@@ -111,10 +120,16 @@ F1_BINS = [(0.0, 0.2), (0.2, 0.4), (0.4, 0.6), (0.6, 0.8), (0.8, 1.0)]
 
 def f1_histogram(title: str, values: list[float]) -> str:
     """Answer F1 in five bins, the last one closed ([0.8, 1.0]) so that a perfect answer is counted."""
+
     def bin_of(value: float) -> int:
         return min(int(value * len(F1_BINS)), len(F1_BINS) - 1)
 
     counts = Counter(bin_of(value) for value in values)
     labels = [f"{low:.1f}-{high:.1f}" for low, high in F1_BINS]
-    return column_chart(title, "answer F1", "episodes", [(label, counts[i]) for i, label in enumerate(labels)],
-                        caption=f"{len(values)} scored episodes; bins include their lower edge, the last also 1.0")
+    return column_chart(
+        title,
+        "answer F1",
+        "episodes",
+        [(label, counts[i]) for i, label in enumerate(labels)],
+        caption=f"{len(values)} scored episodes; bins include their lower edge, the last also 1.0",
+    )

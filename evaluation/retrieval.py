@@ -29,9 +29,7 @@ def retrieval_metrics(index: BM25Index, questions: list[Question], ks: tuple[int
         ranked = [hit.text for hit in index.search(question.text, k=depth)]
         for k in ks:
             recalls[k].append(max(len(gold & set(ranked[:k])) / len(gold) for gold in golds))
-        reciprocal_ranks.append(max(
-            next((1 / rank for rank, text in enumerate(ranked, 1) if text in gold), 0.0) for gold in golds
-        ))
+        reciprocal_ranks.append(max(next((1 / rank for rank, text in enumerate(ranked, 1) if text in gold), 0.0) for gold in golds))
     return {
         "questions": len(reciprocal_ranks),
         **{f"recall@{k}": fmean(values) if values else None for k, values in recalls.items()},

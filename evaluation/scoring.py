@@ -80,7 +80,9 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
         evidence = [item.text for item in trajectory.outcome.evidence]
         f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
         gold = {
-            "type": kind or question_type(question), "answerable": question.answerable, "answer_f1": f1,
+            "type": kind or question_type(question),
+            "answerable": question.answerable,
+            "answer_f1": f1,
             "exact_match": best_over_references(exact_match, predicted, question),
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
             "evidence_f1": evidence_f1,
@@ -89,11 +91,17 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
             "abstained": trajectory.outcome.status == "abstained",
         }
     return EpisodeScore(
-        episode_id=trajectory.episode_id, question_id=trajectory.question_id, question=trajectory.question,
-        sample=trajectory.sample, status=trajectory.outcome.status, prediction=predicted, steps=len(trajectory.steps),
+        episode_id=trajectory.episode_id,
+        question_id=trajectory.question_id,
+        question=trajectory.question,
+        sample=trajectory.sample,
+        status=trajectory.outcome.status,
+        prediction=predicted,
+        steps=len(trajectory.steps),
         tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
         tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
-        flags=detect(trajectory, question), **gold,
+        flags=detect(trajectory, question),
+        **gold,
     )
 
 
@@ -138,27 +146,29 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         return getattr(counts, column) / total if total else None
 
     rates = detector_rates([s.flags for s in scores])
-    return RunMetrics.model_validate({
-        "episodes": len(scores),
-        "scored": len(scored),
-        "answer_f1": mean([s.answer_f1 for s in scored]),
-        "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
-        "exact_match": mean([s.exact_match for s in scored]),
-        "sub_exact_match": mean([s.sub_exact_match for s in scored]),
-        "evidence_f1": mean([s.evidence_f1 for s in scored]),
-        "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
-        "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
-        "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
-        "abstention": table,
-        "false_abstention_rate": rate("answerable", "abstained"),
-        "missed_abstention_rate": rate("unanswerable", "answered"),
-        "status": dict(sorted(Counter(s.status for s in scores).items())),
-        "mean_steps": fmean(s.steps for s in scores) if scores else None,
-        "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
-        "detector_rates": rates,
-        "verdict": verdict(rates, collapse_threshold),
-        "sampling": sample_metrics(scores),
-    })
+    return RunMetrics.model_validate(
+        {
+            "episodes": len(scores),
+            "scored": len(scored),
+            "answer_f1": mean([s.answer_f1 for s in scored]),
+            "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
+            "exact_match": mean([s.exact_match for s in scored]),
+            "sub_exact_match": mean([s.sub_exact_match for s in scored]),
+            "evidence_f1": mean([s.evidence_f1 for s in scored]),
+            "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
+            "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
+            "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
+            "abstention": table,
+            "false_abstention_rate": rate("answerable", "abstained"),
+            "missed_abstention_rate": rate("unanswerable", "answered"),
+            "status": dict(sorted(Counter(s.status for s in scores).items())),
+            "mean_steps": fmean(s.steps for s in scores) if scores else None,
+            "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
+            "detector_rates": rates,
+            "verdict": verdict(rates, collapse_threshold),
+            "sampling": sample_metrics(scores),
+        }
+    )
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:
@@ -186,15 +196,18 @@ def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
         voters = [s for s in group if s.status in ENDED_BY_POLICY] or group  # a step limit or server error casts no vote
         votes = Counter(normalize_answer(score.prediction) for score in voters)
         top = max(votes.values())
-        winner = next(normalize_answer(s.prediction) for s in sorted(voters, key=lambda s: s.sample)
-                      if votes[normalize_answer(s.prediction)] == top)  # ties: the earliest sample's answer
+        winner = next(
+            normalize_answer(s.prediction) for s in sorted(voters, key=lambda s: s.sample) if votes[normalize_answer(s.prediction)] == top
+        )  # ties: the earliest sample's answer
         majority_f1.append(next(s.answer_f1 for s in voters if normalize_answer(s.prediction) == winner))
         agreement.append(top / len(group))
     return SampleMetrics(
-        samples=k_max, questions=len(by_question),
+        samples=k_max,
+        questions=len(by_question),
         pass_at_k={str(k): fmean(pass_at_k(len(g), sum(s.exact_match >= 1 for s in g), k) for g in by_question.values()) for k in ks},
         mean_answer_f1=fmean(fmean(s.answer_f1 for s in g) for g in by_question.values()),
-        majority_answer_f1=fmean(majority_f1), agreement=fmean(agreement),
+        majority_answer_f1=fmean(majority_f1),
+        agreement=fmean(agreement),
     )
 
 
@@ -227,10 +240,22 @@ def replay_drift(trajectories: list[Trajectory]) -> ReplayDrift | None:
         located = [(index, drift) for index, drift in changes if drift is not None]
         if first is None and located:
             index, drift = located[0]
-            first = FirstChange(episode_id=trajectory.episode_id, question_id=trajectory.question_id, step=index,
-                                position=drift.position, recorded=drift.recorded, current=drift.current)
-    return ReplayDrift(episodes=len(replayed), steps=steps, observations_compared=compared, observations_changed=changed,
-                       episodes_changed=episodes_changed, first_change=first)
+            first = FirstChange(
+                episode_id=trajectory.episode_id,
+                question_id=trajectory.question_id,
+                step=index,
+                position=drift.position,
+                recorded=drift.recorded,
+                current=drift.current,
+            )
+    return ReplayDrift(
+        episodes=len(replayed),
+        steps=steps,
+        observations_compared=compared,
+        observations_changed=changed,
+        episodes_changed=episodes_changed,
+        first_change=first,
+    )
 
 
 def compared_observations(trajectory: Trajectory) -> list[tuple[int, bool, Drift | None]]:
@@ -242,8 +267,10 @@ def compared_observations(trajectory: Trajectory) -> list[tuple[int, bool, Drift
         info = step.policy_info
         if info is None:
             continue
-        for matches, drift, index in ((info.previous_observation_matches, info.drift, step.index - 1),
-                                      (info.final_observation_matches, info.final_drift, step.index)):
+        for matches, drift, index in (
+            (info.previous_observation_matches, info.drift, step.index - 1),
+            (info.final_observation_matches, info.final_drift, step.index),
+        ):
             if matches is not None:
                 compared.append((index, matches, drift))
     return compared

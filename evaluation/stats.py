@@ -50,10 +50,15 @@ def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95, resampl
         return {"mean": None, "low": None, "high": None, "confidence": confidence}
     if data.size == 1 or np.all(data == data[0]):
         return {"mean": float(data[0]), "low": float(data[0]), "high": float(data[0]), "confidence": confidence}
-    result = stats.bootstrap((data,), np.mean, confidence_level=confidence, n_resamples=resamples,
-                             method="BCa", random_state=np.random.default_rng(seed))
-    return {"mean": float(data.mean()), "low": float(result.confidence_interval.low),
-            "high": float(result.confidence_interval.high), "confidence": confidence}
+    result = stats.bootstrap(
+        (data,), np.mean, confidence_level=confidence, n_resamples=resamples, method="BCa", random_state=np.random.default_rng(seed)
+    )
+    return {
+        "mean": float(data.mean()),
+        "low": float(result.confidence_interval.low),
+        "high": float(result.confidence_interval.high),
+        "confidence": confidence,
+    }
 
 
 def format_p(p_value: float | None, floor: float = 1e-4) -> str:

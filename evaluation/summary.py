@@ -1,58 +1,17 @@
-"""A run directory read back, and its terminal summary (``explorer eval``'s last words, ``explorer inspect``)."""
+"""A run's metrics in the terminal: ``explorer eval``'s last words, ``explorer inspect``'s summary.
+
+Reading the run directory is ``evaluation.run_directory``'s (``Run.load``); this module only prints."""
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from agent.manifest import RunManifest
 from agent.terminal_text import untrusted
-from corpus.jsonl import JsonLinesError, read_records
-from evaluation.errors import EvaluationError
 from evaluation.records import ReplayDrift, RunMetrics
-from evaluation.scoring import EpisodeScore
-
-
-@dataclass
-class Run:
-    directory: Path
-    manifest: RunManifest
-    metrics: RunMetrics
-    scores: list[EpisodeScore]
-
-    @property
-    def trajectories(self) -> Path:
-        return self.directory / "trajectories.jsonl"
-
-    def by_question(self) -> dict[str, EpisodeScore]:
-        return {score.question_id: score for score in self.scores}
-
-
-def load_run(directory: Path) -> Run:
-    """A finished run (``explorer eval`` wrote its metrics), or one clear line saying what is missing."""
-    if not directory.is_dir():
-        raise EvaluationError(f"{directory}: no such run directory")
-    try:
-        manifest = RunManifest.model_validate_json((directory / "manifest.json").read_bytes())
-        metrics = RunMetrics.model_validate_json((directory / "metrics.json").read_bytes())
-        scores = read_records(directory / "scores.jsonl", EpisodeScore, what="episode score")  # bytes split on \n only
-    except FileNotFoundError as error:
-        raise EvaluationError(f"{directory}: no {Path(error.filename).name}; is the run finished? (explorer eval --resume finishes it)") from None
-    except json.JSONDecodeError as error:
-        raise EvaluationError(f"{directory}: a run file is not valid JSON ({error.msg}); rerun explorer eval --resume") from None
-    except JsonLinesError as error:
-        raise EvaluationError(f"{error}; rerun explorer eval --resume") from None
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        raise EvaluationError(f"{directory}: a run file does not hold what explorer eval writes (field "
-                              f"'{'.'.join(map(str, first['loc']))}': {first['msg']}); rerun explorer eval --resume") from None
-    return Run(directory, manifest, metrics, scores)
 
 
 def _shown(value) -> str:
@@ -66,11 +25,7 @@ NO_ANSWER = ("step_limit", "context_limit", "policy_error")
 
 def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
     table = Table("metric", "value", title=untrusted(str(out)) if out else "metrics")
-    headline = [("episodes", metrics.episodes), ("answer_f1", metrics.answer_f1), ("exact_match", metrics.exact_match),
-                ("sub_exact_match", metrics.sub_exact_match), ("evidence_f1", metrics.evidence_f1),
-                ("evidence_f1_text_only", metrics.evidence_f1_text_only), ("evidence_f1_strict", metrics.evidence_f1_strict), ("false_abstention_rate", metrics.false_abstention_rate),
-                ("missed_abstention_rate", metrics.missed_abstention_rate), ("mean_steps", metrics.mean_steps),
-                ("mean_tool_calls", metrics.mean_tool_calls)]
+    headline = metrics.headline()
     ci = metrics.answer_f1_ci95
     for name, value in headline:
         shown = _shown(value)
@@ -89,20 +44,26 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     console.print(abstention)
     unanswered = sum(counts.no_answer() for _, counts in metrics.abstention.rows())
     if unanswered:
-        console.print(f"[yellow]{unanswered} episodes ended without answering or abstaining (flagged no_answer): "
-                      "counted in neither column of the abstention tests[/yellow]")
+        console.print(
+            f"[yellow]{unanswered} episodes ended without answering or abstaining (flagged no_answer): "
+            "counted in neither column of the abstention tests[/yellow]"
+        )
     if metrics.evidence_f1_strict is not None and metrics.evidence_f1 is not None and metrics.evidence_f1_strict != metrics.evidence_f1:
-        console.print(f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
-                      f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
-                      "answered score 0 (evidence_f1_strict)")
+        console.print(
+            f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
+            f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
+            "answered score 0 (evidence_f1_strict)"
+        )
     if metrics.sampling is not None:
         sampled = metrics.sampling
         table = Table("k", "pass@k (exact match)", title=f"{sampled.samples} samples of {sampled.questions} questions")
         for k, value in sampled.pass_at_k.items():
             table.add_row(k, f"{value:.3f}")
         console.print(table)
-        console.print(f"answer F1: mean over samples {sampled.mean_answer_f1:.3f}, majority vote {sampled.majority_answer_f1:.3f}; "
-                      f"agreement with the majority {sampled.agreement:.1%}")
+        console.print(
+            f"answer F1: mean over samples {sampled.mean_answer_f1:.3f}, majority vote {sampled.majority_answer_f1:.3f}; "
+            f"agreement with the majority {sampled.agreement:.1%}"
+        )
     rates = {name: rate for name, rate in metrics.detector_rates.items() if rate}
     if rates:
         detectors = Table("detector", "episodes flagged", title="behaviour")
@@ -111,11 +72,18 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         console.print(detectors)
     verdict = metrics.verdict
     style = "bold red" if verdict.verdict == "shortcut collapse" else "green"
-    console.print(Text.assemble(untrusted(verdict.verdict, style=style), f": direct-submit rate {verdict.direct_submit_rate:.1%} "
-                                f"(threshold {verdict.threshold:.0%})"))
+    console.print(
+        Text.assemble(
+            untrusted(verdict.verdict, style=style),
+            f": direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})",
+        )
+    )
     console.print(untrusted("status: " + ", ".join(f"{k} {v}" for k, v in metrics.status.items())))
-    for name, value in (("api_retries", metrics.api_retries), ("parity_warnings", metrics.parity_warnings),
-                        ("hit_cap_steps", metrics.hit_cap_steps)):
+    for name, value in (
+        ("api_retries", metrics.api_retries),
+        ("parity_warnings", metrics.parity_warnings),
+        ("hit_cap_steps", metrics.hit_cap_steps),
+    ):
         if value:
             console.print(f"[yellow]{name}: {value}[/yellow]")
     if metrics.replay is not None:
@@ -123,31 +91,48 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     prereg = metrics.preregistration
     if prereg:
         style = "bold green" if prereg.passed else "bold red"
-        console.print(Text.assemble((f"preregistered rule: {'PASS' if prereg.passed else 'FAIL'}", style), " ", untrusted(f"({prereg.file})")))
+        console.print(
+            Text.assemble((f"preregistered rule: {'PASS' if prereg.passed else 'FAIL'}", style), " ", untrusted(f"({prereg.file})"))
+        )
         for check in prereg.checks:
             console.print(untrusted(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})"))
-        for test in (prereg.comparison.fisher if prereg.comparison else []):
-            console.print(untrusted(f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
-                                    f"{' (significant)' if test.significant else ''}"))
+        for test in prereg.comparison.fisher if prereg.comparison else []:
+            console.print(
+                untrusted(
+                    f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
+                    f"{' (significant)' if test.significant else ''}"
+                )
+            )
     if out is not None:
-        console.print(untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}"))
+        console.print(
+            untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
+        )
 
 
 def print_replay_drift(console: Console, drift: ReplayDrift) -> None:
     """One line when the replay reproduced every recorded observation; else how many changed and the first change."""
     if not drift.observations_compared:
-        console.print(f"[yellow]replay: no recorded observation was compared ({drift.episodes} episodes, {drift.steps} steps replayed)[/yellow]")
+        console.print(
+            f"[yellow]replay: no recorded observation was compared ({drift.episodes} episodes, {drift.steps} steps replayed)[/yellow]"
+        )
         return
     if not drift.observations_changed:
-        console.print(f"[green]replay: all {drift.observations_compared} recorded observations reproduced "
-                      f"({drift.episodes} episodes, {drift.steps} steps replayed)[/green]")
+        console.print(
+            f"[green]replay: all {drift.observations_compared} recorded observations reproduced "
+            f"({drift.episodes} episodes, {drift.steps} steps replayed)[/green]"
+        )
         return
-    console.print(f"[bold yellow]replay drift: {drift.observations_changed} of {drift.observations_compared} recorded observations "
-                  f"changed, in {drift.episodes_changed} of {drift.episodes} episodes[/bold yellow] ({drift.steps} steps replayed)")
+    console.print(
+        f"[bold yellow]replay drift: {drift.observations_changed} of {drift.observations_compared} recorded observations "
+        f"changed, in {drift.episodes_changed} of {drift.episodes} episodes[/bold yellow] ({drift.steps} steps replayed)"
+    )
     first = drift.first_change
     if first is not None:
         question = f" (question {first.question_id})" if first.question_id else ""
-        console.print(untrusted(f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, "
-                                f"character {first.position}"))
+        console.print(
+            untrusted(
+                f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, character {first.position}"
+            )
+        )
         console.print(untrusted(f"    recorded: {first.recorded!r}"))
         console.print(untrusted(f"    current:  {first.current!r}"))

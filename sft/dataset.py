@@ -52,7 +52,7 @@ class Built:
 
 
 def turn_type(step) -> str:
-    """"final" when the action ends the episode (submit or abstain), else "tool"."""
+    """ "final" when the action ends the episode (submit or abstain), else "tool"."""
     return "final" if any(call.name in ENDING_TOOLS for call in step.tool_calls) else "tool"
 
 
@@ -107,8 +107,9 @@ def fit(example: Example, max_length: int, overflow: str) -> Example | None:
     if not kept:
         return None
     end = kept[-1].end_of_turn
-    return example.model_copy(update={"input_ids": example.input_ids[:end], "labels": example.labels[:end], "turns": kept,
-                                      "split_at_turn": len(kept)})
+    return example.model_copy(
+        update={"input_ids": example.input_ids[:end], "labels": example.labels[:end], "turns": kept, "split_at_turn": len(kept)}
+    )
 
 
 def is_validation(paper_id: str, share: float) -> bool:
@@ -136,11 +137,17 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
         candidates.append((trajectory, question, paper_id))
     if settings.best_of is not None:
         candidates = best_attempts(candidates, settings.best_of, built.dropped)
-    for trajectory, question, paper_id in candidates:
+    for trajectory, _question, paper_id in candidates:
         ids, labels, turns = tokenize_trajectory(trajectory, renderer, settings.train_thinking)
         example = Example(
-            episode_id=trajectory.episode_id, question_id=trajectory.question_id, paper_id=paper_id, question=trajectory.question,
-            first_action_submits=bool(turns) and turns[0].type == "final", input_ids=ids, labels=labels, turns=turns,
+            episode_id=trajectory.episode_id,
+            question_id=trajectory.question_id,
+            paper_id=paper_id,
+            question=trajectory.question,
+            first_action_submits=bool(turns) and turns[0].type == "final",
+            input_ids=ids,
+            labels=labels,
+            turns=turns,
         )
         fitted = fit(example, settings.max_length, settings.overflow)
         if fitted is None:

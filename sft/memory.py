@@ -7,14 +7,26 @@ allocator fragmentation); bench/gpu_check.py --train measures the real peak to c
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+
+from sft.errors import TrainingError
 
 GIB = 2**30
 # Qwen/Qwen3-8B config.json as published: used when the config cannot be fetched (offline).
 QWEN3_8B = {
-    "vocab_size": 151936, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
-    "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 40960,
-    "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "vocab_size": 151936,
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
 }
 NF4_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)  # 4-bit values, 8-bit absmax per 64 (double quant), fp32 per 256 blocks
 CUDA_OVERHEAD_GIB = 1.0
@@ -34,20 +46,41 @@ class Shape:
     @classmethod
     def from_config(cls, config: dict) -> Shape:
         head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
-        return cls(config["vocab_size"], config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"],
-                   config["num_attention_heads"], config.get("num_key_value_heads") or config["num_attention_heads"],
-                   head_dim, bool(config.get("tie_word_embeddings")))
+        return cls(
+            config["vocab_size"],
+            config["hidden_size"],
+            config["intermediate_size"],
+            config["num_hidden_layers"],
+            config["num_attention_heads"],
+            config.get("num_key_value_heads") or config["num_attention_heads"],
+            head_dim,
+            bool(config.get("tie_word_embeddings")),
+        )
 
     def projections(self) -> dict[str, tuple[int, int]]:
         """(in, out) features of each linear projection in one decoder layer."""
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
-        return {"q_proj": (self.hidden, q), "k_proj": (self.hidden, kv), "v_proj": (self.hidden, kv), "o_proj": (q, self.hidden),
-                "gate_proj": (self.hidden, self.intermediate), "up_proj": (self.hidden, self.intermediate),
-                "down_proj": (self.intermediate, self.hidden)}
+        return {
+            "q_proj": (self.hidden, q),
+            "k_proj": (self.hidden, kv),
+            "v_proj": (self.hidden, kv),
+            "o_proj": (q, self.hidden),
+            "gate_proj": (self.hidden, self.intermediate),
+            "up_proj": (self.hidden, self.intermediate),
+            "down_proj": (self.intermediate, self.hidden),
+        }
 
 
-def estimate(shape: Shape, max_length: int, lora_r: int, target_modules: list[str], quantized: bool = True,
-             gradient_checkpointing: bool = True, trained_share: float = 1.0, batch_size: int = 1) -> dict:
+def estimate(
+    shape: Shape,
+    max_length: int,
+    lora_r: int,
+    target_modules: list[str],
+    quantized: bool = True,
+    gradient_checkpointing: bool = True,
+    trained_share: float = 1.0,
+    batch_size: int = 1,
+) -> dict:
     """Peak memory terms in GiB for one QLoRA training step on a sequence of ``max_length`` tokens."""
     projections = shape.projections()
     linear = shape.layers * sum(i * o for i, o in projections.values())
@@ -65,8 +98,11 @@ def estimate(shape: Shape, max_length: int, lora_r: int, target_modules: list[st
         layer = 0
     logits = tokens * trained_share * shape.vocab * (2 + 4 + 4)  # bf16 logits, fp32 for the loss, their gradient
     terms = {
-        "weights": weights / GIB, "lora_and_optimizer": lora_state / GIB, "activations": (kept + layer) / GIB,
-        "logits": logits / GIB, "cuda_overhead": CUDA_OVERHEAD_GIB,
+        "weights": weights / GIB,
+        "lora_and_optimizer": lora_state / GIB,
+        "activations": (kept + layer) / GIB,
+        "logits": logits / GIB,
+        "cuda_overhead": CUDA_OVERHEAD_GIB,
     }
     terms["total"] = sum(terms.values())
     terms["lora_parameters"] = lora
@@ -82,3 +118,19 @@ def tokens_per_second(shape: Shape, tflops: float = L4_BF16_TFLOPS, utilisation:
     backward pass through frozen weights (2N) - 6N FLOPs per token, N the base's parameters."""
     parameters = shape.layers * sum(i * o for i, o in shape.projections().values()) + shape.vocab * shape.hidden
     return tflops * 1e12 * utilisation / (6 * parameters)
+
+
+def model_shape(model: str) -> tuple[Shape, str]:
+    """The architecture of ``model`` from its config.json, and where it came from; Qwen/Qwen3-8B's
+    published one when offline."""
+    local = Path(model) / "config.json"
+    if local.exists():
+        return Shape.from_config(json.loads(local.read_text())), str(local)
+    if model == "Qwen/Qwen3-8B":  # the default: no network needed to plan a run
+        return Shape.from_config(QWEN3_8B), "Qwen/Qwen3-8B's published config.json (built in)"
+    try:
+        from transformers import AutoConfig
+
+        return Shape.from_config(AutoConfig.from_pretrained(model).to_dict()), f"{model} (hub config)"
+    except Exception as error:  # offline, or no such repository
+        raise TrainingError(f"{model}: cannot read its config ({str(error).splitlines()[0]}); name a local model directory") from None

@@ -18,8 +18,9 @@ from sft.records import BuildReport, Example
 
 def check_report(report: BuildReport, renderer: ChatRenderer, data: str) -> Mismatch | None:
     if report.tokenizer_sha256 != renderer.fingerprint:
-        return Mismatch(data, f"built with the tokenizer {report.tokenizer_sha256[:12]} ({report.tokenizer}), "
-                              f"checked with {renderer.fingerprint[:12]}")
+        return Mismatch(
+            data, f"built with the tokenizer {report.tokenizer_sha256[:12]} ({report.tokenizer}), checked with {renderer.fingerprint[:12]}"
+        )
     return None
 
 
@@ -27,7 +28,9 @@ def check_example(example: Example, candidates: list[Trajectory], renderer: Chat
     """None when the example is exactly one of ``candidates`` (the trajectories with its episode
     id) through the renderer: ids, labels, turns, and where it was cut; else the first difference."""
     if not candidates:
-        return Mismatch(f"example {example.episode_id}", "its trajectory is not among the files given; pass every file the data was built from")
+        return Mismatch(
+            f"example {example.episode_id}", "its trajectory is not among the files given; pass every file the data was built from"
+        )
     mismatches = [_against(example, trajectory, renderer, train_thinking) for trajectory in candidates]
     return None if None in mismatches else mismatches[0]
 
@@ -46,13 +49,18 @@ def _against(example: Example, trajectory: Trajectory, renderer: ChatRenderer, t
         return mismatch
     if example.labels != labels:
         position = common_prefix(example.labels, labels)
-        token = renderer.decode(example.input_ids[position:position + 1])
+        token = renderer.decode(example.input_ids[position : position + 1])
         said = "missing" if position >= len(example.labels) else "trained" if example.labels[position] != IGNORE else "not trained"
-        return Mismatch(where, f"the example's labels differ from its trajectory's at token {position} ({token!r}): the example has it {said}")
+        return Mismatch(
+            where, f"the example's labels differ from its trajectory's at token {position} ({token!r}): the example has it {said}"
+        )
     if example.turns != turns:
         return Mismatch(where, "the example's turns (trained spans and their types) differ from its trajectory's")
-    facts = {"question_id": trajectory.question_id, "question": trajectory.question,
-             "first_action_submits": bool(turns) and turns[0].type == "final"}
+    facts = {
+        "question_id": trajectory.question_id,
+        "question": trajectory.question,
+        "first_action_submits": bool(turns) and turns[0].type == "final",
+    }
     if trajectory.paper_id is not None:
         facts["paper_id"] = trajectory.paper_id
     wrong = [name for name, value in facts.items() if getattr(example, name) != value]

@@ -46,14 +46,20 @@ class Teacher(Policy):
         if self.direct and step == 0:
             return self._reply(*self._final())
         plan = [
-            lambda: (f"hits = search({json.dumps(key_terms(q.text))}, k=5)\n"
-                     "[(h['paper_id'], h['section'], h['paragraph'], h['title']) for h in hits]",
-                     "I search the corpus for the question's key terms."),
-            lambda: (f"print(read({json.dumps(q.paper_id)}" + (f", section={self.evidence[0][0]}))" if self.evidence else "))"),
-                     "I read the part of the paper that should answer it." if self.evidence else "I read the paper's outline."),
-            lambda: (f"found = extract({json.dumps(q.paper_id)}, {json.dumps(q.text)}, k=3)\n"
-                     "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
-                     "I extract the sentences that best match the question."),
+            lambda: (
+                f"hits = search({json.dumps(key_terms(q.text))}, k=5)\n"
+                "[(h['paper_id'], h['section'], h['paragraph'], h['title']) for h in hits]",
+                "I search the corpus for the question's key terms.",
+            ),
+            lambda: (
+                f"print(read({json.dumps(q.paper_id)}" + (f", section={self.evidence[0][0]}))" if self.evidence else "))"),
+                "I read the part of the paper that should answer it." if self.evidence else "I read the paper's outline.",
+            ),
+            lambda: (
+                f"found = extract({json.dumps(q.paper_id)}, {json.dumps(q.text)}, k=3)\n"
+                "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
+                "I extract the sentences that best match the question.",
+            ),
         ]
         return self._reply(*(plan[step]() if step < len(plan) else self._final()))
 

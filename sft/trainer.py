@@ -1,6 +1,7 @@
 """What training needs from transformers' Trainer: the assistant-only loss, batching, the hook
 that validates and completes each checkpoint (and stops on Ctrl-C), and the progress display.
-Imported only when training runs (transformers is heavy)."""
+Imported only when training runs (transformers is heavy), by ``sft.train``; it imports nothing
+that imports it."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from tqdm import tqdm
 from transformers import PrinterCallback, Trainer, TrainerCallback
 
 from sft.dataset import IGNORE
+from sft.interrupts import Interrupt
+from sft.model import assistant_loss
 from sft.records import Example, ValidationRecord
-from sft.train import Interrupt, Validator, assistant_loss, scalars
+from sft.validation import Validator, scalars
 
 
 class AssistantLossTrainer(Trainer):
@@ -151,8 +154,12 @@ class Progress(TrainerCallback):
             return
         left = (state.max_steps - state.global_step) * elapsed / steps if steps else None
         eta = "?" if left is None else str(datetime.timedelta(seconds=round(left)))
-        print(f"step {state.global_step}/{state.max_steps} | epoch {state.epoch or 0:.2f} | loss {logs['loss']:.4f} | "
-              f"{speed:,.0f} input tokens/s | ETA {eta}", file=sys.stderr, flush=True)
+        print(
+            f"step {state.global_step}/{state.max_steps} | epoch {state.epoch or 0:.2f} | loss {logs['loss']:.4f} | "
+            f"{speed:,.0f} input tokens/s | ETA {eta}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.bar is not None:

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.in_process import run_in_process
+
 FIXTURES = Path(__file__).parent / "fixtures"
 QASPER_MINI = FIXTURES / "qasper-mini-v0.3.json"
 
@@ -41,9 +43,17 @@ def checkout_environment(extra: dict | None = None) -> dict:
 
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`explorer ARGS` as a user types it, in a fresh process."""
-    return subprocess.run(explorer_command(*args), capture_output=True, text=True, cwd=cwd,
-                          env=checkout_environment(env), timeout=HANG_SECONDS)
+    """`explorer ARGS` as a user types it, run in this process as a fresh one would run it
+    (tests/in_process.py says what is isolated): exit status, stdout and stderr as a subprocess's."""
+    return run_in_process(args, cwd, checkout_environment(env))
+
+
+def run_cli_process(*args: str, cwd: Path | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`explorer ARGS` in a fresh process: for tests where the process matters (kill -9, signals,
+    forked episode processes, commands at once, start-up imports, an environment variable read at import)."""
+    return subprocess.run(
+        explorer_command(*args), capture_output=True, text=True, cwd=cwd, env=checkout_environment(env), timeout=HANG_SECONDS
+    )
 
 
 @pytest.fixture(scope="session")

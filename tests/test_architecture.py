@@ -1,8 +1,10 @@
-"""Imports flow one way: corpus <- tools <- agent <- evaluation <- sft <- cli.
+"""Imports flow one way: corpus <- tools <- agent <- evaluation <- sft <- paper_explorer <- cli.
 
-Every import in every module of the six packages is read from its source (lazy imports inside
-functions included), and a module may import only its own package or one below it. Module-level
-imports may not form a cycle either.
+Every import in every module of the seven packages is read from its source (lazy imports inside
+functions included), and a module may import only its own package or one below it. Imports may
+not form a cycle, not even through a lazy import inside a function. In cli/, a command module
+imports no other command module: what two commands share is a workflow of the core packages or
+one of the few shared cli modules.
 """
 
 import ast
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("corpus", "tools", "agent", "evaluation", "sft", "cli")
+LAYERS = ("corpus", "tools", "agent", "evaluation", "sft", "paper_explorer", "cli")
 
 
 def modules() -> dict[str, Path]:
@@ -48,38 +50,104 @@ def test_every_layer_imports_only_itself_and_the_layers_below():
     assert not upward, "imports that point up the layers:\n" + "\n".join(sorted(set(upward)))
 
 
-def test_module_level_imports_have_no_cycle():
+def import_graph(module_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the modules of ours it imports ("corpus.BM25" resolves to "corpus")."""
     known = modules()
     graph = {}
     for name, path in known.items():
         targets = set()
-        for _, target in imported(path, module_level_only=True):
-            while target and target not in known:  # "corpus.BM25" -> "corpus"
+        for _, target in imported(path, module_level_only):
+            while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:
                 targets.add(target)
         graph[name] = targets
+    return graph
 
-    visiting, done, cycles = set(), set(), []
 
-    def visit(node: str, trail: list[str]) -> None:
-        if node in done:
-            return
-        if node in visiting:
-            cycles.append(" -> ".join(trail[trail.index(node):] + [node]))
-            return
-        visiting.add(node)
+def cycles(graph: dict[str, set[str]]) -> list[str]:
+    """Each set of modules that import one another in a ring (a strongly connected component)."""
+    order, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node: str) -> None:
+        order[node] = low[node] = len(order)
+        stack.append(node)
+        on_stack.add(node)
         for target in sorted(graph[node]):
-            visit(target, trail + [node])
-        visiting.discard(node)
-        done.add(node)
+            if target not in order:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], order[target])
+        if low[node] == order[node]:
+            ring = []
+            while not ring or ring[-1] != node:
+                ring.append(stack.pop())
+                on_stack.discard(ring[-1])
+            if len(ring) > 1:
+                found.append(" <-> ".join(sorted(ring)))
 
     for node in sorted(graph):
-        visit(node, [])
-    assert not cycles, "module-level import cycles:\n" + "\n".join(cycles)
+        if node not in order:
+            visit(node)
+    return found
+
+
+def test_module_level_imports_have_no_cycle():
+    found = cycles(import_graph(module_level_only=True))
+    assert not found, "module-level import cycles:\n" + "\n".join(found)
+
+
+def test_no_cycle_hides_in_a_function_level_import():
+    """A lazy import inside a function still ties two modules together: no ring of imports at all."""
+    found = cycles(import_graph(module_level_only=False))
+    assert not found, "import cycles (lazy imports included):\n" + "\n".join(found)
+
+
+# What every command module may share; cli.main assembles the commands.
+SHARED_CLI_MODULES = {"cli", "cli.options", "cli.flags", "cli.errors", "cli.display", "cli.usage_errors"}
+
+
+def test_no_command_module_imports_another():
+    """A command is parse -> config -> one call -> print: a workflow another command needs lives in
+    the core packages, never in a command module."""
+    offenders = []
+    for name, path in modules().items():
+        if not name.startswith("cli.") or name in SHARED_CLI_MODULES or name == "cli.main":
+            continue
+        for line, target in imported(path):
+            module = target if target in modules() else target.rpartition(".")[0]
+            if module.startswith("cli") and module not in SHARED_CLI_MODULES:
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not offenders, "command modules that import another command module:\n" + "\n".join(sorted(set(offenders)))
+
+
+def test_the_shared_cli_modules_import_no_command_module():
+    known = modules()
+    offenders = []
+    for name in SHARED_CLI_MODULES & set(known):
+        for line, target in imported(known[name]):
+            module = target if target in known else target.rpartition(".")[0]
+            if module.startswith("cli") and module not in SHARED_CLI_MODULES:
+                offenders.append(f"{known[name].relative_to(ROOT)}:{line} imports {target}")
+    assert not offenders, "\n".join(sorted(set(offenders)))
 
 
 @pytest.mark.parametrize("package", LAYERS[:-1])
 def test_core_code_never_raises_the_cli_error(package):
     offenders = [str(path.relative_to(ROOT)) for path in (ROOT / package).rglob("*.py") if "UsageError" in path.read_text()]
     assert not offenders
+
+
+LONG_MODULE_LINES = 400
+
+
+def test_a_long_module_says_why_it_is_one_module():
+    """Modules stay small and do one thing; one past ~400 lines says in its docstring why it is one."""
+    unexplained = []
+    for path in modules().values():
+        lines = path.read_text().count("\n")
+        docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if lines > LONG_MODULE_LINES and "Why one module" not in docstring:
+            unexplained.append(f"{path.relative_to(ROOT)}: {lines} lines")
+    assert not unexplained, "long modules without a 'Why one module' paragraph:\n" + "\n".join(unexplained)

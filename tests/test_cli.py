@@ -1,4 +1,4 @@
-"""The `explorer` command as a user runs it: a real subprocess, real files, exit codes."""
+"""The `explorer` command as a user runs it (in this process, as a fresh one would run it): real files, exit codes."""
 
 import json
 

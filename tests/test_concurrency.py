@@ -15,7 +15,7 @@ from agent.errors import AgentError
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 from tests.agent.test_openai_policy import FakeServer
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, run_cli_process
 
 SEARCH = '```python\nhits = search("learning rate")\nprint(hits[:2])\n```'
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
@@ -44,8 +44,26 @@ def scripted_server(tiny_tokenizer, latency=0.0, fail=None) -> FakeServer:
 
 def openai_eval(server_urls, tiny_tokenizer, out, *extra):
     urls = [option for url in server_urls for option in ("--base-url", url)]
-    return run_cli("eval", "--policy", "openai", *urls, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-                   "--limit", "24", "--max-steps", "4", "--retries", "3", "--out", str(out), *extra)
+    run = run_cli_process if "--workers" in extra else run_cli  # forked episode processes: not from the test process
+    return run(
+        "eval",
+        "--policy",
+        "openai",
+        *urls,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--limit",
+        "24",
+        "--max-steps",
+        "4",
+        "--retries",
+        "3",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def comparable(run) -> dict:
@@ -133,6 +151,7 @@ def test_the_least_busy_replica_gets_the_request_and_a_failed_one_comes_back():
             answers[name] += 1
             time.sleep(0.05)
             return 200, {"ok": name}
+
         return FakeServer(respond=respond)
 
     first, second = serve("a"), serve("b")
@@ -251,10 +270,27 @@ def alive(pid: int) -> bool:
 
 def start_in_flight(tiny_tokenizer, server, out, *how) -> subprocess.Popen:
     """An eval against ``server`` in a process of its own, returned once it has written 10 episodes."""
-    command = explorer_command("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-                               "--limit", "60", "--max-steps", "4", *how, "--out", str(out))
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               env=checkout_environment())
+    command = explorer_command(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--limit",
+        "60",
+        "--max-steps",
+        "4",
+        *how,
+        "--out",
+        str(out),
+    )
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=checkout_environment()
+    )
     log = out / "trajectories.jsonl"
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 10):
@@ -278,7 +314,7 @@ def test_a_killed_run_of_processes_resumes_with_every_episode_once_and_leaves_no
     log = out / "trajectories.jsonl"
     written = log.read_text().count("\n")
     assert 10 <= written < 60
-    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "3", "--concurrency", "2")  # another combination
+    done = run_cli_process("eval", "--out", str(out), "--resume", "--workers", "3", "--concurrency", "2")  # another combination
     assert done.returncode == 0, done.stderr
     ids = [json.loads(line)["episode_id"] for line in log.read_text().splitlines()]
     assert len(ids) == 60 == len(set(ids))
@@ -292,7 +328,7 @@ def test_ctrl_c_stops_the_processes_and_keeps_what_finished(tiny_tokenizer, tmp_
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the foreground group
     _, stderr = process.communicate(timeout=HANG_SECONDS)
     assert process.returncode == 130 and "Traceback" not in stderr, stderr  # as with episodes in flight in one process
-    done = run_cli("eval", "--out", str(out), "--resume", "--concurrency", "3")
+    done = run_cli_process("eval", "--out", str(out), "--resume", "--concurrency", "3")  # the recorded 2 workers fork
     assert done.returncode == 0, done.stderr
     ids = [json.loads(line)["episode_id"] for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(ids) == 60 == len(set(ids))
@@ -302,10 +338,28 @@ def test_ctrl_c_stops_the_processes_and_keeps_what_finished(tiny_tokenizer, tmp_
 def test_a_killed_run_in_flight_resumes_with_every_episode_once(tiny_tokenizer, tmp_path):
     server = scripted_server(tiny_tokenizer, latency=0.15)
     out = tmp_path / "run"
-    command = explorer_command("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-                  "--limit", "60", "--max-steps", "4", "--concurrency", "8", "--out", str(out))
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                               env=checkout_environment())
+    command = explorer_command(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--limit",
+        "60",
+        "--max-steps",
+        "4",
+        "--concurrency",
+        "8",
+        "--out",
+        str(out),
+    )
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=checkout_environment()
+    )
     log = out / "trajectories.jsonl"
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 10):
@@ -332,8 +386,9 @@ def test_malformed_answers_go_to_another_replica_and_wrong_types_are_not_recorde
     healthy = scripted_server(tiny_tokenizer)
     not_an_answer = answering((200, [1, 2, 3]))
     redirecting = answering((302, {}))
-    done = openai_eval([not_an_answer.url, redirecting.url, healthy.url], tiny_tokenizer, tmp_path / "run",
-                       "--concurrency", "4", "--limit", "6")
+    done = openai_eval(
+        [not_an_answer.url, redirecting.url, healthy.url], tiny_tokenizer, tmp_path / "run", "--concurrency", "4", "--limit", "6"
+    )
     assert done.returncode == 0, done.stderr
     trajectories = comparable_raw(tmp_path / "run")
     assert {t["outcome"]["status"] for t in trajectories} == {"submitted"}
@@ -341,7 +396,9 @@ def test_malformed_answers_go_to_another_replica_and_wrong_types_are_not_recorde
     assert any(e.startswith(not_an_answer.url + ": an answer without choices[0].text") for e in errors)
     assert any(e.startswith(redirecting.url + ": HTTP 302") for e in errors)
 
-    typed = answering((200, {"choices": [{"text": SUBMIT, "finish_reason": 5}], "usage": {"completion_tokens": "lots", "prompt_tokens": -3}}))
+    typed = answering(
+        (200, {"choices": [{"text": SUBMIT, "finish_reason": 5}], "usage": {"completion_tokens": "lots", "prompt_tokens": -3}})
+    )
     done = openai_eval([typed.url], tiny_tokenizer, tmp_path / "typed", "--limit", "2")
     assert done.returncode == 0, done.stderr
     generation = comparable_raw(tmp_path / "typed")[0]["steps"][0]["generation"]
@@ -351,8 +408,9 @@ def test_malformed_answers_go_to_another_replica_and_wrong_types_are_not_recorde
 def test_a_lone_surrogate_or_an_echoed_key_never_reaches_the_log(tiny_tokenizer, tmp_path):
     key = "sk-SECRETSECRETSECRET123456"
     surrogate = answering((200, {"choices": [{"text": '```python\nsubmit("\ud800", evidence=[])\n```', "finish_reason": "stop"}]}))
-    done = openai_eval([surrogate.url], tiny_tokenizer, tmp_path / "surrogate", "--limit", "2", "--retries", "0",
-                       "--max-consecutive-errors", "5")
+    done = openai_eval(
+        [surrogate.url], tiny_tokenizer, tmp_path / "surrogate", "--limit", "2", "--retries", "0", "--max-consecutive-errors", "5"
+    )
     assert done.returncode == 1 and "every episode (2) ended in policy_error" in done.stderr, done.stderr  # nothing measured
     (first, _) = comparable_raw(tmp_path / "surrogate")
     assert first["outcome"]["status"] == "policy_error" and "lone surrogate" in first["outcome"]["reason"]
@@ -360,8 +418,24 @@ def test_a_lone_surrogate_or_an_echoed_key_never_reaches_the_log(tiny_tokenizer,
     echoed = answering((200, {"choices": [{"text": f"```python\nsubmit('{key}', evidence=[])\n```", "finish_reason": "stop"}]}))
     cut = answering((500, {"error": "x" * 149 + f"Bearer {key}"}))  # the key across the 200-character cut of an error
     for server, name in ((echoed, "echoed"), (cut, "cut")):
-        done = run_cli("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-                       "--limit", "1", "--retries", "0", "--out", str(tmp_path / name), env={"OPENAI_API_KEY": key})
+        done = run_cli(
+            "eval",
+            "--policy",
+            "openai",
+            "--base-url",
+            server.url,
+            "--model",
+            "served",
+            "--tokenizer",
+            str(tiny_tokenizer),
+            "--limit",
+            "1",
+            "--retries",
+            "0",
+            "--out",
+            str(tmp_path / name),
+            env={"OPENAI_API_KEY": key},
+        )
         assert done.returncode in (0, 1), done.stderr
         written = (tmp_path / name / "trajectories.jsonl").read_text() + done.stderr + done.stdout
         assert "SECRET" not in written and "[OPENAI_API_KEY]" in written
@@ -399,10 +473,15 @@ def test_a_server_that_drips_its_headers_is_cut_off_at_the_timeout(tiny_tokenize
     assert trajectory["outcome"]["status"] == "policy_error" and "within the timeout of 2 s" in trajectory["outcome"]["reason"]
 
 
-@pytest.mark.parametrize("url, said", [
-    ("http://[::1", "is not a URL"), ("http://localhost:8000/v1?x=1", "without ?query"),
-    ("http://user:pw@localhost:8000/v1", "no user or password"), ("ftp://localhost/v1", "must start with http"),
-])
+@pytest.mark.parametrize(
+    "url, said",
+    [
+        ("http://[::1", "is not a URL"),
+        ("http://localhost:8000/v1?x=1", "without ?query"),
+        ("http://user:pw@localhost:8000/v1", "no user or password"),
+        ("ftp://localhost/v1", "must start with http"),
+    ],
+)
 def test_a_bad_base_url_is_one_line(tiny_tokenizer, tmp_path, url, said):
     done = openai_eval([url], tiny_tokenizer, tmp_path / "run")
     assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
@@ -445,7 +524,7 @@ def test_resuming_changes_how_episodes_run_and_a_finished_run_needs_no_server(ti
     assert run_cli("eval", "--limit", "8", "--concurrency", "4", "--out", str(out)).returncode == 0
     log = out / "trajectories.jsonl"
     log.write_text("".join(log.read_text().splitlines(keepends=True)[:3]))
-    done = run_cli("eval", "--out", str(out), "--resume", "--workers", "2")  # 2 processes, the recorded 4 in flight in each
+    done = run_cli_process("eval", "--out", str(out), "--resume", "--workers", "2")  # 2 processes, the recorded 4 in flight in each
     assert done.returncode == 0, done.stderr
     assert len(log.read_text().splitlines()) == 8
 

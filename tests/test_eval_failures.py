@@ -19,8 +19,26 @@ def server():
 
 
 def openai_eval(url, tokenizer, out, *flags):
-    return run_cli("eval", "--policy", "openai", "--base-url", url, "--model", "served", "--tokenizer", str(tokenizer),
-                   "--split", "all", "--limit", "6", "--retries", "0", "--out", str(out), *flags)
+    return run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tokenizer),
+        "--split",
+        "all",
+        "--limit",
+        "6",
+        "--retries",
+        "0",
+        "--out",
+        str(out),
+        *flags,
+    )
 
 
 def test_a_dead_server_is_one_line_before_any_episode(tiny_tokenizer, tmp_path):
@@ -77,7 +95,7 @@ class ListingServer:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body) * (1000 if drip else 1)))
                 self.end_headers()
-                for byte in (body if drip else [body]):
+                for byte in body if drip else [body]:
                     self.wfile.write(bytes([byte]) if drip else byte)
                     self.wfile.flush()
                     if drip:
@@ -91,10 +109,13 @@ class ListingServer:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-@pytest.mark.parametrize("body, drip, said", [
-    (b'{"data": null}', False, "serves no model"),
-    (b'{"object": "list", "data": [{"id": "served"}]}', True, "no server answers"),  # a byte every half second
-])
+@pytest.mark.parametrize(
+    "body, drip, said",
+    [
+        (b'{"data": null}', False, "serves no model"),
+        (b'{"object": "list", "data": [{"id": "served"}]}', True, "no server answers"),  # a byte every half second
+    ],
+)
 def test_a_strange_model_listing_is_one_line(tiny_tokenizer, tmp_path, body, drip, said):
     listing = ListingServer(body, drip)
     try:
@@ -110,7 +131,9 @@ def test_samples_run_k_seeded_episodes_per_question_resumably_with_pass_at_k(ser
     done = openai_eval(server.url, tiny_tokenizer, run, "--samples", "3", "--temperature", "0.8", "--limit", "4")
     assert done.returncode == 0, done.stderr
     episodes = [json.loads(line) for line in (run / "trajectories.jsonl").read_text().splitlines()]
-    assert sorted((e["question_id"], e["sample"]) for e in episodes) == sorted((q, k) for q in {e["question_id"] for e in episodes} for k in range(3))
+    assert sorted((e["question_id"], e["sample"]) for e in episodes) == sorted(
+        (q, k) for q in {e["question_id"] for e in episodes} for k in range(3)
+    )
     assert len({e["episode_seed"] for e in episodes}) == 12 and len({e["episode_id"] for e in episodes}) == 12
     assert sorted(r["seed"] for r in server.requests) == sorted(e["episode_seed"] for e in episodes)  # each request its own seed
     sampling = json.loads((run / "metrics.json").read_text())["sampling"]
@@ -192,8 +215,25 @@ def test_a_run_whose_every_episode_ended_in_policy_error_fails_with_one_line(ser
     """Fewer episodes than --max-consecutive-errors, all failed (a server that refuses token ids, say):
     not a measurement, so exit 1 with what to do, and --retry-errors mends it."""
     server.answers = [(400, {"error": "prompt must be a string"})] * 3
-    done = run_cli("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-                   "--split", "all", "--limit", "3", "--retries", "0", "--out", str(tmp_path / "run"))
+    done = run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--split",
+        "all",
+        "--limit",
+        "3",
+        "--retries",
+        "0",
+        "--out",
+        str(tmp_path / "run"),
+    )
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 1 and len(errors) == 1 and "every episode (3) ended in policy_error" in errors[0]
     assert "--api chat" in errors[0] and "--retry-errors" in errors[0]

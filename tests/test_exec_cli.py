@@ -23,7 +23,7 @@ def test_output_stays_one_json_object_per_line_whatever_the_action_does(tmp_path
         "debug.py": "import re\nre.compile('(a|b)+c', 128)\nNone\n",
         "warn.py": "x = 1 is 1\n",
         "unraisable.py": "def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\n"
-                         "for i in range(3000):\n    it = g()\n    next(it)\n    del it\n",
+        "for i in range(3000):\n    it = g()\n    next(it)\n    del it\n",
         "flood.py": "while True:\n    print('\\n{\\\"forged\\\": 1}')\n",
         "newlines.py": "print('a\\nb\\r\\n\\u2028c')\n'\\n'.join(['x', 'y'])\n",
         "surrogate.py": "print(chr(0xd800))\nsubmit(chr(0xdfff) + 'answer', evidence=[])\n",

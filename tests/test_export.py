@@ -12,10 +12,10 @@ import pytest
 
 from agent.trajectory import Trajectory
 from agent.writer import read_trajectories
+from evaluation.run_directory import Run
 from evaluation.scoring import EpisodeScore
-from evaluation.summary import load_run
 from sft.dataset import load_examples
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_process
 
 SCORES = ("answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_strict")
 
@@ -50,7 +50,7 @@ def shortcut_run(tmp_path_factory) -> Path:
 
 
 def scores_of(run_dir: Path) -> dict[str, EpisodeScore]:
-    return {score.episode_id: score for score in load_run(run_dir).scores}
+    return {score.episode_id: score for score in Run.load(run_dir).scores}
 
 
 def export(*args: str):
@@ -90,7 +90,7 @@ def test_inspect_log_holds_every_step_score_and_flag(run, tmp_path, suffix):
         assert (sample.metadata["steps"], sample.metadata["tool_calls"]) == (score.steps, score.tool_calls)
         assert sample.metadata["policy"] == "scripted"
     headline = {s.name: s.metrics["mean"].value for s in log.results.scores}
-    assert headline["answer_f1"] == load_run(run).metrics.answer_f1
+    assert headline["answer_f1"] == Run.load(run).metrics.answer_f1
 
 
 def test_inspect_log_carries_the_detector_flags(shortcut_run, tmp_path):
@@ -115,14 +115,19 @@ def test_run_as_hugging_face_dataset(run, tmp_path):
     trajectories = read_trajectories(run / "trajectories.jsonl")
     scores = scores_of(run)
     on_disk = datasets.load_from_disk(str(out))
-    parquet = datasets.load_dataset("parquet", data_files=str(out / "parquet" / "trajectories.parquet"),
-                                    split="train", cache_dir=str(tmp_path / "hf-cache"))
+    parquet = datasets.load_dataset(
+        "parquet", data_files=str(out / "parquet" / "trajectories.parquet"), split="train", cache_dir=str(tmp_path / "hf-cache")
+    )
     for dataset in (on_disk, parquet):
         assert len(dataset) == len(trajectories) == 6
         for row, trajectory in zip(dataset, trajectories):
             score = scores[trajectory.episode_id]
             assert Trajectory.model_validate_json(row["trajectory"]) == trajectory
-            assert (row["episode_id"], row["question_id"], row["question"]) == (trajectory.episode_id, trajectory.question_id, trajectory.question)
+            assert (row["episode_id"], row["question_id"], row["question"]) == (
+                trajectory.episode_id,
+                trajectory.question_id,
+                trajectory.question,
+            )
             assert (row["status"], row["answer"], row["num_steps"]) == (score.status, score.prediction, score.steps)
             assert {name: row[name] for name in SCORES} == {name: getattr(score, name) for name in SCORES}
             assert [step["code"] for step in row["steps"]] == [step.code for step in trajectory.steps]
@@ -136,8 +141,20 @@ def test_sft_data_as_dataset_dict(tmp_path, tiny_tokenizer):
     taught = run_cli("sft", "teach", "--split", "train", "--limit", "4", "--out", str(tmp_path / "T.jsonl"))
     assert taught.returncode == 0, taught.stderr
     data = tmp_path / "D"
-    built = run_cli("sft", "build", "-t", str(tmp_path / "T.jsonl"), "--tokenizer", str(tiny_tokenizer), "--out", str(data),
-                    "--min-answer-f1", "0", "--evaluation-split", "none")
+    built = run_cli(
+        "sft",
+        "build",
+        "-t",
+        str(tmp_path / "T.jsonl"),
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--out",
+        str(data),
+        "--min-answer-f1",
+        "0",
+        "--evaluation-split",
+        "none",
+    )
     assert built.returncode == 0, built.stderr
     out = tmp_path / "hf"
     done = export(str(data), "--to", "hf", str(out))
@@ -152,8 +169,9 @@ def test_sft_data_as_dataset_dict(tmp_path, tiny_tokenizer):
         assert dataset[name]["labels"] == [e.labels for e in examples]
     train = load_examples(data / "train.jsonl")
     assert train, "four teacher trajectories, none dropped"
-    parquet = datasets.load_dataset("parquet", data_files={"train": str(out / "parquet" / "train.parquet")},
-                                    cache_dir=str(tmp_path / "hf-cache"))
+    parquet = datasets.load_dataset(
+        "parquet", data_files={"train": str(out / "parquet" / "train.parquet")}, cache_dir=str(tmp_path / "hf-cache")
+    )
     assert parquet["train"]["input_ids"] == [e.input_ids for e in train]
     assert parquet["train"]["episode_id"] == [e.episode_id for e in train]
 
@@ -203,11 +221,12 @@ def test_a_missing_extra_is_one_line_with_the_install_command(run, tmp_path):
         (hidden / module).mkdir(parents=True)
         (hidden / module / "__init__.py").write_text("raise ImportError('hidden by the test')\n")
     for to, module in (("inspect", "inspect_ai"), ("hf", "datasets")):
-        done = run_cli("export", str(run), "--to", to, str(tmp_path / f"out-{to}.eval"), env={"PYTHONPATH": str(hidden)})
+        # PYTHONPATH is read when a process starts: in this one the real modules are loaded already
+        done = run_cli_process("export", str(run), "--to", to, str(tmp_path / f"out-{to}.eval"), env={"PYTHONPATH": str(hidden)})
         one_line_error(done, module, "pip install -e '.[export]'")
 
 
-def test_gold_answers_come_from_the_recorded_corpus_or_stay_empty_with_a_warning(tmp_path):
+def test_gold_answers_come_from_the_recorded_corpus_and_a_moved_one_is_refused_as_report_refuses_it(tmp_path):
     log_module = needs("inspect_ai.log")
     corpus = tmp_path / "small.jsonl"
     assert run_cli("corpus", "generate", "--papers", "30", "--seed", "3", "--out", str(corpus)).returncode == 0
@@ -222,8 +241,8 @@ def test_gold_answers_come_from_the_recorded_corpus_or_stay_empty_with_a_warning
     found, _ = targets()
     assert len(found) == 3 and all(found)
     moved = corpus.rename(tmp_path / "moved.jsonl")
-    empty, warning = targets()
-    assert empty == [[], [], []] and "pass --corpus" in warning
+    for to, out in (("inspect", tmp_path / "log.json"), ("hf", tmp_path / "data")):  # never empty gold answers, as report
+        one_line_error(export(str(run_dir), "--to", to, str(out), "--force"), "is gone", "pass --corpus")
     assert targets("--corpus", str(moved))[0] == found
 
 
@@ -234,6 +253,10 @@ def test_each_sample_of_a_question_is_an_epoch(tmp_path):
     assert export(str(run_dir), "--to", "inspect", str(out)).returncode == 0
     log = log_module.read_eval_log(str(out))
     assert sorted((sample.id, sample.epoch) for sample in log.samples) == [
-        ("demo-00000-q0", 1), ("demo-00000-q0", 2), ("demo-00000-q1", 1), ("demo-00000-q1", 2)]
+        ("demo-00000-q0", 1),
+        ("demo-00000-q0", 2),
+        ("demo-00000-q1", 1),
+        ("demo-00000-q1", 2),
+    ]
     assert log.eval.config.epochs == 2
     assert all(sample.metadata["sample"] == sample.epoch - 1 for sample in log.samples)

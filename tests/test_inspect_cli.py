@@ -12,7 +12,9 @@ def runs(tmp_path_factory):
     directory = tmp_path_factory.mktemp("runs")
     corpus = directory / "small.jsonl"
     assert run_cli("corpus", "generate", "--papers", "40", "--seed", "9", "--out", str(corpus)).returncode == 0
-    base = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--policy", "direct-submit", "--out", str(directory / "base"))
+    base = run_cli(
+        "eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--policy", "direct-submit", "--out", str(directory / "base")
+    )
     assert base.returncode == 0, base.stderr
     return directory, corpus
 
@@ -30,11 +32,39 @@ def test_direct_submit_is_flagged_as_shortcut_collapse(runs):
 def test_preregistered_eval_reports_the_rule_and_fisher(runs):
     directory, corpus = runs
     prereg = directory / "prereg.toml"
-    done = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
-                   "--min-correct-abstentions", "7", "--max-false-abstentions", "4", "--comparison", "base", cwd=directory)
+    done = run_cli(
+        "preregister",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--limit",
+        "40",
+        "--out",
+        str(prereg),
+        "--min-correct-abstentions",
+        "7",
+        "--max-false-abstentions",
+        "4",
+        "--comparison",
+        "base",
+        cwd=directory,
+    )
     assert done.returncode == 0, done.stderr
-    run = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted"),
-                  "--preregistration", str(prereg), env={"COLUMNS": "200"})
+    run = run_cli(
+        "eval",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--limit",
+        "40",
+        "--out",
+        str(directory / "scripted"),
+        "--preregistration",
+        str(prereg),
+        env={"COLUMNS": "200"},
+    )
     assert run.returncode == 0, run.stderr
     assert "no shortcut collapse" in run.stdout and "preregistered rule: PASS" in run.stdout
     assert "Fisher exact, unanswerable abstentions" in run.stdout
@@ -46,9 +76,27 @@ def test_preregistered_eval_reports_the_rule_and_fisher(runs):
 def test_a_preregistration_for_other_questions_stops_the_run_before_it_starts(runs, tmp_path):
     directory, corpus = runs
     prereg = tmp_path / "prereg.toml"
-    assert run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
-                   "--min-correct-abstentions", "1", "--max-false-abstentions", "1").returncode == 0
-    done = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "39", "--out", str(tmp_path / "r"), "--preregistration", str(prereg))
+    assert (
+        run_cli(
+            "preregister",
+            "--corpus",
+            str(corpus),
+            "--split",
+            "all",
+            "--limit",
+            "40",
+            "--out",
+            str(prereg),
+            "--min-correct-abstentions",
+            "1",
+            "--max-false-abstentions",
+            "1",
+        ).returncode
+        == 0
+    )
+    done = run_cli(
+        "eval", "--corpus", str(corpus), "--split", "all", "--limit", "39", "--out", str(tmp_path / "r"), "--preregistration", str(prereg)
+    )
     assert done.returncode == 2 and "questions_sha256 is pinned" in done.stderr
     assert not (tmp_path / "r" / "trajectories.jsonl").exists()
     (tmp_path / "bad.toml").write_text("[rule]\nmin_correct_abstentions = 'seven'\n")
@@ -74,7 +122,10 @@ def test_inspect_summary_flags_and_episode(runs):
 def test_compare_two_runs(runs):
     directory, corpus = runs
     if not (directory / "scripted").exists():
-        assert run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted")).returncode == 0
+        assert (
+            run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted")).returncode
+            == 0
+        )
     done = run_cli("compare", str(directory / "base"), str(directory / "scripted"), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
@@ -107,14 +158,57 @@ def test_odd_files_where_a_run_or_config_should_be_are_one_line(runs, tmp_path):
 def test_a_failed_preregistered_rule_exits_1_and_paths_are_checked_when_written(runs, tmp_path):
     directory, corpus = runs
     prereg = tmp_path / "strict.toml"
-    missing = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
-                      "--min-correct-abstentions", "1", "--max-false-abstentions", "0", "--comparison", "base")
+    missing = run_cli(
+        "preregister",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--limit",
+        "40",
+        "--out",
+        str(prereg),
+        "--min-correct-abstentions",
+        "1",
+        "--max-false-abstentions",
+        "0",
+        "--comparison",
+        "base",
+    )
     assert missing.returncode == 2 and "no metrics.json" in missing.stderr and not prereg.exists()  # "base" is not in the cwd
-    written = run_cli("preregister", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(prereg),
-                      "--min-correct-abstentions", "40", "--max-false-abstentions", "0", "--comparison", str(directory / "base"))
+    written = run_cli(
+        "preregister",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--limit",
+        "40",
+        "--out",
+        str(prereg),
+        "--min-correct-abstentions",
+        "40",
+        "--max-false-abstentions",
+        "0",
+        "--comparison",
+        str(directory / "base"),
+    )
     assert written.returncode == 0, written.stderr
-    run = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--policy", "direct-submit",
-                  "--out", str(tmp_path / "run"), "--preregistration", str(prereg))
+    run = run_cli(
+        "eval",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--limit",
+        "40",
+        "--policy",
+        "direct-submit",
+        "--out",
+        str(tmp_path / "run"),
+        "--preregistration",
+        str(prereg),
+    )
     errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]  # the rest is the progress bar
     assert run.returncode == 1 and len(errors) == 1 and errors[0].startswith("error: the preregistered rule") and "FAILED" in errors[0]
     assert not json.loads((tmp_path / "run" / "metrics.json").read_text())["preregistration"]["pass"]  # the run is kept whole

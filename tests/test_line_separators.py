@@ -22,8 +22,8 @@ from agent.writer import read_log, read_trajectories
 from corpus import load
 from corpus.jsonl import JsonLinesError, append_records, read_numbered, read_records, split_lines, write_records
 from evaluation import export, merge
+from evaluation.run_directory import Run
 from evaluation.scoring import EpisodeScore
-from evaluation.summary import load_run
 from sft.dataset import load_examples
 from tests.conftest import run_cli
 
@@ -79,8 +79,9 @@ def _recording(scripted: Path, corpus: Path, out: Path) -> dict[str, dict]:
     for number, line in enumerate(_lines(scripted / "trajectories.jsonl")):
         episode = json.loads(line)
         question = episode["question_id"]
-        first = action(f'print("seen{ESCAPED}there")\nprint(read("{paper_of[question]}", section=0))',
-                       f"I look first {SEPARATORS} then answer")
+        first = action(
+            f'print("seen{ESCAPED}there")\nprint(read("{paper_of[question]}", section=0))', f"I look first {SEPARATORS} then answer"
+        )
         if number % 2 == 0:
             last, outcome = action(f'submit("answer {number}{ESCAPED}end", evidence=[])'), ("answer", f"answer {number}{SEPARATORS}end")
         else:
@@ -133,11 +134,12 @@ def test_the_run_directory_loaders_give_back_every_episode_exactly(runs):
     written = _as_written(run)
     _assert_exact(written, expected)
     assert read_trajectories(run / "trajectories.jsonl") == written
-    loaded = load_run(run)
+    loaded = Run.load(run)
     assert loaded.scores == [EpisodeScore.model_validate_json(line) for line in _lines(run / "scores.jsonl")]
     assert len(loaded.scores) == EPISODES and all(score.question.endswith(SEPARATORS) for score in loaded.scores)
     assert {score.prediction for score in loaded.scores if score.status == "submitted"} == {
-        wanted["outcome"][1] for wanted in expected.values() if wanted["outcome"][0] == "answer"}
+        wanted["outcome"][1] for wanted in expected.values() if wanted["outcome"][0] == "answer"
+    }
     records = export.read_run(run)
     assert records.trajectories == written and set(records.scores) == {t.episode_id for t in written}
 
@@ -151,7 +153,7 @@ def test_merge_reads_each_shard_and_copies_its_lines_as_written(runs):
     merged = _as_written(root / "merged")
     _assert_exact(merged, expected)
     assert [without_timings(t) for t in merged] == [without_timings(t) for t in _as_written(root / "hostile")]
-    assert load_run(root / "merged").scores == load_run(root / "hostile").scores
+    assert Run.load(root / "merged").scores == Run.load(root / "hostile").scores
 
 
 def test_inspect_report_compare_and_export_read_the_run(runs, tmp_path):
@@ -194,16 +196,33 @@ def test_resume_mends_a_line_torn_inside_a_separator(runs, tmp_path):
     resumed = _as_written(run)
     _assert_exact(resumed, expected)
     assert [without_timings(t) for t in resumed] == [without_timings(t) for t in _as_written(root / "hostile")]
-    assert [s.model_dump(exclude={"episode_id"}) for s in load_run(run).scores] == \
-        [s.model_dump(exclude={"episode_id"}) for s in load_run(root / "hostile").scores]
+    assert [s.model_dump(exclude={"episode_id"}) for s in Run.load(run).scores] == [
+        s.model_dump(exclude={"episode_id"}) for s in Run.load(root / "hostile").scores
+    ]
 
 
 def test_sft_build_and_its_readers_keep_the_text(runs, tiny_tokenizer, tmp_path):
     root, cache, expected = runs
     data = tmp_path / "data"
-    _cli(cache, "sft", "build", "--trajectories", str(root / "hostile" / "trajectories.jsonl"), "--tokenizer", str(tiny_tokenizer),
-         "--corpus", str(root / "separated.jsonl"), "--out", str(data), "--min-answer-f1", "0", "--evaluation-split", "none",
-         "--validation-share", "0")
+    _cli(
+        cache,
+        "sft",
+        "build",
+        "--trajectories",
+        str(root / "hostile" / "trajectories.jsonl"),
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--corpus",
+        str(root / "separated.jsonl"),
+        "--out",
+        str(data),
+        "--min-answer-f1",
+        "0",
+        "--evaluation-split",
+        "none",
+        "--validation-share",
+        "0",
+    )
     examples = load_examples(data / "train.jsonl")
     assert examples and all(example.question.endswith(f" {SEPARATORS}") for example in examples)
     assert {example.question_id for example in examples} <= set(expected)
@@ -225,25 +244,40 @@ def test_lines_are_cut_on_the_newline_byte_only():
 
 
 def test_writers_and_readers_round_trip_every_separator(tmp_path):
-    scores = [EpisodeScore(episode_id=f"e{i}", question_id=f"q{i}", question=f"q{SEPARATORS}", status="submitted",
-                           prediction=f"p{i}{SEPARATORS}", steps=1, tool_calls=0, tool_calls_before_end=0, flags=[]) for i in range(3)]
+    scores = [
+        EpisodeScore(
+            episode_id=f"e{i}",
+            question_id=f"q{i}",
+            question=f"q{SEPARATORS}",
+            status="submitted",
+            prediction=f"p{i}{SEPARATORS}",
+            steps=1,
+            tool_calls=0,
+            tool_calls_before_end=0,
+            flags=[],
+        )
+        for i in range(3)
+    ]
     write_records(tmp_path / "scores.jsonl", scores)
     assert read_records(tmp_path / "scores.jsonl", EpisodeScore, what="episode score") == scores
     assert (tmp_path / "scores.jsonl").read_bytes().count(b"\n") == 3 and "\u2028".encode() in (tmp_path / "scores.jsonl").read_bytes()
     log = tmp_path / "log.jsonl"
     append_records(log, scores[:2])
-    log.write_bytes(log.read_bytes() + "{\"episode_id\": \"\u2028".encode()[:-1])  # a kill mid-line, mid-character
+    log.write_bytes(log.read_bytes() + '{"episode_id": "\u2028'.encode()[:-1])  # a kill mid-line, mid-character
     numbered, torn = read_numbered(log, EpisodeScore, what="episode score")
     assert [r.value for r in numbered] == scores[:2] and torn is not None and torn.number == 3
     append_records(log, scores[2:])  # the torn tail is cut off first
     assert read_records(log, EpisodeScore, what="episode score") == scores
 
 
-@pytest.mark.parametrize("content, model, message", [
-    (b'{"a": 1}\n\xff\xfe\n', None, "bad.jsonl:2: not UTF-8"),
-    (b'{"a": 1}\n\n{"a": \n', None, "bad.jsonl:3: not JSON"),  # a blank line is skipped but counted
-    (b'{"b": 2}\n', EpisodeScore, "bad.jsonl:1: not an episode score: field 'episode_id'"),
-])
+@pytest.mark.parametrize(
+    "content, model, message",
+    [
+        (b'{"a": 1}\n\xff\xfe\n', None, "bad.jsonl:2: not UTF-8"),
+        (b'{"a": 1}\n\n{"a": \n', None, "bad.jsonl:3: not JSON"),  # a blank line is skipped but counted
+        (b'{"b": 2}\n', EpisodeScore, "bad.jsonl:1: not an episode score: field 'episode_id'"),
+    ],
+)
 def test_a_bad_line_is_one_error_naming_file_and_line(tmp_path, content, model, message):
     (tmp_path / "bad.jsonl").write_bytes(content)
     with pytest.raises(JsonLinesError, match=message):

@@ -56,8 +56,9 @@ def test_a_corpus_without_split_information_runs_everything_and_says_so(official
     assert json.loads((tmp_path / "all" / "manifest.json").read_text())["config"]["split"] == "all"
     refused = run_cli("eval", "--corpus", str(plain), "--split", "test", "--out", str(tmp_path / "refused"))
     assert refused.returncode == 2 and "--split-of" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    stated = run_cli("eval", "--corpus", str(plain), "--split-of", f"{plain}=validation", "--split", "validation",
-                     "--out", str(tmp_path / "stated"))
+    stated = run_cli(
+        "eval", "--corpus", str(plain), "--split-of", f"{plain}=validation", "--split", "validation", "--out", str(tmp_path / "stated")
+    )
     assert stated.returncode == 0, stated.stderr
     resumed = run_cli("eval", "--out", str(tmp_path / "stated"), "--resume", "--corpus", str(plain))
     assert resumed.returncode == 0 and "resuming: 6 of 6" in resumed.stderr, resumed.stderr  # the manifest kept --split-of
@@ -77,9 +78,16 @@ def test_hugging_face_exports_are_split_by_file_name_or_column(official, tmp_pat
     assert {p.id for p in loaded.papers if p.split == "validation"} == {p.id for p in corpus.papers if p.split == "validation"}
     row = json.loads((folder / OFFICIAL["test"]).read_text())
     paper_id, paper = next(iter(row.items()))
-    hf_row = {"id": paper_id, "title": paper["title"], "abstract": paper["abstract"], "split": "test",
-              "full_text": {"section_name": [s["section_name"] for s in paper["full_text"]],
-                            "paragraphs": [s["paragraphs"] for s in paper["full_text"]]}}
+    hf_row = {
+        "id": paper_id,
+        "title": paper["title"],
+        "abstract": paper["abstract"],
+        "split": "test",
+        "full_text": {
+            "section_name": [s["section_name"] for s in paper["full_text"]],
+            "paragraphs": [s["paragraphs"] for s in paper["full_text"]],
+        },
+    }
     (tmp_path / "rows.jsonl").write_text(json.dumps(hf_row) + "\n")
     assert load(tmp_path / "rows.jsonl").papers[0].split == "test"
 
@@ -90,14 +98,56 @@ def test_the_readme_recipe_runs_as_written_on_the_official_layout(official, tiny
     folder, corpus = official
     model = str(tiny_model)
     steps = [
-        ["eval", "--corpus", str(folder), "--policy", "hf", "--model", model, "--split", "validation", "--limit", "2",
-         "--max-steps", "2", "--max-new-tokens", "8", "--out", str(tmp_path / "base-dev")],
+        [
+            "eval",
+            "--corpus",
+            str(folder),
+            "--policy",
+            "hf",
+            "--model",
+            model,
+            "--split",
+            "validation",
+            "--limit",
+            "2",
+            "--max-steps",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--out",
+            str(tmp_path / "base-dev"),
+        ],
         ["sft", "teach", "--corpus", str(folder), "--tokenizer", model, "--out", str(tmp_path / "teacher.jsonl")],
-        ["sft", "build", "-t", str(tmp_path / "teacher.jsonl"), "--corpus", str(folder), "--tokenizer", model,
-         "--out", str(tmp_path / "sft-data")],
+        [
+            "sft",
+            "build",
+            "-t",
+            str(tmp_path / "teacher.jsonl"),
+            "--corpus",
+            str(folder),
+            "--tokenizer",
+            model,
+            "--out",
+            str(tmp_path / "sft-data"),
+        ],
         ["check-parity", "-t", str(tmp_path / "teacher.jsonl"), "--tokenizer", model, "--data", str(tmp_path / "sft-data")],
-        ["train", "--model", model, "--data", str(tmp_path / "sft-data"), "--corpus", str(folder), "--out", str(tmp_path / "sft"),
-         "--max-steps", "1", "--validation-episodes", "1", "--quantization", "none"],
+        [
+            "train",
+            "--model",
+            model,
+            "--data",
+            str(tmp_path / "sft-data"),
+            "--corpus",
+            str(folder),
+            "--out",
+            str(tmp_path / "sft"),
+            "--max-steps",
+            "1",
+            "--validation-episodes",
+            "1",
+            "--quantization",
+            "none",
+        ],
     ]
     for args in steps:
         done = run_cli(*args)
@@ -107,7 +157,24 @@ def test_the_readme_recipe_runs_as_written_on_the_official_layout(official, tiny
     report = json.loads((tmp_path / "sft-data" / "build_report.json").read_text())
     assert report["split_check"]["pass"] and report["parity"]["mismatches"] == 0
     (checkpoint,) = (tmp_path / "sft").glob("checkpoint-*")
-    final = run_cli("eval", "--corpus", str(folder), "--policy", "hf", "--model", model, "--adapter", str(checkpoint),
-                    "--limit", "2", "--max-steps", "2", "--max-new-tokens", "8", "--out", str(tmp_path / "trained"))
+    final = run_cli(
+        "eval",
+        "--corpus",
+        str(folder),
+        "--policy",
+        "hf",
+        "--model",
+        model,
+        "--adapter",
+        str(checkpoint),
+        "--limit",
+        "2",
+        "--max-steps",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(tmp_path / "trained"),
+    )
     assert final.returncode == 0, final.stderr
     assert questions_of(tmp_path / "trained") <= {q.id for q in corpus.split("test").questions}

@@ -44,9 +44,21 @@ def recorded(tmp_path_factory):
 
 
 def replay(directory: Path, corpus: Path, out: str, env: dict, *extra: str):
-    return run_cli("eval", "--corpus", str(corpus), "--split", "all", "--policy", "replay",
-                   "--replay", str(directory / "scripted" / "trajectories.jsonl"), "--out", str(directory / out), *extra,
-                   env={**env, **WIDE})
+    return run_cli(
+        "eval",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--policy",
+        "replay",
+        "--replay",
+        str(directory / "scripted" / "trajectories.jsonl"),
+        "--out",
+        str(directory / out),
+        *extra,
+        env={**env, **WIDE},
+    )
 
 
 def test_an_honest_replay_reports_every_observation_reproduced(recorded):
@@ -57,8 +69,14 @@ def test_an_honest_replay_reports_every_observation_reproduced(recorded):
     drift = json.loads((directory / "honest" / "metrics.json").read_text())["replay"]
     steps = sum(len(episode["steps"]) for episode in recording)
     # each step reports on the observation before it, the last one on its own too: one per step
-    assert drift == {"episodes": len(recording), "steps": steps, "observations_compared": steps, "observations_changed": 0,
-                     "episodes_changed": 0, "first_change": None}
+    assert drift == {
+        "episodes": len(recording),
+        "steps": steps,
+        "observations_compared": steps,
+        "observations_changed": 0,
+        "episodes_changed": 0,
+        "first_change": None,
+    }
     assert f"replay: all {steps} recorded observations reproduced" in done.stdout
     assert json.loads((directory / "scripted" / "metrics.json").read_text())["replay"] is None  # other policies: none
 
@@ -70,8 +88,20 @@ def test_a_replay_on_another_corpus_is_refused_in_one_line(recorded, tmp_path):
     assert len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "recorded on another corpus" in done.stderr and "--replay-other-corpus" in done.stderr and "--corpus" in done.stderr
     assert not (directory / "refused").exists()  # refused before anything is written
-    run = run_cli("run", "--corpus", str(modified), "--policy", "replay", "--replay", str(directory / "scripted" / "trajectories.jsonl"),
-                  "--question-id", "demo-00000-q0", "--out", str(tmp_path), env=env)
+    run = run_cli(
+        "run",
+        "--corpus",
+        str(modified),
+        "--policy",
+        "replay",
+        "--replay",
+        str(directory / "scripted" / "trajectories.jsonl"),
+        "--question-id",
+        "demo-00000-q0",
+        "--out",
+        str(tmp_path),
+        env=env,
+    )
     assert run.returncode == 2 and "recorded on another corpus" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     stray = run_cli("run", "--corpus", str(modified), "--policy", "scripted", "--replay-other-corpus", "--out", str(tmp_path), env=env)
     assert stray.returncode == 2 and "only for --policy replay" in stray.stderr
@@ -90,15 +120,16 @@ def test_a_forced_replay_on_another_corpus_counts_and_names_the_first_change(rec
     recording = {episode["question_id"]: episode for episode in lines(directory / "scripted" / "trajectories.jsonl")}
     replayed = lines(directory / "forced" / "trajectories.jsonl")
     ids = [episode["episode_id"] for episode in replayed]
-    for episode in replayed[:ids.index(first["episode_id"])]:
+    for episode in replayed[: ids.index(first["episode_id"])]:
         assert [s["observation"] for s in episode["steps"]] == [s["observation"] for s in recording[episode["question_id"]]["steps"]]
     episode = replayed[ids.index(first["episode_id"])]
     then = recording[episode["question_id"]]["steps"][first["step"]]["observation"]
     now = episode["steps"][first["step"]]["observation"]
-    assert [s["observation"] for s in episode["steps"][:first["step"]]] == [
-        s["observation"] for s in recording[episode["question_id"]]["steps"][:first["step"]]]
-    assert then != now and then[:first["position"]] == now[:first["position"]]
-    assert then[first["position"]:first["position"] + 1] != now[first["position"]:first["position"] + 1]
+    assert [s["observation"] for s in episode["steps"][: first["step"]]] == [
+        s["observation"] for s in recording[episode["question_id"]]["steps"][: first["step"]]
+    ]
+    assert then != now and then[: first["position"]] == now[: first["position"]]
+    assert then[first["position"] : first["position"] + 1] != now[first["position"] : first["position"] + 1]
     assert first["recorded"] in then and first["current"] in now
     assert first["episode_id"] in done.stdout
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, run_cli_process
 
 
 @pytest.fixture(scope="module")
@@ -39,22 +39,26 @@ def test_bare_run_shows_a_demo_episode_and_writes_it(tmp_path):
 
 
 def test_run_a_question_of_my_own_with_another_policy(tmp_path, corpus_file):
-    done = run_cli("run", "--corpus", str(corpus_file), "--question", "Which optimizer is used?",
-                   "--policy", "direct-submit", "--out", str(tmp_path))
+    done = run_cli(
+        "run", "--corpus", str(corpus_file), "--question", "Which optimizer is used?", "--policy", "direct-submit", "--out", str(tmp_path)
+    )
     assert done.returncode == 0, done.stderr
     (trajectory,) = lines(tmp_path / "trajectories.jsonl")
     assert trajectory["question_id"] is None and len(trajectory["steps"]) == 1
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "--policy", "gpt-9"], "unknown policy 'gpt-9'"),
-    (["run", "--question", "x", "--question-id", "y"], "not both"),
-    (["run", "--question-id", "demo-00000-q9"], "no question 'demo-00000-q9'"),
-    (["run", "--policy", "replay"], "needs --replay"),
-    (["run", "--max-steps", "0"], "max-steps"),
-    (["show", "missing.jsonl"], "no such trajectory file"),
-    (["eval", "--out", "{tmp}/r", "--split", "dev"], "unknown split 'dev'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "--policy", "gpt-9"], "unknown policy 'gpt-9'"),
+        (["run", "--question", "x", "--question-id", "y"], "not both"),
+        (["run", "--question-id", "demo-00000-q9"], "no question 'demo-00000-q9'"),
+        (["run", "--policy", "replay"], "needs --replay"),
+        (["run", "--max-steps", "0"], "max-steps"),
+        (["show", "missing.jsonl"], "no such trajectory file"),
+        (["eval", "--out", "{tmp}/r", "--split", "dev"], "unknown split 'dev'"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
     done = run_cli(*(arg.format(tmp=tmp_path) for arg in args))
     assert done.returncode == 2, done
@@ -63,7 +67,8 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):
 
 def test_eval_writes_manifest_trajectories_and_metrics(tmp_path, corpus_file):
     out = tmp_path / "run"
-    done = run_cli("eval", "--corpus", str(corpus_file), "--split", "test", "--out", str(out), "--workers", "2")
+    # --workers forks episode processes from the caller: a process of its own, not the test process
+    done = run_cli_process("eval", "--corpus", str(corpus_file), "--split", "test", "--out", str(out), "--workers", "2")
     assert done.returncode == 0, done.stderr
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["policy"]["name"] == "scripted" and manifest["hashes"]["questions_sha256"]
@@ -118,8 +123,9 @@ def test_resume_after_kill_9_loses_and_duplicates_nothing(tmp_path, corpus_file)
         return log.read_bytes().count(b"\n") if log.exists() else 0
 
     for attempt in range(3):
-        process = subprocess.Popen(args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                   env=checkout_environment())
+        process = subprocess.Popen(
+            args + (["--resume"] if attempt else []), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=checkout_environment()
+        )
         target = written() + rng.randint(1, 40)  # kill at a random episode, whatever the machine's speed
         deadline = time.monotonic() + HANG_SECONDS
         while written() < target and process.poll() is None and time.monotonic() < deadline:
@@ -145,18 +151,20 @@ def test_scripted_runs_never_import_torch(tmp_path):
         f"sys.argv = ['explorer', 'run', '--out', {str(tmp_path)!r}]\n"
         "from cli.main import main\nmain()\n"
     )
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_SECONDS,
-                          env=checkout_environment())
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_SECONDS, env=checkout_environment())
     assert done.returncode == 0, done.stderr
     assert "heavy: []" in done.stdout
 
 
-@pytest.mark.parametrize("content, message", [
-    ("[episode]\nmax_steps = 0\n", "episode.max_steps"),
-    ("colour = 'blue'\n", "colour"),
-    ("[policy]\nname = 'gpt-9'\n", "unknown policy 'gpt-9'"),
-    ("split = \n", "not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("[episode]\nmax_steps = 0\n", "episode.max_steps"),
+        ("colour = 'blue'\n", "colour"),
+        ("[policy]\nname = 'gpt-9'\n", "unknown policy 'gpt-9'"),
+        ("split = \n", "not valid TOML"),
+    ],
+)
 def test_a_bad_config_file_is_one_line_and_exit_2(tmp_path, content, message):
     config = tmp_path / "eval.toml"
     config.write_text(content)
@@ -212,11 +220,14 @@ def test_a_config_file_that_changes_a_resumed_run_is_refused(tmp_path, corpus_fi
     assert done.returncode == 2 and "config" in done.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--wall-seconds", "inf"], "wall_seconds"),
-    (["--timeout", "inf"], "timeout"),
-    (["--memory-mb", "99999999999999"], "memory_mb"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--wall-seconds", "inf"], "wall_seconds"),
+        (["--timeout", "inf"], "timeout"),
+        (["--memory-mb", "99999999999999"], "memory_mb"),
+    ],
+)
 def test_limits_that_no_run_could_record_are_refused_before_it_starts(tmp_path, args, message):
     out = tmp_path / "run"
     done = run_cli("eval", "--out", str(out), "--limit", "1", *args)

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from agent.trajectory import Trajectory, without_timings
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_process
 
 LIMIT = ["--limit", "12"]  # 12 demo test questions: 6, 1 and 5 of them in shards 1/3, 2/3 and 3/3
 
 
-def _cli(cache: Path, *args: str):
-    return run_cli(*args, env={"EXPLORER_CACHE_DIR": str(cache)})
+def _cli(cache: Path, *args: str, run=run_cli):
+    return run(*args, env={"EXPLORER_CACHE_DIR": str(cache)})
 
 
 def _ok(result) -> None:
@@ -27,7 +27,7 @@ def _ok(result) -> None:
 def _side_by_side(cache: Path, *commands: list[str]) -> None:
     """Independent evals at once, as separate machines would run them (each its own process)."""
     with ThreadPoolExecutor(len(commands)) as pool:
-        for result in pool.map(lambda args: _cli(cache, *args), commands):
+        for result in pool.map(lambda args: _cli(cache, *args, run=run_cli_process), commands):
             _ok(result)
 
 
@@ -54,8 +54,11 @@ def runs(tmp_path_factory):
     """One unsharded run of the scripted policy on the demo corpus, the same as three shards, and their merge."""
     root = tmp_path_factory.mktemp("sharded")
     cache = tmp_path_factory.getbasetemp() / "explorer-cache"
-    _side_by_side(cache, ["eval", "--out", str(root / "one"), *LIMIT],
-                  *(["eval", "--out", str(root / f"shard-{index}"), *LIMIT, "--shard", f"{index}/3"] for index in (1, 2, 3)))
+    _side_by_side(
+        cache,
+        ["eval", "--out", str(root / "one"), *LIMIT],
+        *(["eval", "--out", str(root / f"shard-{index}"), *LIMIT, "--shard", f"{index}/3"] for index in (1, 2, 3)),
+    )
     merged = _cli(cache, "merge", *(str(root / f"shard-{index}") for index in (3, 1, 2)), "--out", str(root / "merged"))
     _ok(merged)
     return root, cache, merged
@@ -83,7 +86,10 @@ def test_sharded_runs_merge_to_the_metrics_and_trajectories_of_one_run(runs):
     assert _json(out / "manifest.json")["config"] == _json(one / "manifest.json")["config"]
     record = _json(out / "merged.json")
     assert [(r["shard"], r["episodes"], Path(r["directory"]).name) for r in record["runs"]] == [
-        ("1/3", 6, "shard-1"), ("2/3", 1, "shard-2"), ("3/3", 5, "shard-3")]
+        ("1/3", 6, "shard-1"),
+        ("2/3", 1, "shard-2"),
+        ("3/3", 5, "shard-3"),
+    ]
 
 
 def test_the_merged_run_inspects_compares_reports_and_resumes_with_nothing_to_run(runs, tmp_path):
@@ -110,8 +116,11 @@ def test_shards_of_several_samples_per_question_merge_to_one_run(tmp_path):
     corpus = tmp_path / "demo-40.jsonl"
     _ok(_cli(cache, "corpus", "generate", "--papers", "40", "--seed", "7", "--out", str(corpus)))
     common = ["--corpus", str(corpus), "--limit", "6", "--samples", "2"]
-    _side_by_side(cache, ["eval", "--out", str(tmp_path / "one"), *common],
-                  *(["eval", "--out", str(tmp_path / f"shard-{index}"), *common, "--shard", f"{index}/2"] for index in (1, 2)))
+    _side_by_side(
+        cache,
+        ["eval", "--out", str(tmp_path / "one"), *common],
+        *(["eval", "--out", str(tmp_path / f"shard-{index}"), *common, "--shard", f"{index}/2"] for index in (1, 2)),
+    )
     (tmp_path / "merged").mkdir()  # an empty --out is taken
     _ok(_cli(cache, "merge", str(tmp_path / "shard-1"), str(tmp_path / "shard-2"), "--out", str(tmp_path / "merged")))
     expected, actual = _json(tmp_path / "one" / "metrics.json"), _json(tmp_path / "merged" / "metrics.json")
@@ -125,8 +134,12 @@ def test_shards_of_several_samples_per_question_merge_to_one_run(tmp_path):
 def test_a_missing_shard_is_named(runs, tmp_path):
     root, cache, _ = runs
     out = tmp_path / "merged"
-    _refused(_cli(cache, "merge", str(root / "shard-1"), str(root / "shard-3"), "--out", str(out)),
-             "shard 2/3 is missing", "given: 1/3, 3/3", "--shard 2/3")
+    _refused(
+        _cli(cache, "merge", str(root / "shard-1"), str(root / "shard-3"), "--out", str(out)),
+        "shard 2/3 is missing",
+        "given: 1/3, 3/3",
+        "--shard 2/3",
+    )
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -134,8 +147,19 @@ def test_a_shard_given_twice_names_both_runs(runs, tmp_path):
     root, cache, _ = runs
     copy = tmp_path / "copy-of-2"
     shutil.copytree(root / "shard-2", copy)
-    line = _refused(_cli(cache, "merge", str(root / "shard-1"), str(root / "shard-2"), str(copy), str(root / "shard-3"),
-                         "--out", str(tmp_path / "merged")), "shard 2/3 is given twice")
+    line = _refused(
+        _cli(
+            cache,
+            "merge",
+            str(root / "shard-1"),
+            str(root / "shard-2"),
+            str(copy),
+            str(root / "shard-3"),
+            "--out",
+            str(tmp_path / "merged"),
+        ),
+        "shard 2/3 is given twice",
+    )
     assert str(root / "shard-2") in line and str(copy) in line
     assert not (tmp_path / "merged").exists()
 
@@ -148,8 +172,10 @@ def test_an_episode_in_two_runs_names_both(runs, tmp_path):
     with open(widened / "trajectories.jsonl", "ab") as log:
         log.write(stray)
     question = json.loads(stray)["question_id"]
-    line = _refused(_cli(cache, "merge", str(widened), str(root / "shard-2"), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
-                    f"question {question} sample 0 is in both")
+    line = _refused(
+        _cli(cache, "merge", str(widened), str(root / "shard-2"), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
+        f"question {question} sample 0 is in both",
+    )
     assert str(widened) in line and str(root / "shard-2") in line
     assert not (tmp_path / "merged").exists()
 
@@ -157,13 +183,22 @@ def test_an_episode_in_two_runs_names_both(runs, tmp_path):
 def test_a_shard_run_with_another_config_or_another_count_of_shards_is_refused(runs, tmp_path):
     root, cache, _ = runs
     other, halves = tmp_path / "shard-3-other", tmp_path / "half-2"
-    _side_by_side(cache, ["eval", "--out", str(other), *LIMIT, "--shard", "3/3", "--max-steps", "8"],
-                  ["eval", "--out", str(halves), *LIMIT, "--shard", "2/2"])
-    line = _refused(_cli(cache, "merge", str(root / "shard-1"), str(root / "shard-2"), str(other), "--out", str(tmp_path / "merged")),
-                    str(other), "config differs", "episode.max_steps 8 vs 10")
+    _side_by_side(
+        cache,
+        ["eval", "--out", str(other), *LIMIT, "--shard", "3/3", "--max-steps", "8"],
+        ["eval", "--out", str(halves), *LIMIT, "--shard", "2/2"],
+    )
+    line = _refused(
+        _cli(cache, "merge", str(root / "shard-1"), str(root / "shard-2"), str(other), "--out", str(tmp_path / "merged")),
+        str(other),
+        "config differs",
+        "episode.max_steps 8 vs 10",
+    )
     assert "shard" not in line.split("(")[1].split(")")[0]  # the shard itself is not a difference
-    _refused(_cli(cache, "merge", str(root / "shard-1"), str(halves), "--out", str(tmp_path / "merged")),
-             f"{halves}: shard 2/2, but {root / 'shard-1'} is shard 1/3")
+    _refused(
+        _cli(cache, "merge", str(root / "shard-1"), str(halves), "--out", str(tmp_path / "merged")),
+        f"{halves}: shard 2/2, but {root / 'shard-1'} is shard 1/3",
+    )
     assert not (tmp_path / "merged").exists()
 
 
@@ -174,8 +209,12 @@ def test_a_shard_made_by_other_code_is_refused(runs, tmp_path):
     manifest = _json(other / "manifest.json")
     manifest["versions"]["python"] = "3.99.0"
     (other / "manifest.json").write_text(json.dumps(manifest))
-    _refused(_cli(cache, "merge", str(root / "shard-1"), str(other), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
-             str(other), "package versions differ", "python 3.99.0 vs")
+    _refused(
+        _cli(cache, "merge", str(root / "shard-1"), str(other), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
+        str(other),
+        "package versions differ",
+        "python 3.99.0 vs",
+    )
     assert not (tmp_path / "merged").exists()
 
 
@@ -204,12 +243,19 @@ def test_an_unfinished_shard_is_named_and_merges_once_resumed(runs, tmp_path):
     lines = (cut / "trajectories.jsonl").read_bytes().split(b"\n")
     (cut / "trajectories.jsonl").write_bytes(b"\n".join(lines[:2]) + b"\n")  # as if killed after two episodes
     shards = [str(root / "shard-1"), str(root / "shard-2"), str(cut)]
-    _refused(_cli(cache, "merge", *shards, "--out", str(tmp_path / "merged")),
-             f"{cut}: unfinished: 2 of 5 episodes", f"explorer eval --out {cut} --resume")
+    _refused(
+        _cli(cache, "merge", *shards, "--out", str(tmp_path / "merged")),
+        f"{cut}: unfinished: 2 of 5 episodes",
+        f"explorer eval --out {cut} --resume",
+    )
     with open(cut / "trajectories.jsonl", "ab") as log:  # killed in the middle of the third
         log.write(lines[2][:50])
-    _refused(_cli(cache, "merge", *shards, "--out", str(tmp_path / "merged")), "unfinished", "torn last line",
-             f"explorer eval --out {cut} --resume")
+    _refused(
+        _cli(cache, "merge", *shards, "--out", str(tmp_path / "merged")),
+        "unfinished",
+        "torn last line",
+        f"explorer eval --out {cut} --resume",
+    )
     assert not (tmp_path / "merged").exists()
     _ok(_cli(cache, "eval", "--out", str(cut), "--resume"))
     _ok(_cli(cache, "merge", *shards, "--out", str(tmp_path / "merged")))
@@ -237,18 +283,31 @@ def test_another_corpus_is_refused_by_its_hash(runs, tmp_path):
     root, cache, _ = runs
     corpus = tmp_path / "other.jsonl"
     _ok(_cli(cache, "corpus", "generate", "--papers", "20", "--out", str(corpus)))
-    _refused(_cli(cache, "merge", *(str(root / f"shard-{index}") for index in (1, 2, 3)), "--corpus", str(corpus),
-                  "--out", str(tmp_path / "merged")), str(corpus), "corpus_sha256", "differs from the shards'")
+    _refused(
+        _cli(
+            cache,
+            "merge",
+            *(str(root / f"shard-{index}") for index in (1, 2, 3)),
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "merged"),
+        ),
+        str(corpus),
+        "corpus_sha256",
+        "differs from the shards'",
+    )
     assert not (tmp_path / "merged").exists()
 
 
 def test_a_preregistered_run_in_shards_is_judged_once_merged(runs, tmp_path):
     _, cache, _ = runs
     prereg = tmp_path / "prereg.toml"
-    _ok(_cli(cache, "preregister", *LIMIT, "--out", str(prereg), "--min-correct-abstentions", "1",
-                   "--max-false-abstentions", "12"))
-    shards = [["eval", "--out", str(tmp_path / f"shard-{index}"), *LIMIT, "--shard", f"{index}/3", "--preregistration", str(prereg)]
-              for index in (1, 2, 3)]
+    _ok(_cli(cache, "preregister", *LIMIT, "--out", str(prereg), "--min-correct-abstentions", "1", "--max-false-abstentions", "12"))
+    shards = [
+        ["eval", "--out", str(tmp_path / f"shard-{index}"), *LIMIT, "--shard", f"{index}/3", "--preregistration", str(prereg)]
+        for index in (1, 2, 3)
+    ]
     for command in shards:
         done = _cli(cache, *command)
         _ok(done)
@@ -270,6 +329,8 @@ def test_a_line_made_by_another_run_is_refused(runs, tmp_path):
     lines = (forged / "trajectories.jsonl").read_bytes().split(b"\n")
     lines[1] = (other / "trajectories.jsonl").read_bytes().split(b"\n")[1]
     (forged / "trajectories.jsonl").write_bytes(b"\n".join(lines))
-    _refused(_cli(cache, "merge", str(forged), str(root / "shard-2"), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
-             "trajectories.jsonl:2: not an episode of this run: it was made by policy 'direct-submit'")
+    _refused(
+        _cli(cache, "merge", str(forged), str(root / "shard-2"), str(root / "shard-3"), "--out", str(tmp_path / "merged")),
+        "trajectories.jsonl:2: not an episode of this run: it was made by policy 'direct-submit'",
+    )
     assert not (tmp_path / "merged").exists()

@@ -23,15 +23,34 @@ SHOWN = {"Cc", "Cf", "Zl", "Zp", "Cs"}  # control, format, line and paragraph se
 
 # (character, how it is shown): one of each class the module docstring names
 CLASSES = [
-    ("\x1b", "\\x1b"), ("\x00", "\\x00"), ("\x07", "\\x07"), ("\x08", "\\x08"), ("\r", "\\x0d"), ("\x0b", "\\x0b"),
+    ("\x1b", "\\x1b"),
+    ("\x00", "\\x00"),
+    ("\x07", "\\x07"),
+    ("\x08", "\\x08"),
+    ("\r", "\\x0d"),
+    ("\x0b", "\\x0b"),
     ("\x7f", "\\x7f"),  # DEL
-    ("\x85", "\\x85"), ("\x9b", "\\x9b"), ("\x9d", "\\x9d"), ("\x80", "\\x80"), ("\x9f", "\\x9f"),  # C1
-    ("\u202a", "<U+202A>"), ("\u202e", "<U+202E>"), ("\u2066", "<U+2066>"), ("\u2069", "<U+2069>"),  # bidi
-    ("\u200e", "<U+200E>"), ("\u200f", "<U+200F>"), ("\u061c", "<U+061C>"),
-    ("\u200b", "<U+200B>"), ("\u200d", "<U+200D>"), ("\ufeff", "<U+FEFF>"), ("\u00ad", "<U+00AD>"),  # other format
+    ("\x85", "\\x85"),
+    ("\x9b", "\\x9b"),
+    ("\x9d", "\\x9d"),
+    ("\x80", "\\x80"),
+    ("\x9f", "\\x9f"),  # C1
+    ("\u202a", "<U+202A>"),
+    ("\u202e", "<U+202E>"),
+    ("\u2066", "<U+2066>"),
+    ("\u2069", "<U+2069>"),  # bidi
+    ("\u200e", "<U+200E>"),
+    ("\u200f", "<U+200F>"),
+    ("\u061c", "<U+061C>"),
+    ("\u200b", "<U+200B>"),
+    ("\u200d", "<U+200D>"),
+    ("\ufeff", "<U+FEFF>"),
+    ("\u00ad", "<U+00AD>"),  # other format
     ("\U000e0041", "<U+E0041>"),  # a tag character (invisible text)
-    ("\u2028", "<U+2028>"), ("\u2029", "<U+2029>"),  # line and paragraph separators
-    ("\ud800", "<U+D800>"), ("\udfff", "<U+DFFF>"),  # lone surrogates
+    ("\u2028", "<U+2028>"),
+    ("\u2029", "<U+2029>"),  # line and paragraph separators
+    ("\ud800", "<U+D800>"),
+    ("\udfff", "<U+DFFF>"),  # lone surrogates
 ]
 
 ORDINARY = [
@@ -92,11 +111,46 @@ def test_escape_sequences_are_shown_as_their_characters():
 
 
 TOKENS = [
-    "[/x]", "[/]", "[link=https://evil.example]click[/link]", "[bold red]", "[", "]", "\\", ":smile:", "\\x1b",
-    "\x1b[31m", "\x1b[2J", "\x1b]0;owned\x07", "\x1b]8;;https://evil.example\x1b\\here\x1b]8;;\x1b\\", "\x1bc",
-    "\x9b31m", "\x9d8;;https://evil.example\x9c", "\x85", "\x90", "\x9f",
-    "\u202e", "\u202a", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c", "\u200b", "\ufeff", "\U000e0041",
-    "\u2028", "\u2029", "\r", "\x08", "\x00", "\x7f", "\t", "\n", "é", "😀", "日本",
+    "[/x]",
+    "[/]",
+    "[link=https://evil.example]click[/link]",
+    "[bold red]",
+    "[",
+    "]",
+    "\\",
+    ":smile:",
+    "\\x1b",
+    "\x1b[31m",
+    "\x1b[2J",
+    "\x1b]0;owned\x07",
+    "\x1b]8;;https://evil.example\x1b\\here\x1b]8;;\x1b\\",
+    "\x1bc",
+    "\x9b31m",
+    "\x9d8;;https://evil.example\x9c",
+    "\x85",
+    "\x90",
+    "\x9f",
+    "\u202e",
+    "\u202a",
+    "\u2066",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+    "\u200b",
+    "\ufeff",
+    "\U000e0041",
+    "\u2028",
+    "\u2029",
+    "\r",
+    "\x08",
+    "\x00",
+    "\x7f",
+    "\t",
+    "\n",
+    "é",
+    "😀",
+    "日本",
 ]
 # Text as a policy or a file might hold it: hostile pieces among arbitrary characters. No lone
 # surrogates (st.text leaves them out): JSON writers cannot encode them, so no log holds one.
@@ -113,9 +167,14 @@ def test_nothing_a_terminal_acts_on_survives_and_showing_twice_changes_nothing(t
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)),
-                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3), max_leaves=8),
-       st.booleans())
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x10FFFF)),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+        max_leaves=8,
+    ),
+    st.booleans(),
+)
 def test_json_visible_keeps_the_value_and_shows_nothing_a_terminal_acts_on(value, pretty):
     text = json_visible(json.dumps(value, ensure_ascii=False, indent=2 if pretty else None))
     assert json.loads(text) == value
@@ -158,18 +217,23 @@ def hostile_run(base: Path, out: Path, texts: list[str]) -> None:
         step["observation"] = observation
         step["error"] = reason
         step["limit_hit"] = flag
-        step["policy_info"] = {"replayed_step": 0, "previous_observation_matches": False,
-                               "drift": {"position": 0, "recorded": observation, "current": answer}}
+        step["policy_info"] = {
+            "replayed_step": 0,
+            "previous_observation_matches": False,
+            "drift": {"position": 0, "recorded": observation, "current": answer},
+        }
         for call in step["tool_calls"]:
             call["arguments"] = {thought: code, "query": answer}
             call["error"] = reason
-        episode["outcome"].update(answer=answer, reason=reason,
-                                  evidence=[{"paper_id": flag, "section": 0, "paragraph": 0, "text": observation}])
+        episode["outcome"].update(
+            answer=answer, reason=reason, evidence=[{"paper_id": flag, "section": 0, "paragraph": 0, "text": observation}]
+        )
     write_lines(out / "trajectories.jsonl", episodes)
     scores = lines(base / "scores.jsonl")
     for number, score in enumerate(scores):
-        score.update(question=question, prediction=answer, answer_f1=number / 10,
-                     flags=[{"detector": "ungrounded_answer", "step": 0, "text": flag}])
+        score.update(
+            question=question, prediction=answer, answer_f1=number / 10, flags=[{"detector": "ungrounded_answer", "step": 0, "text": flag}]
+        )
     write_lines(out / "scores.jsonl", scores)
 
 
@@ -226,8 +290,14 @@ def replay_recording(base: Path, out: Path, thought: str, printed: str, answer: 
     submits ``answer``; returns the question id."""
     episode = lines(base / "trajectories.jsonl")[0]
     code = f"print({printed!r})\nsubmit({answer!r})"
-    step = {**episode["steps"][0], "index": 0, "action_text": f"{thought}\n```python\n{code}\n```", "code": code,
-            "observation": printed, "tool_calls": []}
+    step = {
+        **episode["steps"][0],
+        "index": 0,
+        "action_text": f"{thought}\n```python\n{code}\n```",
+        "code": code,
+        "observation": printed,
+        "tool_calls": [],
+    }
     episode["steps"] = [step]
     write_lines(out, [episode])
     return episode["question_id"]
@@ -238,8 +308,18 @@ def replay_recording(base: Path, out: Path, thought: str, printed: str, answer: 
 def test_run_shows_what_a_replayed_policy_prints_and_submits_as_data(base_run, tmp_path_factory, thought, printed, answer, color):
     directory = tmp_path_factory.mktemp("run")
     question = replay_recording(base_run, directory / "recording.jsonl", thought, printed, answer)
-    invoke("run", "--policy", "replay", "--replay", directory / "recording.jsonl", "--question-id", question,
-           "--out", directory / "out", color=color)
+    invoke(
+        "run",
+        "--policy",
+        "replay",
+        "--replay",
+        directory / "recording.jsonl",
+        "--question-id",
+        question,
+        "--out",
+        directory / "out",
+        color=color,
+    )
     episode = lines(directory / "out" / "trajectories.jsonl")[0]
     assert episode["outcome"]["status"] == "submitted" and episode["outcome"]["answer"] == answer
 

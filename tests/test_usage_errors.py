@@ -34,8 +34,7 @@ def test_a_usage_error_is_one_line_and_exit_2(args, fragments):
     assert done.stdout == ""
 
 
-@pytest.mark.parametrize("args", [["--help"], ["-h"], ["sft", "--help"], ["run", "-h"], ["corpus", "stats", "-h"]],
-                         ids=" ".join)
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["sft", "--help"], ["run", "-h"], ["corpus", "stats", "-h"]], ids=" ".join)
 def test_help_still_prints_and_exits_0(args):
     done = run_cli(*args)
     assert done.returncode == 0, done.stderr

@@ -33,7 +33,7 @@ def plain(value: Any, depth: int = 0) -> Any:
         return float.__add__(value, 0.0) if type(value) is not float else value
     if isinstance(value, (list, tuple)):
         items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
-        copied = []
+        copied: list[Any] = []
         for item in items:
             if len(copied) >= MAX_ITEMS:
                 raise ToolError(f"a list argument holds more than {MAX_ITEMS} items")
@@ -81,8 +81,11 @@ class SubmitArgs(Arguments):
     answer: Annotated[str, Field(min_length=1, max_length=2000, description="the answer, as short as the question allows")]
     evidence: Annotated[
         list[Any],
-        Field(max_length=20, description="paragraphs that support the answer: hits from search/extract, "
-                                         "[paper_id, section, paragraph] triples, or exact quotes"),
+        Field(
+            max_length=20,
+            description="paragraphs that support the answer: hits from search/extract, "
+            "[paper_id, section, paragraph] triples, or exact quotes",
+        ),
     ] = []
 
 

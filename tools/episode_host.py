@@ -33,6 +33,9 @@ Protocol with the policy's process (frames of ``tools.wire``; that process is tr
 ``execute`` runs one action and answers ``result`` (the ``ActionResult`` and whether the worker must
 end, with the limit it hit), or ``stale`` when the worker wrote or died between actions (it is then
 replaced and the action sent again). The process ends when that channel closes.
+
+Why one module of this size: the host's loop, its clocks and its idle-host pool share one
+invariant (a host a budget stopped mid-call is never reused), which is easier to check read together.
 """
 
 from __future__ import annotations
@@ -285,6 +288,7 @@ class EpisodeHost:
         """Run one action; the reply frame for the policy's process."""
         if self.channel is None:
             return {"op": "stale", "spoke": False}
+        assert self._socket is not None
         if self.channel.pending():  # it wrote, or died, between actions: replaced before this one runs
             try:
                 spoke = bool(self._socket.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
@@ -305,6 +309,7 @@ class EpisodeHost:
         return {"op": "result", "result": result.to_json(), "limit": limit, "grace": grace, "tainted": self.tainted}
 
     def _run(self, request: bytes, result: ActionResult) -> tuple[str | None, float]:
+        assert self.channel is not None
         clocks = ActionClocks(self.limits, self._worker_clock, self.channel)
         channel, cap = self.channel, self.limits.frame_cap()
         limit, grace, calls = None, 0.0, 0
@@ -391,8 +396,15 @@ class EpisodeHost:
 
     def _accept(self, frame: dict, result: ActionResult) -> str | None:
         """Copy a done frame's claims into ``result``, bounded; returns a limit if the output overflowed."""
-        expected = {"op": str, "action": int, "stdout": str, "value": (str, type(None)), "error": (str, type(None)),
-                    "traceback": (str, type(None)), "deferred_output_chars": int}
+        expected: dict[str, type | tuple[type, ...]] = {
+            "op": str,
+            "action": int,
+            "stdout": str,
+            "value": (str, type(None)),
+            "error": (str, type(None)),
+            "traceback": (str, type(None)),
+            "deferred_output_chars": int,
+        }
         if set(frame) != set(expected) or not all(isinstance(frame[key], kind) for key, kind in expected.items()):
             raise wire.FrameMalformed("a done frame with other fields")
         if frame["action"] != self.actions:  # a late answer to an earlier action (after a forged one)
@@ -430,6 +442,7 @@ class EpisodeHost:
 
 # -- the fork server that episode hosts come from --------------------------------------------------
 
+
 def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
     """The episode hosts' fork server: reads the corpus and its index once, then forks one host per episode."""
     control = socket.socket(fileno=control_fd)
@@ -444,8 +457,11 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
     control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": None, "netns_missing": None}).encode())
-    serve_forks(control, lambda request, fds: _episode(control, fds[0], request, PaperTools(corpus, index)),
-                prepare_spare=lambda: _warm(corpus, index))
+    serve_forks(
+        control,
+        lambda request, fds: _episode(control, fds[0], request, PaperTools(corpus, index)),
+        prepare_spare=lambda: _warm(corpus, index),
+    )
 
 
 def _warm(corpus, index) -> None:

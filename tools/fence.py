@@ -147,14 +147,17 @@ SYSCALL_RULES: dict[str, Allowance] = {
     "madvise": _any(OWN_MEMORY + "; KSM merging needs a colluding process (see the module docstring)"),
     "futex": Allowance(
         (Condition(1, "op", ALL_BITS & ~FUTEX_CLOCK_REALTIME, tuple(FUTEX_PRIVATE_FLAG | op for op in FUTEX_PLAIN_OPERATIONS)),),
-        "locks in its own memory: private (no key shared with other processes) and no PI operation (they look up a task id)"),
+        "locks in its own memory: private (no key shared with other processes) and no PI operation (they look up a task id)",
+    ),
     "rt_sigaction": _any(OWN_SIGNALS),
     "rt_sigprocmask": _any(OWN_SIGNALS),
     "rt_sigreturn": _any(OWN_SIGNALS),
     "sigaltstack": _any(OWN_SIGNALS),
     "restart_syscall": _any("resumes its own interrupted sleep"),
-    "clock_gettime": Allowance((below(0, "clockid", STANDARD_CLOCKS),),
-                               "the standard clocks, its own CPU clocks included; a negative id names another process's clock"),
+    "clock_gettime": Allowance(
+        (below(0, "clockid", STANDARD_CLOCKS),),
+        "the standard clocks, its own CPU clocks included; a negative id names another process's clock",
+    ),
     "clock_getres": Allowance((below(0, "clockid", STANDARD_CLOCKS),), "as clock_gettime"),
     "clock_nanosleep": Allowance((below(0, "clockid", STANDARD_CLOCKS),), "time.sleep(); as clock_gettime"),
     "gettimeofday": _any("the wall clock"),
@@ -170,8 +173,9 @@ SYSCALL_RULES: dict[str, Allowance] = {
     "getresuid": _any("its own credentials"),
     "getresgid": _any("its own credentials"),
     "getrusage": Allowance((below(0, "who", 2),), "RUSAGE_SELF or RUSAGE_THREAD, never RUSAGE_CHILDREN (-1)"),
-    "prlimit64": Allowance((equals(0, "pid", 0), equals(2, "new_limit", 0)),
-                           "getrlimit(): its own limits (pid 0), read only (no new limit)"),
+    "prlimit64": Allowance(
+        (equals(0, "pid", 0), equals(2, "new_limit", 0)), "getrlimit(): its own limits (pid 0), read only (no new limit)"
+    ),
     "getrandom": _any("random bytes from the kernel"),
     "sched_yield": _any("gives up its own time slice"),
     "exit": _any("ends itself"),
@@ -221,9 +225,12 @@ def _syscall_filter(seccomp):
         if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) < 0:  # not a syscall here (``time`` on aarch64)
             continue
         for values in itertools.product(*(condition.values for condition in allowance.conditions)):
-            arguments = [seccomp.Arg(condition.argument, seccomp.EQ, value) if condition.mask == ALL_BITS
-                         else seccomp.Arg(condition.argument, seccomp.MASKED_EQ, condition.mask, value)
-                         for condition, value in zip(allowance.conditions, values)]
+            arguments = [
+                seccomp.Arg(condition.argument, seccomp.EQ, value)
+                if condition.mask == ALL_BITS
+                else seccomp.Arg(condition.argument, seccomp.MASKED_EQ, condition.mask, value)
+                for condition, value in zip(allowance.conditions, values)
+            ]
             syscall_filter.add_rule(seccomp.ALLOW, name, *arguments)
     return syscall_filter
 
@@ -275,8 +282,9 @@ def unshare_network() -> str | None:
     return f"unshare(CLONE_NEWNET) failed: {first}"
 
 
-def wall_in(channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, address_space: int,
-            seccomp_program: bytes | None) -> list[str]:
+def wall_in(
+    channel: int, memory_bytes: int, episode_cpu_seconds: int, zygote_pid: int, address_space: int, seccomp_program: bytes | None
+) -> list[str]:
     """Fence the calling (worker) process; returns notes on what could not be done."""
     notes: list[str] = []
     os.setsid()

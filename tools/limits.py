@@ -1,14 +1,54 @@
-"""The limits of one sandbox's actions, and of its worker's whole life (set by the host, never by the worker)."""
+"""The limits of one sandbox's actions, and of its worker's whole life (set by the host, never by the worker).
+
+Two layers, each limit declared once:
+
+- ``SandboxSettings``: the limits a user sets, in the units they give them (``explorer exec``'s flags,
+  and ``episode.*`` of ``explorer run`` and ``eval``, whose ``agent.trajectory.EpisodeConfig`` takes
+  these fields). Each field's default, bounds and description are the only ones: the command-line
+  flags and their help are generated from them (``cli.flags``).
+- ``Limits``: what the host enforces, in its own units (bytes), plus what no user sets (the worker's
+  lifetime CPU, tool calls per action, the modules actions may import). Its defaults are
+  ``SandboxSettings``'s; it only checks that each limit is one a kernel can set, so tests may use
+  smaller ones than a user may.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from tools import worker
 from tools.modules import DEFAULT_MODULES, check_allowed
 
 MAX_MEMORY_BYTES = 2**40
+MIB = 2**20
+
+
+class SandboxSettings(BaseModel):
+    """The per-action limits a user sets. A breach replaces the worker (the episode's variables are
+    lost), and the step names the budget that ran out (``wall_clock``, ``cpu_time``, ``host_time``,
+    ``memory``, ``output``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wall_seconds: float = Field(
+        10.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Wall-clock limit per action, in seconds: the worker's time and the host's work for it.",
+    )
+    cpu_seconds: int = Field(10, ge=1, description="CPU-time limit per action, in seconds: the worker's and the host's for its tool calls.")
+    host_seconds: float = Field(
+        5.0, gt=0, allow_inf_nan=False, description="Time the host may spend serving one action's tool calls, in seconds."
+    )
+    # at most 1 TiB (MAX_MEMORY_BYTES): beyond that, no limit the kernel can set
+    memory_mb: int = Field(2_048, ge=64, le=MAX_MEMORY_BYTES // MIB, description="Memory an action may add, in MiB.")
+    output_chars: int = Field(20_000, ge=100, description="Printed characters per action.")
+
+
+_DEFAULT = SandboxSettings()
 
 
 @dataclass(frozen=True)
@@ -21,11 +61,11 @@ class Limits:
     - ``host_seconds`` (``host_time``): the host's own wall time in one action (reading its frames, serving its calls);
     - ``tool_calls``, ``output_chars``, ``memory_bytes``: what their names say."""
 
-    wall_seconds: float = 10.0
-    cpu_seconds: float = 10
-    host_seconds: float = 5.0
-    memory_bytes: int = 2 * 2**30
-    output_chars: int = 20_000
+    wall_seconds: float = _DEFAULT.wall_seconds
+    cpu_seconds: float = _DEFAULT.cpu_seconds
+    host_seconds: float = _DEFAULT.host_seconds
+    memory_bytes: int = _DEFAULT.memory_mb * MIB
+    output_chars: int = _DEFAULT.output_chars
     allowed_modules: tuple[str, ...] = DEFAULT_MODULES
     episode_cpu_seconds: int = 600
     tool_calls: int = 500  # per action: each is recorded, so the trajectory stays bounded
@@ -38,6 +78,18 @@ class Limits:
         if self.memory_bytes > MAX_MEMORY_BYTES:
             raise ValueError(f"sandbox limit memory_bytes can be at most {MAX_MEMORY_BYTES:,} (1 TiB), got {self.memory_bytes:,}")
         check_allowed(self.allowed_modules)
+
+    @classmethod
+    def from_settings(cls, settings: SandboxSettings, allowed_modules: tuple[str, ...] = DEFAULT_MODULES) -> Limits:
+        """The limits a user's settings (an ``EpisodeConfig`` is one) set, in the host's units."""
+        return cls(
+            wall_seconds=settings.wall_seconds,
+            cpu_seconds=settings.cpu_seconds,
+            host_seconds=settings.host_seconds,
+            memory_bytes=settings.memory_mb * MIB,
+            output_chars=settings.output_chars,
+            allowed_modules=allowed_modules,
+        )
 
     def frame_cap(self) -> int:
         """The largest frame a worker may send: a result with stdout and value at their caps, every

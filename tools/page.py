@@ -11,6 +11,7 @@ from pydantic.fields import FieldInfo
 
 from tools.paper_tools import TOOLS, Tool
 
+
 def _default(field: FieldInfo) -> str:
     return "" if field.is_required() else f"={field.default!r}"
 
@@ -23,7 +24,9 @@ def _bounds(field: FieldInfo) -> str:
         elif isinstance(constraint, annotated_types.Le):
             parts.append(f"<= {constraint.le}")
         elif isinstance(constraint, annotated_types.MaxLen):
-            parts.append(f"at most {constraint.max_length} {'items' if field.annotation is list or 'list' in str(field.annotation) else 'characters'}")
+            parts.append(
+                f"at most {constraint.max_length} {'items' if field.annotation is list or 'list' in str(field.annotation) else 'characters'}"
+            )
     return f" ({', '.join(parts)})" if parts else ""
 
 

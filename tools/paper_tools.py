@@ -14,6 +14,9 @@ work cap, regular expressions by program size times text, sentence indexes by a 
 
 ``TOOLS`` is the single source of the tool page shown to the policy (``tools.page``): each
 entry names the function, its argument model and its one-line contract.
+
+Why one module of this size: each tool's cost bound sits beside the tool it bounds, so that a
+reviewer of one tool sees every limit its arguments meet; splitting them would scatter that check.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import re2
@@ -56,21 +60,41 @@ class Tool:
 
 
 TOOLS = (
-    Tool("search", SearchArgs, "BM25 search over every paragraph of every paper (or of one paper).",
-         "a list of hits, best first: {paper_id, title, section, section_name, paragraph, score, snippet}",
-         'hits = search("learning rate QuantLens", k=3)'),
-    Tool("read", ReadArgs, "Read a paper: its outline, or one section's numbered paragraphs, a page at a time.",
-         "text; a long section ends with the call that reads its next page",
-         'print(read("demo-00000", section="Results"))'),
-    Tool("extract", ExtractArgs, "The sentences of one paper that best match a query (or a regex), with their location.",
-         "a list of {paper_id, section, section_name, paragraph, sentence, score}, best first",
-         'extract("demo-00000", "learning rate", k=2)'),
-    Tool("submit", SubmitArgs, "Answer the question and end the episode. Cite the paragraphs you relied on.",
-         "a confirmation; the episode ends after this action",
-         'submit("3e-5", evidence=[hits[0]])'),
-    Tool("abstain", AbstainArgs, "End the episode without an answer when the papers do not contain one.",
-         "a confirmation; the episode ends after this action",
-         'abstain("No paper states the batch size of QuantLens.")'),
+    Tool(
+        "search",
+        SearchArgs,
+        "BM25 search over every paragraph of every paper (or of one paper).",
+        "a list of hits, best first: {paper_id, title, section, section_name, paragraph, score, snippet}",
+        'hits = search("learning rate QuantLens", k=3)',
+    ),
+    Tool(
+        "read",
+        ReadArgs,
+        "Read a paper: its outline, or one section's numbered paragraphs, a page at a time.",
+        "text; a long section ends with the call that reads its next page",
+        'print(read("demo-00000", section="Results"))',
+    ),
+    Tool(
+        "extract",
+        ExtractArgs,
+        "The sentences of one paper that best match a query (or a regex), with their location.",
+        "a list of {paper_id, section, section_name, paragraph, sentence, score}, best first",
+        'extract("demo-00000", "learning rate", k=2)',
+    ),
+    Tool(
+        "submit",
+        SubmitArgs,
+        "Answer the question and end the episode. Cite the paragraphs you relied on.",
+        "a confirmation; the episode ends after this action",
+        'submit("3e-5", evidence=[hits[0]])',
+    ),
+    Tool(
+        "abstain",
+        AbstainArgs,
+        "End the episode without an answer when the papers do not contain one.",
+        "a confirmation; the episode ends after this action",
+        'abstain("No paper states the batch size of QuantLens.")',
+    ),
 )
 
 
@@ -101,7 +125,7 @@ ACTION_RETURNED_CHARS = 100_000
 def shown(value: Any, limit: int = 60) -> str:
     """``repr(value)`` for an error message, cut to ``limit`` characters."""
     text = repr(value)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def for_record(arguments: dict) -> dict:
@@ -111,8 +135,10 @@ def for_record(arguments: dict) -> dict:
     text = json.dumps(kept, ensure_ascii=False, allow_nan=False)  # decoded frames hold no NaN or infinity
     if len(text) <= RECORD_CHARS:
         return kept
-    return {"arguments_not_recorded": f"{len(text):,} characters of arguments, over the {RECORD_CHARS:,} a record keeps",
-            "start": text[:RECORD_TEXT_CHARS]}
+    return {
+        "arguments_not_recorded": f"{len(text):,} characters of arguments, over the {RECORD_CHARS:,} a record keeps",
+        "start": text[:RECORD_TEXT_CHARS],
+    }
 
 
 def returned_record(result: Any, budget_left: int) -> Returned:
@@ -120,14 +146,19 @@ def returned_record(result: Any, budget_left: int) -> Returned:
     RETURNED_CHARS, then only its length and sha256 when it does not fit in ``budget_left``, what
     is left of the action's budget. Each cut says what it left out."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-    whole = {"chars": len(text), "sha256": hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()}
+    chars, sha256 = len(text), hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cut = None
     if len(text) > RETURNED_CHARS:
         text, cut = text[:RETURNED_CHARS], f"the first {RETURNED_CHARS:,} of {len(text):,} characters (the cap for one result)"
     if len(text) > budget_left:
-        return Returned(text=None, **whole, cut=f"not kept: {len(text):,} characters, over the {budget_left:,} left "
-                        f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results")
-    return Returned(text=text, **whole, cut=cut)
+        return Returned(
+            text=None,
+            chars=chars,
+            sha256=sha256,
+            cut=f"not kept: {len(text):,} characters, over the {budget_left:,} left "
+            f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
+        )
+    return Returned(text=text, chars=chars, sha256=sha256, cut=cut)
 
 
 def _cut_strings(value: Any) -> Any:
@@ -187,7 +218,9 @@ class PaperTools:
             raise
         except Exception as error:  # a bug of ours: recorded as such, shown to the policy as a tool failure
             record.error = f"internal error: {type(error).__name__}: {error}"[:500]
-            raise ToolError(f"{name}() failed inside the tool ({type(error).__name__}); this is not your fault, try other arguments") from None
+            raise ToolError(
+                f"{name}() failed inside the tool ({type(error).__name__}); this is not your fault, try other arguments"
+            ) from None
         finally:
             record.seconds = time.perf_counter() - started
             self.calls.append(record)
@@ -240,8 +273,7 @@ class PaperTools:
             raise ToolError(f"section {number} of {paper.id!r} has {len(pages)} page(s); pages are numbered from 0")
         heading = f"{paper.id} / section {number}: {section.name or '(untitled)'} (page {args.page + 1} of {len(pages)})"
         body = "\n\n".join(pages[args.page]) if pages[args.page] else "(this section has no text)"
-        more = (f"\n\n... more: read({paper.id!r}, section={number}, page={args.page + 1})"
-                if args.page + 1 < len(pages) else "")
+        more = f"\n\n... more: read({paper.id!r}, section={number}, page={args.page + 1})" if args.page + 1 < len(pages) else ""
         return f"{heading}\n\n{body}{more}"
 
     def _extract(self, args: ExtractArgs) -> list[dict]:
@@ -252,9 +284,11 @@ class PaperTools:
             pattern = _regex(args.query)
             work = pattern.programsize * sentence_index.utf8_bytes
             if work > REGEX_WORK:
-                raise ToolError(f"extract(): the pattern is too complex to run over {paper.id!r} ({pattern.programsize:,} RE2 "
-                                f"instructions x {sentence_index.utf8_bytes:,} bytes of text, over the {REGEX_WORK:,} a call "
-                                f"may use); use a simpler pattern, or words without regex=True")
+                raise ToolError(
+                    f"extract(): the pattern is too complex to run over {paper.id!r} ({pattern.programsize:,} RE2 "
+                    f"instructions x {sentence_index.utf8_bytes:,} bytes of text, over the {REGEX_WORK:,} a call "
+                    f"may use); use a simpler pattern, or words without regex=True"
+                )
             matching = (i for i, text in enumerate(sentence_index.searchable) if pattern.search(text))
             ranked = [(i, 1.0) for i in itertools.islice(matching, args.k)]  # the first k: no need to look further
         else:
@@ -337,24 +371,37 @@ class PaperTools:
                 raise ToolError(f"evidence {position}: expected [paper_id, section, paragraph] with two integers, got {shown(item)}")
             paper = self._paper(item[0])
             section, paragraph = item[1], item[2]
-            if not 0 <= section < len(paper.sections) or not 0 <= paragraph < len(paper.sections[section].paragraphs) \
-                    or not paper.sections[section].paragraphs[paragraph]:
+            if (
+                not 0 <= section < len(paper.sections)
+                or not 0 <= paragraph < len(paper.sections[section].paragraphs)
+                or not paper.sections[section].paragraphs[paragraph]
+            ):
                 raise ToolError(f"evidence {position}: {paper.id!r} has no paragraph {paragraph} in section {section}")
-            return {"paper_id": paper.id, "section": section, "paragraph": paragraph,
-                    "text": paper.sections[section].paragraphs[paragraph]}, 0
+            return {
+                "paper_id": paper.id,
+                "section": section,
+                "paragraph": paragraph,
+                "text": paper.sections[section].paragraphs[paragraph],
+            }, 0
         if isinstance(item, str):
             if len(quote_form(item)) < 10:
                 raise ToolError(f"evidence {position}: a quote must have at least 10 characters to identify a paragraph")
             plan = self.index.plan_quote(item)
             if plan.cost > quote_bytes_left:
-                raise ToolError(f"evidence {position}: this quote has no word uncommon enough to look it up by, and a submit "
-                                f"may scan the whole corpus for {QUOTE_SCANS} such quotes at most; quote a longer passage, "
-                                f"or cite the paragraph as [paper_id, section, paragraph]")
+                raise ToolError(
+                    f"evidence {position}: this quote has no word uncommon enough to look it up by, and a submit "
+                    f"may scan the whole corpus for {QUOTE_SCANS} such quotes at most; quote a longer passage, "
+                    f"or cite the paragraph as [paper_id, section, paragraph]"
+                )
             found = self.index.find_planned(plan)  # the first paragraph, in corpus order, that contains it
             if found is not None:
                 paragraph = self.index.paragraphs[found]
-                return {"paper_id": paragraph.paper_id, "section": paragraph.section_index,
-                        "paragraph": paragraph.paragraph_index, "text": paragraph.text}, plan.cost
+                return {
+                    "paper_id": paragraph.paper_id,
+                    "section": paragraph.section_index,
+                    "paragraph": paragraph.paragraph_index,
+                    "text": paragraph.text,
+                }, plan.cost
             raise ToolError(f"evidence {position}: no paragraph contains the quote {shown(item)}; quote the text exactly as read")
         raise ToolError(f"evidence {position}: expected a hit, a [paper_id, section, paragraph] list or a quote, got {type(item).__name__}")
 
@@ -378,7 +425,8 @@ class SentenceIndex:
         located = [
             (s_index, p_index, sentence)
             for s_index, section in enumerate(paper.sections)
-            for p_index, text in enumerate(section.paragraphs) if text
+            for p_index, text in enumerate(section.paragraphs)
+            if text
             for sentence in sentences(text)
         ]
         texts = [sentence for _, _, sentence in located]
@@ -580,7 +628,7 @@ def _id_table(ids: tuple[str, ...]) -> _IdTable:
     width = min(int(lengths.max(initial=0)), LCS_WIDTH)
     characters = np.full((len(ids), width), len(columns), dtype=np.int32)
     for row, identifier in enumerate(ids):
-        characters[row, :min(len(identifier), width)] = [columns[character] for character in identifier[:width]]
+        characters[row, : min(len(identifier), width)] = [columns[character] for character in identifier[:width]]
     return _IdTable(lengths, columns, counts, characters)
 
 
@@ -619,7 +667,7 @@ def _split(entry: str, budget: int) -> list[str]:
     head, start = "", 0
     while len(head) + len(entry) - start > budget:
         taken = budget - len(head)
-        pieces.append(head + entry[start:start + taken] + " [continues]")
+        pieces.append(head + entry[start : start + taken] + " [continues]")
         start += taken
         head = CONTINUED
     pieces.append(head + entry[start:])

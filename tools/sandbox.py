@@ -87,7 +87,7 @@ from typing import Any
 
 from corpus import BM25Index, Corpus
 from tools import wire, worker
-from tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, host_server, limits_json
+from tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, limits_json
 from tools.limits import MAX_MEMORY_BYTES, Limits
 from tools.modules import DEFAULT_MODULES, VETTED_MODULES
 from tools.paper_tools import TOOLS
@@ -136,8 +136,15 @@ class Sandbox:
     ``zygote`` defaults to this process's shared one; ``restricted=False`` runs plain Python in the
     worker (the kernel-fence tests use it to play an action that has escaped the language layer)."""
 
-    def __init__(self, corpus: Corpus, limits: Limits = Limits(), index: BM25Index | None = None, *,
-                 zygote: Zygote | None = None, restricted: bool = True) -> None:
+    def __init__(
+        self,
+        corpus: Corpus,
+        limits: Limits = Limits(),
+        index: BM25Index | None = None,
+        *,
+        zygote: Zygote | None = None,
+        restricted: bool = True,
+    ) -> None:
         self.corpus = corpus
         self.limits = limits
         self.index = index if index is not None else BM25Index.cached(corpus)
@@ -152,7 +159,7 @@ class Sandbox:
         self.actions = 0  # actions the episode host has run (it numbers the frames to its worker the same way)
         self.host_pid: int | None = None
         self._host_server: Zygote | None = None
-        self._idle_hosts = None  # tools.episode_host.IdleHosts of that server
+        self._idle_hosts: IdleHosts | None = None  # of that server
         self._host_tainted = False  # a budget stopped a tool of its host mid-way: never kept for another episode
         self._host_socket: socket.socket | None = None
         self._host: wire.HostChannel | None = None
@@ -174,8 +181,10 @@ class Sandbox:
         if self._host is None:
             self._start_host()
         settings = {
-            "memory_bytes": self.limits.memory_bytes, "episode_cpu_seconds": self.limits.episode_cpu_seconds,
-            "output_chars": self.limits.output_chars, "allowed_modules": list(self.limits.allowed_modules),
+            "memory_bytes": self.limits.memory_bytes,
+            "episode_cpu_seconds": self.limits.episode_cpu_seconds,
+            "output_chars": self.limits.output_chars,
+            "allowed_modules": list(self.limits.allowed_modules),
             "restricted": self.restricted,
         }
         try:
@@ -206,6 +215,7 @@ class Sandbox:
         self.outcome, self.actions, self._host_tainted = None, 0, False
         while (idle := self._idle_hosts.take()) is not None:
             self._adopt_host(*idle)
+            assert self._host is not None
             try:
                 self._host.send(wire.encode({"op": "reset", "limits": limits_json(self.limits)}), time.monotonic() + READY_SECONDS)
                 if self._host.receive(1 << 16, time.monotonic() + READY_SECONDS).get("op") == "ready":
@@ -221,11 +231,13 @@ class Sandbox:
         self._adopt_host(pid, sock)
 
     def _adopt_host(self, pid: int, sock: socket.socket) -> None:
+        assert self._host_server is not None
         self.host_pid, self._host_socket, self._host = pid, sock, wire.HostChannel(sock.fileno())
         self._host_finalizer = weakref.finalize(self, _release_quietly, self._host_server, pid, sock)
 
     def _tell_host(self, frame: dict, channel: socket.socket | None = None) -> None:
         """A frame to the episode host (and the worker's channel after it, passed as a descriptor)."""
+        assert self._host is not None and self._host_socket is not None
         try:
             self._host.send(wire.encode(frame), time.monotonic() + READY_SECONDS)
             if channel is not None:
@@ -237,6 +249,7 @@ class Sandbox:
     def _ask_host(self, frame: dict) -> dict:
         self._tell_host(frame)
         deadline = time.monotonic() + self.limits.wall_seconds + HOST_ANSWER_SECONDS
+        assert self._host is not None
         try:
             return self._host.receive(1 << 40, deadline)
         except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed) as error:
@@ -261,7 +274,9 @@ class Sandbox:
         """The episode host goes: kept idle for another episode (``keep``), or killed."""
         if self._host_finalizer is not None:
             self._host_finalizer.detach()
+        assert self._host_server is not None and self._idle_hosts is not None
         if keep:
+            assert self.host_pid is not None and self._host_socket is not None
             self._idle_hosts.keep(self.host_pid, self._host_socket)
         else:
             if self.host_pid is not None:
@@ -289,8 +304,9 @@ class Sandbox:
             self.start()
         request = {"op": "execute", "code": code}
         if len(wire.encode(request)) > worker.CODE_CAP:
-            result = ActionResult(error=f"ActionTooLong: the action is {len(wire.encode(request)):,} bytes; "
-                                        f"the sandbox takes at most {worker.CODE_CAP:,}")
+            result = ActionResult(
+                error=f"ActionTooLong: the action is {len(wire.encode(request)):,} bytes; the sandbox takes at most {worker.CODE_CAP:,}"
+            )
             result.seconds = time.perf_counter() - started
             return result
         reply = self._ask_host(request)
@@ -322,8 +338,11 @@ class Sandbox:
         """Why a worker closed its channel, from its exit status (read by its parent, the zygote)."""
         if status.get("signal") == signal.SIGXCPU:
             return "cpu_time"
-        if status.get("signal") == signal.SIGKILL and not status.get("killed") \
-                and status.get("cpu_seconds", 0) >= self.limits.episode_cpu_seconds - 1:
+        if (
+            status.get("signal") == signal.SIGKILL
+            and not status.get("killed")
+            and status.get("cpu_seconds", 0) >= self.limits.episode_cpu_seconds - 1
+        ):
             return "cpu_time"  # the kernel's hard RLIMIT_CPU
         # The exit code is the worker's claim; the peak resident size, from the kernel, must back it.
         if status.get("exit_code") == worker.EXIT_MEMORY and status.get("max_rss_bytes", 0) >= self.limits.memory_bytes // 2:
@@ -344,9 +363,21 @@ def _warn_language_only(reason: str | None) -> None:
     global _warned_language_only
     if not _warned_language_only:
         _warned_language_only = True
-        print(f"warning: sandbox workers run without the kernel fence ({reason or 'seccomp did not hold'}); "
-              f"isolation is {LANGUAGE_ONLY!r} and every trajectory records it", file=sys.stderr)
+        print(
+            f"warning: sandbox workers run without the kernel fence ({reason or 'seccomp did not hold'}); "
+            f"isolation is {LANGUAGE_ONLY!r} and every trajectory records it",
+            file=sys.stderr,
+        )
 
 
-__all__ = ["ActionResult", "Limits", "MAX_MEMORY_BYTES", "Sandbox", "SandboxError", "TOOLS", "VETTED_MODULES", "DEFAULT_MODULES",
-           "observe_isolation"]
+__all__ = [
+    "ActionResult",
+    "Limits",
+    "MAX_MEMORY_BYTES",
+    "Sandbox",
+    "SandboxError",
+    "TOOLS",
+    "VETTED_MODULES",
+    "DEFAULT_MODULES",
+    "observe_isolation",
+]

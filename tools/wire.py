@@ -20,7 +20,8 @@ import re
 import select
 import struct
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 HEADER = struct.Struct(">I")
 MARKER_PREFIX = "\x00"  # a key no identifier-like field name starts with; see ``Marker``
@@ -101,8 +102,9 @@ def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dic
         text = body.decode("utf-8")
         if "\\u" in text:
             text = SURROGATE_ESCAPE.sub(_lone_surrogate_to_replacement, text)
-        value = json.loads(text, object_hook=object_hook, parse_constant=_refuse_constant, parse_float=_finite_float,
-                           parse_int=_bounded_int)
+        value = json.loads(
+            text, object_hook=object_hook, parse_constant=_refuse_constant, parse_float=_finite_float, parse_int=_bounded_int
+        )
     except (ValueError, RecursionError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise FrameMalformed(f"not a JSON frame ({type(error).__name__})") from None
     if type(value) is not dict:
@@ -112,10 +114,11 @@ def decode(body: bytes, object_hook: Callable[[dict], Any] | None = None) -> dic
 
 # -- the worker's side: blocking, on a descriptor it owns ----------------------------------------
 
+
 def send_blocking(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def receive_blocking(fd: int, cap: int) -> dict | None:
@@ -145,6 +148,7 @@ def _read_blocking(fd: int, size: int) -> bytes | None:
 
 # -- the host's side: non-blocking, every wait bounded -------------------------------------------
 
+
 class HostChannel:
     """The host's end of one worker's channel (a non-blocking stream socket's descriptor)."""
 
@@ -165,14 +169,15 @@ class HostChannel:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self.fd, view):]
+                view = view[os.write(self.fd, view) :]
             except BlockingIOError:
                 self._wait(select.POLLOUT, deadline, watchdog)
             except (BrokenPipeError, ConnectionResetError):
                 raise ChannelClosed() from None
 
-    def receive(self, cap: int, deadline: float, watchdog: Callable[[], float] | None = None,
-                object_hook: Callable[[dict], Any] | None = None) -> dict:
+    def receive(
+        self, cap: int, deadline: float, watchdog: Callable[[], float] | None = None, object_hook: Callable[[dict], Any] | None = None
+    ) -> dict:
         size = HEADER.unpack(self._read(HEADER.size, deadline, watchdog))[0]
         if size > cap:
             raise FrameTooLarge(size, cap)
@@ -211,6 +216,7 @@ class HostChannel:
 
 # -- tool arguments ----------------------------------------------------------------------------
 
+
 def _marker(kind: str, detail: str = "") -> dict:
     return {MARKER_PREFIX + kind: detail}
 
@@ -238,14 +244,14 @@ def _to_wire(value: Any, depth: int, budget: list[int]) -> Any:
         return number if number == number and abs(number) != float("inf") else _marker("unsupported", "a non-finite float")
     if isinstance(value, (list, tuple)):
         items = list.__iter__(value) if isinstance(value, list) else tuple.__iter__(value)
-        copied = []
+        copied: list[Any] = []
         for item in items:
             if len(copied) >= WIRE_ITEMS:
                 break
             copied.append(_to_wire(item, depth + 1, budget))
         return copied
     if isinstance(value, dict):
-        copied_dict = {}
+        copied_dict: dict[str, Any] = {}
         for key, item in dict.items(value):
             if not isinstance(key, str):
                 return _marker("key", type(key).__name__)
@@ -281,7 +287,7 @@ class Marker:
 def marker_hook(item: dict) -> Any:
     """``json.loads`` object hook (host side): a one-key dict whose key starts with NUL is a Marker."""
     if len(item) == 1:
-        (key, detail), = item.items()
+        ((key, detail),) = item.items()
         if key.startswith(MARKER_PREFIX):
             return Marker(key[1:], detail)
     return item

@@ -13,6 +13,9 @@ after its action returned (generator finalizers run by the collection that ends 
 belongs to no step: its tool calls are refused and what it prints is dropped and counted.
 
 Only the standard library and RestrictedPython are imported, so the zygote can load it fast.
+
+Why one module of this size: it is everything the untrusted process imports, and keeping it
+in one file keeps what runs behind the fence reviewable as one piece.
 """
 
 from __future__ import annotations
@@ -152,9 +155,18 @@ def guarded_getattr(obj: Any, name: str, *default: Any) -> Any:
 
 
 INPLACE_OPERATIONS = {
-    "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
-    "//=": operator.ifloordiv, "%=": operator.imod, "**=": operator.ipow, "<<=": operator.ilshift,
-    ">>=": operator.irshift, "&=": operator.iand, "|=": operator.ior, "^=": operator.ixor,
+    "+=": operator.iadd,
+    "-=": operator.isub,
+    "*=": operator.imul,
+    "/=": operator.itruediv,
+    "//=": operator.ifloordiv,
+    "%=": operator.imod,
+    "**=": operator.ipow,
+    "<<=": operator.ilshift,
+    ">>=": operator.irshift,
+    "&=": operator.iand,
+    "|=": operator.ior,
+    "^=": operator.ixor,
 }
 
 
@@ -211,9 +223,26 @@ def preload_modules() -> None:
 
 
 EXTRA_BUILTINS = {
-    "all": all, "any": any, "dict": dict, "enumerate": enumerate, "filter": filter, "frozenset": frozenset,
-    "list": list, "map": map, "max": max, "min": min, "reversed": reversed, "set": set, "sorted": sorted,
-    "sum": sum, "tuple": tuple, "zip": zip, "format": format, "bin": bin, "next": next, "iter": iter,
+    "all": all,
+    "any": any,
+    "dict": dict,
+    "enumerate": enumerate,
+    "filter": filter,
+    "frozenset": frozenset,
+    "list": list,
+    "map": map,
+    "max": max,
+    "min": min,
+    "reversed": reversed,
+    "set": set,
+    "sorted": sorted,
+    "sum": sum,
+    "tuple": tuple,
+    "zip": zip,
+    "format": format,
+    "bin": bin,
+    "next": next,
+    "iter": iter,
 }
 REMOVED_BUILTINS = ("setattr", "delattr", "_getattr_")
 
@@ -267,8 +296,9 @@ def action_traceback(error: BaseException) -> str:
 class Runtime:
     """One episode's namespace; runs one action at a time and asks the host for every tool call."""
 
-    def __init__(self, channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool = True,
-                 memory_bytes: int = 2 * 2**30) -> None:
+    def __init__(
+        self, channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool = True, memory_bytes: int = 2 * 2**30
+    ) -> None:
         self.channel = channel
         self.memory_bytes = memory_bytes
         self.peak_at_thorough = 0
@@ -408,11 +438,13 @@ class Runtime:
         return result
 
 
-def serve(channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool, fence_notes: list[str],
-          memory_bytes: int) -> None:
+def serve(
+    channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool, fence_notes: list[str], memory_bytes: int
+) -> None:
     """The worker's loop: ready, then one action per request, until the host closes the channel."""
     runtime = Runtime(channel, output_chars, allowed_modules, restricted, memory_bytes)
-    sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = runtime.router
+    # The originals too: an action may reach them, and every byte it prints must pass the router's cap.
+    sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = runtime.router  # type: ignore[misc,assignment]
     wire.send_blocking(channel, wire.encode({"op": "ready", "notes": fence_notes}))
     while True:
         try:

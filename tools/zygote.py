@@ -18,6 +18,9 @@ away the control socket closes and the zygote kills every worker and exits.
 
 Hash randomisation is fixed (PYTHONHASHSEED=0) in the zygote, so set iteration order inside
 actions, and with it every trajectory, is the same from run to run.
+
+Why one module of this size: the fork server and the host's handle on it speak one small protocol;
+both ends of it are kept in one file so that a change to one is seen against the other.
 """
 
 from __future__ import annotations
@@ -30,12 +33,15 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import NoReturn
 
 # argv: control descriptor, kernel fence (1/0), project root, the module whose main() serves, payload descriptor (-1: none)
-BOOT = ("import sys, importlib; sys.path.insert(0, sys.argv[3]); "
-        "importlib.import_module(sys.argv[4]).main(int(sys.argv[1]), sys.argv[2] == '1', int(sys.argv[5]))")
+BOOT = (
+    "import sys, importlib; sys.path.insert(0, sys.argv[3]); "
+    "importlib.import_module(sys.argv[4]).main(int(sys.argv[1]), sys.argv[2] == '1', int(sys.argv[5]))"
+)
 PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
 MESSAGE_BYTES = 1 << 16
 HELLO_SECONDS = 120.0  # a loaded CI machine can take seconds to start an interpreter
@@ -48,6 +54,7 @@ class ZygoteError(Exception):
 
 
 # -- the zygote process ------------------------------------------------------------------------
+
 
 def main(control_fd: int, kernel_fence: bool, payload_fd: int = -1) -> None:
     """The workers' zygote (``payload_fd`` is unused: a worker inherits nothing but what it imports)."""
@@ -72,15 +79,21 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int = -1) -> None:
     except BaseException as error:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
-    control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": seccomp_missing, "netns_missing": netns_missing}).encode())
+    control.send(
+        json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": seccomp_missing, "netns_missing": netns_missing}).encode()
+    )
     # A spare worker waits, unfenced but holding nothing but the zygote's imports and its link, and
     # walls itself in when its request (its limits and channel) comes, as a freshly forked one does.
-    serve_forks(control, lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing),
-                prepare_spare=lambda: None)
+    serve_forks(
+        control,
+        lambda request, fds: _worker(control, fds[0], request, address_space, seccomp_program, seccomp_missing),
+        prepare_spare=lambda: None,
+    )
 
 
-def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]], None],
-                prepare_spare: Callable[[], None] | None = None) -> NoReturn:
+def serve_forks(
+    control: socket.socket, start_child: Callable[[dict, list[int]], None], prepare_spare: Callable[[], None] | None = None
+) -> NoReturn:
     """A fork server's loop: ``spawn`` forks a child that runs ``start_child(request, fds)`` (it
     must never return), ``release`` kills one, ``reap`` says how one ended. Every child dies when
     the control socket closes (its owner is gone).
@@ -154,8 +167,9 @@ def serve_forks(control: socket.socket, start_child: Callable[[dict, list[int]],
         control.send(json.dumps(reply).encode())
 
 
-def _fork_spare(control: socket.socket, start_child: Callable[[dict, list[int]], None], prepare: Callable[[], None],
-                children: set[int]) -> tuple[int, socket.socket]:
+def _fork_spare(
+    control: socket.socket, start_child: Callable[[dict, list[int]], None], prepare: Callable[[], None], children: set[int]
+) -> tuple[int, socket.socket]:
     """A child forked ahead: it runs ``prepare``, then waits for its spawn request on a private link."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     pid = os.fork()
@@ -179,8 +193,9 @@ def _fork_spare(control: socket.socket, start_child: Callable[[dict, list[int]],
     return pid, ours
 
 
-def _worker(control: socket.socket, channel: int, request: dict, address_space: int, seccomp_program: bytes | None,
-            seccomp_missing: str | None) -> None:
+def _worker(
+    control: socket.socket, channel: int, request: dict, address_space: int, seccomp_program: bytes | None, seccomp_missing: str | None
+) -> None:
     from tools import fence, worker
 
     try:
@@ -189,8 +204,14 @@ def _worker(control: socket.socket, channel: int, request: dict, address_space: 
         notes = fence.wall_in(channel, request["memory_bytes"], request["episode_cpu_seconds"], zygote, address_space, seccomp_program)
         if seccomp_missing:
             notes.append(seccomp_missing)
-        worker.serve(fence.CHANNEL_FD, request["output_chars"], tuple(request["allowed_modules"]), request["restricted"], notes,
-                     request["memory_bytes"])
+        worker.serve(
+            fence.CHANNEL_FD,
+            request["output_chars"],
+            tuple(request["allowed_modules"]),
+            request["restricted"],
+            notes,
+            request["memory_bytes"],
+        )
     finally:
         os._exit(worker.EXIT_PROTOCOL)
 
@@ -215,7 +236,8 @@ def _reap(pid: int, kill: bool) -> dict:
     except ChildProcessError:
         return {"pid": pid, "unknown": True}
     return {
-        "pid": pid, "killed": not done,
+        "pid": pid,
+        "killed": not done,
         "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
         "exit_code": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
         "cpu_seconds": usage.ru_utime + usage.ru_stime,
@@ -224,6 +246,7 @@ def _reap(pid: int, kill: bool) -> dict:
 
 
 # -- the host's handle -------------------------------------------------------------------------
+
 
 class Zygote:
     """The host's end of one zygote. Thread-safe; started on first use."""
@@ -261,10 +284,25 @@ class Zygote:
         passed = [zygote_end.fileno()] + ([payload.fileno()] if payload is not None else [])
         try:
             self._process = subprocess.Popen(
-                [sys.executable, "-s", "-P", "-c", BOOT, str(zygote_end.fileno()), "1" if self.kernel_fence else "0", PROJECT_ROOT,
-                 self.entry, str(payload.fileno()) if payload is not None else "-1"],
-                pass_fds=passed, env=environment, cwd="/", start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                [
+                    sys.executable,
+                    "-s",
+                    "-P",
+                    "-c",
+                    BOOT,
+                    str(zygote_end.fileno()),
+                    "1" if self.kernel_fence else "0",
+                    PROJECT_ROOT,
+                    self.entry,
+                    str(payload.fileno()) if payload is not None else "-1",
+                ],
+                pass_fds=passed,
+                env=environment,
+                cwd="/",
+                start_new_session=True,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
             )
         finally:
             zygote_end.close()
@@ -272,6 +310,7 @@ class Zygote:
 
     def _greet(self) -> None:
         host_end, self._launched = self._launched, None
+        assert host_end is not None and self._process is not None
         host_end.settimeout(HELLO_SECONDS)
         try:
             hello = json.loads(host_end.recv(MESSAGE_BYTES) or b"{}")
@@ -286,7 +325,7 @@ class Zygote:
         self._control, self.pid = host_end, hello["pid"]
         self.seccomp_missing, self.netns_missing = hello["seccomp_missing"], hello["netns_missing"]
 
-    def _ask(self, request: dict, fds: list[int] = ()) -> dict:
+    def _ask(self, request: dict, fds: tuple[int, ...] | list[int] = ()) -> dict:
         if self._control is None:
             self._start()
         assert self._control is not None

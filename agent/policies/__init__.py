@@ -1,6 +1,12 @@
-"""Policies by name. Language-model policies are imported only when chosen (torch is heavy)."""
+"""Policies by name. Language-model policies are imported only when chosen (torch is heavy).
+
+Each policy takes its settings by keyword (``make_policy`` passes a ``PolicyConfig``'s fields by
+name), never by position, and builds its step records typed (``Reply.generation``, ``.info``).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from agent.config import POLICY_NAMES, PolicyConfig
 from agent.errors import AgentError
@@ -58,37 +64,76 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
         require_llm_extra()
         from agent.policies.hf import HFPolicy
 
-        return HFPolicy.load(config.model, config.adapter, config.quantization, config.max_new_tokens, config.max_context or 32_768,
-                             thinking=config.thinking, thinking_budget=config.thinking_budget,
-                             sampling=Sampling(config.temperature, config.top_p, config.top_k))
+        return HFPolicy.load(
+            config.model,
+            adapter=config.adapter,
+            quantization=config.quantization,
+            max_new_tokens=config.max_new_tokens,
+            max_context=config.max_context or 32_768,
+            thinking=config.thinking,
+            thinking_budget=config.thinking_budget,
+            sampling=Sampling.of(config),
+        )
     if name == "openai" and config.api == "chat":
         if config.base_url is None or config.model is None:
-            raise AgentError("--policy openai --api chat needs --base-url and --model (the teacher's name); --tokenizer (the student's) records its prompts")
+            raise AgentError(
+                "--policy openai --api chat needs --base-url and --model (the teacher's name); --tokenizer (the student's) records its prompts"
+            )
         if config.adapter is not None or config.thinking:
             raise AgentError("--adapter and --thinking are not for --api chat: the teacher is served as it is")
         from agent.policies.openai_chat import OpenAIChatPolicy
 
-        return OpenAIChatPolicy(config.base_url, config.model, config.tokenizer, config.max_new_tokens, config.timeout, config.retries,
-                                sampling=Sampling(config.temperature, config.top_p, config.top_k))
+        return OpenAIChatPolicy(
+            base_url=config.base_url,
+            model=config.model,
+            tokenizer=config.tokenizer,
+            max_new_tokens=config.max_new_tokens,
+            timeout=config.timeout,
+            retries=config.retries,
+            sampling=Sampling.of(config),
+        )
     if name == "openai":
         if config.base_url is None or config.model is None or config.tokenizer is None:
             raise AgentError("--policy openai needs --base-url, --model (the served name) and --tokenizer (its tokenizer directory)")
         if config.adapter is not None and config.served_adapter is None:
-            raise AgentError("--adapter with --policy openai is for explorer eval (it loads the adapter into the server); "
-                             "here pass the name the server serves it under as --model")
+            raise AgentError(
+                "--adapter with --policy openai is for explorer eval (it loads the adapter into the server); "
+                "here pass the name the server serves it under as --model"
+            )
         from agent.policies.openai_server import OpenAIPolicy
 
         # With an adapter, requests name it as the server serves it (eval loads it first; agent.policies.adapters).
         served = config.served_adapter.name if config.served_adapter is not None else config.model
-        return OpenAIPolicy(config.base_url, served, config.tokenizer, config.prompt_format,
-                            config.max_new_tokens, config.max_context, config.timeout, config.retries,
-                            thinking=config.thinking, thinking_budget=config.thinking_budget,
-                            sampling=Sampling(config.temperature, config.top_p, config.top_k))
-    return {
-        "scripted": Scripted, "direct-submit": DirectSubmit, "single-shot-rag": SingleShotRag,
+        return OpenAIPolicy(
+            base_url=config.base_url,
+            model=served,
+            tokenizer=config.tokenizer,
+            prompt_format=config.prompt_format,
+            max_new_tokens=config.max_new_tokens,
+            max_context=config.max_context,
+            timeout=config.timeout,
+            retries=config.retries,
+            thinking=config.thinking,
+            thinking_budget=config.thinking_budget,
+            sampling=Sampling.of(config),
+        )
+    baselines: dict[str, Callable[[], Policy]] = {
+        "scripted": Scripted,
+        "direct-submit": DirectSubmit,
+        "single-shot-rag": SingleShotRag,
         "read-all": lambda: ReadAll(max_steps=max_steps),
-    }[name]()
+    }
+    return baselines[name]()
 
 
-__all__ = ["ContextExceeded", "EpisodeStart", "POLICY_NAMES", "Policy", "PolicyConfig", "PolicyError", "Reply", "make_policy",
-           "require_llm_extra"]
+__all__ = [
+    "ContextExceeded",
+    "EpisodeStart",
+    "POLICY_NAMES",
+    "Policy",
+    "PolicyConfig",
+    "PolicyError",
+    "Reply",
+    "make_policy",
+    "require_llm_extra",
+]

@@ -37,7 +37,7 @@ from pathlib import Path
 from agent.config import ServedAdapter
 from agent.errors import AgentError
 from agent.models import file_hashes
-from agent.policies.servers import REFUSED_DETAIL_BYTES, HTTPStatus, ServerPool, api_base, read_capped
+from agent.policies.servers import REFUSED_DETAIL_BYTES, HTTPStatus, ServerPool, read_capped
 from agent.terminal_text import visible
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
@@ -48,8 +48,10 @@ NO_ADAPTER_FOUND = "No adapter found"  # vLLM's 404 for a path it cannot load
 def adapter_sha256(directory: Path) -> str:
     """One SHA-256 over every file of an adapter directory (names and contents)."""
     if not (directory / "adapter_config.json").is_file():
-        raise AgentError(f"--adapter {directory}: not a LoRA adapter directory (no adapter_config.json); "
-                         "name a checkpoint directory that explorer train or improve wrote")
+        raise AgentError(
+            f"--adapter {directory}: not a LoRA adapter directory (no adapter_config.json); "
+            "name a checkpoint directory that explorer train or improve wrote"
+        )
     listing = json.dumps(file_hashes(directory), sort_keys=True)
     return hashlib.sha256(listing.encode()).hexdigest()
 
@@ -73,8 +75,10 @@ def checked_adapter(directory: Path, recorded: ServedAdapter) -> ServedAdapter:
     if path != recorded.path:
         raise AgentError(f"--adapter {directory} is {path}, but the run loaded {recorded.path}; give the same adapter")
     if sha256 != recorded.sha256:
-        raise AgentError(f"--adapter {directory}: its files changed since the run began (SHA-256 {recorded.sha256[:12]} "
-                         f"then, {sha256[:12]} now); restore them, or start a new run with another --out")
+        raise AgentError(
+            f"--adapter {directory}: its files changed since the run began (SHA-256 {recorded.sha256[:12]} "
+            f"then, {sha256[:12]} now); restore them, or start a new run with another --out"
+        )
     return recorded
 
 
@@ -102,14 +106,20 @@ class ServerAdapters:
             raise AgentError(_refusal(url, adapter, status, detail))
         root = self._listed_root(base, adapter.name)
         if already and root != adapter.path:
-            raise AgentError(f"{base}: the adapter name {adapter.name!r} is already loaded from {root or 'a path it does not list'}, "
-                             f"not from {adapter.path}; unload it (POST {base}/unload_lora_adapter with its lora_name) or use another --out")
+            raise AgentError(
+                f"{base}: the adapter name {adapter.name!r} is already loaded from {root or 'a path it does not list'}, "
+                f"not from {adapter.path}; unload it (POST {base}/unload_lora_adapter with its lora_name) or use another --out"
+            )
         if root != adapter.path:
-            raise AgentError(f"{base}/models lists {adapter.name!r} {f'from {root}' if root else 'nowhere'} after loading it from "
-                             f"{adapter.path}: the server would not sample with this adapter; unload that name or restart the server")
+            raise AgentError(
+                f"{base}/models lists {adapter.name!r} {f'from {root}' if root else 'nowhere'} after loading it from "
+                f"{adapter.path}: the server would not sample with this adapter; unload that name or restart the server"
+            )
         if already:
-            self._say(f"note: adapter {adapter.name} is already loaded from {adapter.path} on {base} (an earlier try of this run); "
-                      "it is used as it is")
+            self._say(
+                f"note: adapter {adapter.name} is already loaded from {adapter.path} on {base} (an earlier try of this run); "
+                "it is used as it is"
+            )
         if (base, adapter) not in self.loaded:
             self.loaded.append((base, adapter))
 
@@ -119,8 +129,10 @@ class ServerAdapters:
         try:
             listing = self.pool.get(base, "/models", MODELS_LISTING_BYTES, min(self.timeout, 30))
         except HTTPStatus as error:
-            raise AgentError(f"{url} answered HTTP {error.status}, so which adapter the server serves cannot be checked; "
-                             "use a vLLM server (it lists each adapter's path)") from None
+            raise AgentError(
+                f"{url} answered HTTP {error.status}, so which adapter the server serves cannot be checked; "
+                "use a vLLM server (it lists each adapter's path)"
+            ) from None
         except (OSError, http.client.HTTPException) as error:
             raise AgentError(f"no server answers at {url} ({type(error).__name__}: {error}); start it or fix --base-url") from None
         except ValueError as error:
@@ -136,9 +148,9 @@ class ServerAdapters:
         left = []
         for base, adapter in reversed(self.loaded):
             try:
-                status, detail = self._post(base, "/unload_lora_adapter", {"lora_name": adapter.name})
+                status, _ = self._post(base, "/unload_lora_adapter", {"lora_name": adapter.name})
             except AgentError:
-                status, detail = 0, "no answer"
+                status = 0  # no answer
             if status not in (200, 404):  # 404: no longer loaded (someone unloaded it): nothing left
                 left.append((base, adapter))
         self.loaded = []
@@ -160,13 +172,17 @@ class ServerAdapters:
 
     def _say_left(self, left: list[tuple[str, ServedAdapter]], why: str) -> None:
         named = ", ".join(f"{adapter.name} ({base})" for base, adapter in left)
-        self._say(f"note: {len(left)} adapter(s) {why}: {named}; a rerun of the same command reuses them, "
-                  "or unload each with POST <base-url>/unload_lora_adapter {\"lora_name\": NAME}")
+        self._say(
+            f"note: {len(left)} adapter(s) {why}: {named}; a rerun of the same command reuses them, "
+            'or unload each with POST <base-url>/unload_lora_adapter {"lora_name": NAME}'
+        )
 
     def _post(self, base: str, endpoint: str, body: dict) -> tuple[int, str]:
         """One POST, no retry, no redirect, no proxy: the status and the answer's text (vLLM's
         success answers are plain text), the API key redacted."""
         parts = urllib.parse.urlsplit(base)
+        if not parts.hostname:
+            raise AgentError(f"--base-url {base!r} names no host")
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         connection = kind(parts.hostname, parts.port, timeout=self.timeout)
         headers = {"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"}
@@ -175,8 +191,10 @@ class ServerAdapters:
             answer = connection.getresponse()
             text = read_capped(answer, REFUSED_DETAIL_BYTES, time.monotonic() + self.timeout).decode(errors="replace")
         except (OSError, http.client.HTTPException, ValueError) as error:
-            raise AgentError(f"no server answers at {base + endpoint} ({self.pool._redact(f'{type(error).__name__}: {error}')}); "
-                             "start it or fix --base-url") from None
+            raise AgentError(
+                f"no server answers at {base + endpoint} ({self.pool._redact(f'{type(error).__name__}: {error}')}); "
+                "start it or fix --base-url"
+            ) from None
         finally:
             connection.close()
         return answer.status, self.pool._redact(_message(text))
@@ -198,13 +216,19 @@ def _message(text: str) -> str:
 def _refusal(url: str, adapter: ServedAdapter, status: int, detail: str) -> str:
     """One line for a load the server refused: what, where, how to fix."""
     if status == 404 and NO_ADAPTER_FOUND in detail:
-        return (f"{url}: the server found no adapter at {adapter.path} ({detail}); it must see that directory "
-                "(the same machine, or the same path on a shared filesystem)")
+        return (
+            f"{url}: the server found no adapter at {adapter.path} ({detail}); it must see that directory "
+            "(the same machine, or the same path on a shared filesystem)"
+        )
     if status in (404, 405, 501):  # no such endpoint
-        return (f"{url} answered HTTP {status}: the server loads no adapters at runtime; start vLLM with --enable-lora "
-                "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")
-    return (f"{url}: the server refused to load {adapter.path} (HTTP {status}: {detail}); check vLLM's --max-lora-rank "
-            "(at least the adapter's r) and its log")
+        return (
+            f"{url} answered HTTP {status}: the server loads no adapters at runtime; start vLLM with --enable-lora "
+            "and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"
+        )
+    return (
+        f"{url}: the server refused to load {adapter.path} (HTTP {status}: {detail}); check vLLM's --max-lora-rank "
+        "(at least the adapter's r) and its log"
+    )
 
 
 __all__ = ["ServerAdapters", "adapter_sha256", "checked_adapter", "planned_adapter", "run_id"]

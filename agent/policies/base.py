@@ -6,7 +6,13 @@ import ast
 import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from agent.config import PolicyConfig
+from agent.trajectory import Generation, StepPolicyInfo
+
+if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
+    from agent.renderer import ChatRenderer
 
 
 @dataclass(frozen=True)
@@ -19,13 +25,19 @@ class EpisodeStart:
     sample: int = 0  # which of a question's K attempts (explorer eval --samples K)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Sampling:
-    """Decoding settings of the model policies: temperature 0 is greedy (then top_p and top_k do nothing)."""
+    """Decoding settings of the model policies: temperature 0 is greedy (then top_p and top_k do
+    nothing). Keyword-only: two numbers swapped by position would pass silently."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+
+    @classmethod
+    def of(cls, config: PolicyConfig) -> Sampling:
+        """The sampling a policy config asks for (its bounds were checked there)."""
+        return cls(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
 
     @property
     def greedy(self) -> bool:
@@ -39,15 +51,16 @@ class Sampling:
 
 @dataclass
 class Reply:
+    """A policy's answer to one step: its action, and the records of it the step keeps, built
+    typed where they are made (the trajectory's own ``Generation`` and ``StepPolicyInfo``)."""
+
     text: str  # the action; in thinking mode, what the model wrote after </think>
-    generation: dict[str, Any] | None = None  # token counts, hit_cap, decoding settings (model policies)
-    info: dict[str, Any] | None = None  # anything else worth recording (replay: drift found)
+    generation: Generation | None = None  # token counts, hit_cap, how the server answered (model policies)
+    info: StepPolicyInfo | None = None  # anything else worth recording (replay: drift found)
     reasoning: str | None = None  # thinking mode: what the model wrote between <think> and </think>
     prompt_ids: list[int] | None = None  # model policies: the prompt sent, as ids
     server_prompt_ids: list[int] | None = None  # openai: the prompt ids the server says it used
     server_prompt_tokens: int | None = None  # openai: the server's count of them
-
-
 
 
 class PolicyError(Exception):
@@ -67,7 +80,7 @@ class Policy(ABC):
     """Deterministic given the seed passed to ``start``. Language-model policies implement the same two methods."""
 
     name: str = ""
-    renderer = None  # the ChatRenderer whose prompts this policy is (or would be) served
+    renderer: ChatRenderer | None = None  # the renderer whose prompts this policy is (or would be) served
     thinking: bool = False  # Qwen3 thinking mode: the generation prompt leaves the think block to the model
 
     def settings(self) -> dict[str, Any]:
@@ -111,7 +124,7 @@ def last_value(messages: list[dict[str, str]]) -> Any:
     if start < 0:
         return None
     try:
-        return ast.literal_eval(text[start + len("Out: "):])
+        return ast.literal_eval(text[start + len("Out: ") :])
     except (ValueError, SyntaxError, MemoryError, RecursionError):
         return None
 
@@ -132,4 +145,4 @@ class Memory:
             return
         self.items.append((score, item))
         self.items.sort(key=lambda pair: -pair[0])
-        del self.items[self.size:]
+        del self.items[self.size :]

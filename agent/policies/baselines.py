@@ -39,10 +39,12 @@ class SingleShotRag(Policy):
     def act(self, messages: list[dict[str, str]]) -> Reply:
         question = self.episode.question
         if steps_taken(messages) == 0:
-            return Reply(action(
-                f"hits = search({json.dumps(question)}, k={self.k})\n"
-                "[(h['paper_id'], h['section'], h['paragraph'], h['snippet'].lstrip('. ')) for h in hits]"
-            ))
+            return Reply(
+                action(
+                    f"hits = search({json.dumps(question)}, k={self.k})\n"
+                    "[(h['paper_id'], h['section'], h['paragraph'], h['snippet'].lstrip('. ')) for h in hits]"
+                )
+            )
         hits = last_value(messages) or []
         if not hits:
             return Reply(action('abstain("The search returned nothing.")'))

@@ -25,6 +25,7 @@ from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_mod
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply, Sampling
 from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer, split_thinking
 from agent.served import common_prefix
+from agent.trajectory import Generation
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
@@ -39,11 +40,24 @@ def crop(cache, keep: int) -> None:
 
 class HFPolicy(Policy):
     name = "hf"
+    renderer: ChatRenderer  # always: it renders what the model is served
 
     def __init__(
-        self, model, renderer: ChatRenderer, *, name: str, quantization: str, dtype, adapter: Path | None = None,
-        adapter_sha256: dict[str, str] | None = None, max_new_tokens: int = 512, max_context: int = 32_768,
-        reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
+        self,
+        model,
+        renderer: ChatRenderer,
+        *,
+        name: str,
+        quantization: str,
+        dtype,
+        adapter: Path | None = None,
+        adapter_sha256: dict[str, str] | None = None,
+        max_new_tokens: int = 512,
+        max_context: int = 32_768,
+        reuse_cache: bool = True,
+        thinking: bool = False,
+        thinking_budget: int = 1024,
+        sampling: Sampling = Sampling(),
     ) -> None:
         """A policy around a model already in memory: one loaded by ``load``, or the weights being
         trained (sft validation episodes)."""
@@ -58,7 +72,8 @@ class HFPolicy(Policy):
             self.stop_ids.add(end_of_text)
         generation_config = getattr(model, "generation_config", None)
         self.overridden = {
-            field: getattr(generation_config, field) for field in SAMPLING_FIELDS
+            field: getattr(generation_config, field)
+            for field in SAMPLING_FIELDS
             if generation_config is not None and getattr(generation_config, field, None) not in (None, False)
         }
         self.device = next(model.parameters()).device
@@ -68,10 +83,21 @@ class HFPolicy(Policy):
         self._reset()
 
     @classmethod
-    def load(cls, model: str, adapter: Path | None = None, quantization: str = "auto", max_new_tokens: int = 512,
-             max_context: int = 32_768, reuse_cache: bool = True, thinking: bool = False, thinking_budget: int = 1024,
-             sampling: Sampling = Sampling()) -> HFPolicy:
-        """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter."""
+    def load(
+        cls,
+        model: str,
+        *,
+        adapter: Path | None = None,
+        quantization: str = "auto",
+        max_new_tokens: int = 512,
+        max_context: int = 32_768,
+        reuse_cache: bool = True,
+        thinking: bool = False,
+        thinking_budget: int = 1024,
+        sampling: Sampling = Sampling(),
+    ) -> HFPolicy:
+        """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter.
+        The settings are keyword-only: two numbers swapped by position would pass silently."""
         import torch
 
         if adapter is not None and not (adapter / "adapter_config.json").exists():
@@ -84,20 +110,37 @@ class HFPolicy(Policy):
             network = PeftModel.from_pretrained(network, str(adapter))
         network.eval()
         return cls(
-            network, load_renderer(model), name=resolve_model(model), quantization=loaded.quantization, dtype=loaded.dtype,
-            adapter=adapter, adapter_sha256=file_hashes(adapter) if adapter is not None else None,
-            max_new_tokens=max_new_tokens, max_context=max_context, reuse_cache=reuse_cache,
-            thinking=thinking, thinking_budget=thinking_budget, sampling=sampling,
+            network,
+            load_renderer(model),
+            name=resolve_model(model),
+            quantization=loaded.quantization,
+            dtype=loaded.dtype,
+            adapter=adapter,
+            adapter_sha256=file_hashes(adapter) if adapter is not None else None,
+            max_new_tokens=max_new_tokens,
+            max_context=max_context,
+            reuse_cache=reuse_cache,
+            thinking=thinking,
+            thinking_budget=thinking_budget,
+            sampling=sampling,
         )
 
     def settings(self) -> dict[str, Any]:
         return {
-            "model": self.model_name, "adapter": str(self.adapter) if self.adapter else None,
-            "adapter_sha256": self.adapter_sha256, "quantization": self.quantization, "dtype": str(self.dtype).removeprefix("torch."),
-            "device": str(self.device), **self.sampling.settings(),
-            "overridden_generation_config": self.overridden, "max_new_tokens": self.max_new_tokens,
-            "max_context": self.max_context, "reuse_cache": self.reuse_cache, "tokenizer_sha256": self.renderer.fingerprint,
-            "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
+            "model": self.model_name,
+            "adapter": str(self.adapter) if self.adapter else None,
+            "adapter_sha256": self.adapter_sha256,
+            "quantization": self.quantization,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "device": str(self.device),
+            **self.sampling.settings(),
+            "overridden_generation_config": self.overridden,
+            "max_new_tokens": self.max_new_tokens,
+            "max_context": self.max_context,
+            "reuse_cache": self.reuse_cache,
+            "tokenizer_sha256": self.renderer.fingerprint,
+            "thinking": self.thinking,
+            **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
 
     def _reset(self) -> None:
@@ -120,7 +163,9 @@ class HFPolicy(Policy):
         prompt = self.renderer.prompt(messages, thinking=self.thinking)
         budget = self.thinking_budget if self.thinking else 0
         if len(prompt) + budget + self.max_new_tokens > self.max_context:
-            raise ContextExceeded(f"a prompt of {len(prompt)} tokens plus {budget + self.max_new_tokens} new ones exceeds the context of {self.max_context}")
+            raise ContextExceeded(
+                f"a prompt of {len(prompt)} tokens plus {budget + self.max_new_tokens} new ones exceeds the context of {self.max_context}"
+            )
         if not self.reuse_cache:
             self._reset()
         keep = min(common_prefix(self.cached_ids, prompt), len(prompt) - 1)  # feed at least one token
@@ -135,17 +180,21 @@ class HFPolicy(Policy):
         hit_cap = not generated or generated[-1] not in self.stop_ids
         self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
         text = self.renderer.decode(generated if hit_cap else generated[:-1])
-        generation = {
-            "prompt_tokens": len(prompt), "cached_tokens": keep, "prefill_tokens": len(prompt) - keep,
-            "cache_cut_tokens": cut, "generated_tokens": len(generated), "hit_cap": hit_cap,
-            "prefill_seconds": prefill_seconds, "decode_seconds": time.perf_counter() - started - prefill_seconds,
-        }
-        if not self.thinking:
-            return Reply(text, generation=generation, prompt_ids=prompt)
-        reasoning, action, closed = split_thinking(text)
-        generation.update(thinking)
-        if not closed and not hit_cap:  # it ended its turn without </think>: the whole text is the action (agent.renderer)
-            generation["thinking_unclosed"] = True
+        reasoning, action, closed = split_thinking(text) if self.thinking else (None, text, True)
+        unclosed = not closed and not hit_cap  # it ended its turn without </think>: the whole text is the action (agent.renderer)
+        generation = Generation(
+            prompt_tokens=len(prompt),
+            cached_tokens=keep,
+            prefill_tokens=len(prompt) - keep,
+            cache_cut_tokens=cut,
+            generated_tokens=len(generated),
+            hit_cap=hit_cap,
+            prefill_seconds=prefill_seconds,
+            decode_seconds=time.perf_counter() - started - prefill_seconds,
+            thinking_unclosed=True if unclosed else None,
+            **thinking,
+        )
+        if not self.thinking or unclosed:
             return Reply(text, generation=generation, prompt_ids=prompt)
         return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
 

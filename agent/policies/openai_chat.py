@@ -29,28 +29,44 @@ from agent.policies.base import Reply, Sampling
 from agent.policies.openai_server import OpenAIPolicy, count, label
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
+from agent.trajectory import Generation
 
 
 class OpenAIChatPolicy(OpenAIPolicy):
     name = "openai"
 
     def __init__(
-        self, base_url: str | list[str], model: str, tokenizer: Path | None = None, max_new_tokens: int = 512, timeout: float = 120.0,
-        retries: int = 4, backoff: float = 1.0, sampling: Sampling = Sampling(),
+        self,
+        *,
+        base_url: str | list[str],
+        model: str,
+        tokenizer: Path | None = None,
+        max_new_tokens: int = 512,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        sampling: Sampling = Sampling(),
     ) -> None:
+        """Keyword-only, as ``OpenAIPolicy``: ``tokenizer`` is the student's (it records the prompts it would serve)."""
         self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
         self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
         self.endpoint = "/chat/completions"
         self.model, self.tokenizer_path = model, tokenizer
-        self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None
+        # The chat API renders nothing itself: the student's renderer only records the prompts it would serve.
+        self.renderer = ChatRenderer.from_directory(tokenizer) if tokenizer is not None else None  # type: ignore[assignment]
         self.max_new_tokens, self.timeout, self.retries = max_new_tokens, timeout, retries
         self.sampling, self.thinking = sampling, False
         self.server_max_model_len, self.server_prompt_ids = None, False
 
     def settings(self) -> dict[str, Any]:
         return {
-            "api": "chat", **self._where(), "model": self.model, **self.sampling.settings(), "max_new_tokens": self.max_new_tokens,
-            "timeout": self.timeout, "retries": self.retries,
+            "api": "chat",
+            **self._where(),
+            "model": self.model,
+            **self.sampling.settings(),
+            "max_new_tokens": self.max_new_tokens,
+            "timeout": self.timeout,
+            "retries": self.retries,
             "student_tokenizer": str(self.tokenizer_path) if self.tokenizer_path else None,
             "tokenizer_sha256": self.renderer.fingerprint if self.renderer else None,
             "teacher_tokenization": "the API's own; not what is trained (sft build renders the messages with the student's tokenizer)",
@@ -64,8 +80,11 @@ class OpenAIChatPolicy(OpenAIPolicy):
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
         body: dict[str, Any] = {
-            "model": self.model, "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
-            "max_tokens": self.max_new_tokens, "temperature": self.sampling.temperature, "seed": self.episode.seed,
+            "model": self.model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "max_tokens": self.max_new_tokens,
+            "temperature": self.sampling.temperature,
+            "seed": self.episode.seed,
             "chat_template_kwargs": {"enable_thinking": False},  # the generation prompt our renderer serves
         }
         if not self.sampling.greedy:
@@ -81,9 +100,15 @@ class OpenAIChatPolicy(OpenAIPolicy):
         kept = text[: action.end()] if action else text
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         counted = {name: count(usage.get(name)) for name in ("prompt_tokens", "completion_tokens")}
-        generation: dict[str, Any] = {
-            "api": "chat", "generated_tokens": counted.get("completion_tokens"), "hit_cap": choice.get("finish_reason") == "length",
-            "finish_reason": label(choice.get("finish_reason")), "api_retries": answer.retries, "seconds": time.perf_counter() - started,
-            "usage_prompt_tokens": counted.get("prompt_tokens"), "cut_chars": len(text) - len(kept), **self._replica_record(answer),
-        }
+        generation = Generation(
+            api="chat",
+            generated_tokens=counted.get("completion_tokens"),
+            hit_cap=choice.get("finish_reason") == "length",
+            finish_reason=label(choice.get("finish_reason")),
+            api_retries=answer.retries,
+            seconds=time.perf_counter() - started,
+            usage_prompt_tokens=counted.get("prompt_tokens"),
+            cut_chars=len(text) - len(kept),
+            **self._replica_record(answer),
+        )
         return Reply(kept, generation=generation)

@@ -34,6 +34,9 @@ Greedy (temperature 0) unless ``Sampling`` says otherwise, with the episode's se
 request; stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
 retried with exponential backoff; each retry is counted on the step, and a request that still
 fails ends the episode as ``policy_error`` (counted in the run's metrics).
+
+Why one module of this size: the request, its retries and the parity checks of what the server
+saw are one exchange; split, a reader of one would miss what the other checks.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply, Sampling
 from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
 from agent.renderer import IM_END, ChatRenderer, split_thinking
+from agent.trajectory import Generation
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
 DEFAULT_MAX_CONTEXT = 32_768  # without --max-context: lowered to a server's max_model_len, where an explicit one above it is refused
@@ -99,12 +103,27 @@ class ReplicaDown(Exception):
 
 class OpenAIPolicy(Policy):
     name = "openai"
+    renderer: ChatRenderer  # always for the completions API: it renders what the server is sent
+    tokenizer_path: Path | None
 
     def __init__(
-        self, base_url: str | list[str], model: str, tokenizer: Path, prompt_format: str = "ids", max_new_tokens: int = 512,
-        max_context: int | None = None, timeout: float = 120.0, retries: int = 4, backoff: float = 1.0,
-        thinking: bool = False, thinking_budget: int = 1024, sampling: Sampling = Sampling(),
+        self,
+        *,
+        base_url: str | list[str],
+        model: str,
+        tokenizer: Path,
+        prompt_format: str = "ids",
+        max_new_tokens: int = 512,
+        max_context: int | None = None,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        thinking: bool = False,
+        thinking_budget: int = 1024,
+        sampling: Sampling = Sampling(),
     ) -> None:
+        """Keyword-only (``make_policy`` passes a ``PolicyConfig``'s fields by name): two numbers
+        swapped by position would pass silently. ``max_context`` None: the server's max_model_len."""
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
         self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
@@ -141,11 +160,20 @@ class OpenAIPolicy(Policy):
 
     def settings(self) -> dict[str, Any]:
         return {
-            **self._where(), "model": self.model, "prompt_format": self.prompt_format, "tokenizer": str(self.tokenizer_path),
-            **self.sampling.settings(), "max_new_tokens": self.max_new_tokens, "max_context": self.max_context,
-            "timeout": self.timeout, "retries": self.retries, "tokenizer_sha256": self.renderer.fingerprint,
-            "thinking": self.thinking, **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
-            "server_max_model_len": self.server_max_model_len, "server_prompt_ids": self.server_prompt_ids,
+            **self._where(),
+            "model": self.model,
+            "prompt_format": self.prompt_format,
+            "tokenizer": str(self.tokenizer_path),
+            **self.sampling.settings(),
+            "max_new_tokens": self.max_new_tokens,
+            "max_context": self.max_context,
+            "timeout": self.timeout,
+            "retries": self.retries,
+            "tokenizer_sha256": self.renderer.fingerprint,
+            "thinking": self.thinking,
+            **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
+            "server_max_model_len": self.server_max_model_len,
+            "server_prompt_ids": self.server_prompt_ids,
         }
 
     def preflight(self) -> str | None:
@@ -174,7 +202,9 @@ class OpenAIPolicy(Policy):
             raise AgentError(f"--base-url: no replica answers ({'; '.join(down.values())}); start them or fix the URLs")
         for base, reason in down.items():
             self.servers.take_out(base, reason)
-        notes = [f"{base} does not answer ({reason}); it is taken out and tried again during the run" for base, reason in down.items()] + notes
+        notes = [
+            f"{base} does not answer ({reason}); it is taken out and tried again during the run" for base, reason in down.items()
+        ] + notes
         if limits:
             self._use_server_limit(min(limits))
         self.server_prompt_ids = bool(returns_ids) and all(returns_ids)
@@ -187,8 +217,10 @@ class OpenAIPolicy(Policy):
         if self.max_context <= limit:
             return
         if self.max_context_given:
-            raise AgentError(f"--max-context {self.max_context} is more than the server's max_model_len of {limit}; "
-                             f"give at most {limit}, or leave it out to use {limit}")
+            raise AgentError(
+                f"--max-context {self.max_context} is more than the server's max_model_len of {limit}; "
+                f"give at most {limit}, or leave it out to use {limit}"
+            )
         self.max_context = limit
 
     def _preflight_one(self, base: str) -> tuple[str | None, int | None]:
@@ -206,13 +238,17 @@ class OpenAIPolicy(Policy):
                 raise AgentError(f"--base-url: no server answers at {url} ({error}); start it or fix the URL") from None
             raise ReplicaDown(f"{type(error).__name__}: {error}") from None
         except ValueError as error:
-            raise AgentError(f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?") from None
+            raise AgentError(
+                f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?"
+            ) from None
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
         models = [item.get("id") for item in entries]
         if self.model not in models:
-            raise AgentError(f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
-                             "pass one of those (vLLM: the --served-model-name)")
+            raise AgentError(
+                f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
+                "pass one of those (vLLM: the --served-model-name)"
+            )
         served = next(item for item in entries if item.get("id") == self.model)
         parent = next((item for item in entries if item.get("id") == served.get("parent")), {})  # vLLM: a LoRA adapter's base
         limit = count(served.get("max_model_len")) or count(parent.get("max_model_len"))
@@ -234,18 +270,20 @@ class OpenAIPolicy(Policy):
                 return False, f"{url} refuses return_token_ids, so check-parity can compare prompt counts only"
         except HTTPStatus as error:
             if error.status in NO_COMPLETIONS_STATUS:
-                raise AgentError(f"--base-url: {url} answered HTTP {error.status} (no completions endpoint); "
-                                 "use --api chat") from None
+                raise AgentError(f"--base-url: {url} answered HTTP {error.status} (no completions endpoint); use --api chat") from None
             if error.status in REFUSED_PROMPT_STATUS:
                 other = "use --api chat, or --prompt-format text" if self.prompt_format == "ids" else "use --api chat"
-                raise AgentError(f"--prompt-format {self.prompt_format}: the server at {url} refuses a {self.prompt_format} "
-                                 f"prompt ({error}); {other}") from None
+                raise AgentError(
+                    f"--prompt-format {self.prompt_format}: the server at {url} refuses a {self.prompt_format} prompt ({error}); {other}"
+                ) from None
             return False, f"the test prompt to {url} failed ({error}), so the prompt's ids are not asked for"
         except (OSError, http.client.HTTPException, ValueError) as error:
             return False, f"the test prompt to {url} failed ({type(error).__name__}: {error}), so the prompt's ids are not asked for"
         if answer_problem(answer, "text") is not None:
-            raise AgentError(f"--base-url: {url} answered a test prompt with no completion ({answer_problem(answer, 'text')}); "
-                             "is it an OpenAI-compatible server?")
+            raise AgentError(
+                f"--base-url: {url} answered a test prompt with no completion ({answer_problem(answer, 'text')}); "
+                "is it an OpenAI-compatible server?"
+            )
         returned = answer["choices"][0].get("prompt_token_ids")
         if not isinstance(returned, list):
             return False, f"{url} does not return the prompt's token ids, so check-parity can compare prompt counts only"
@@ -259,8 +297,12 @@ class OpenAIPolicy(Policy):
             raise ContextExceeded(f"a prompt of {len(prompt)} tokens leaves no room for new ones in the context of {self.max_context}")
         max_tokens = min(cap, room)
         body = {
-            "model": self.model, "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
-            "max_tokens": max_tokens, "temperature": self.sampling.temperature, "stop": [IM_END], "seed": self.episode.seed,
+            "model": self.model,
+            "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
+            "max_tokens": max_tokens,
+            "temperature": self.sampling.temperature,
+            "stop": [IM_END],
+            "seed": self.episode.seed,
         }
         if self.server_prompt_ids:
             body["return_token_ids"] = True  # vLLM: the ids it received, in choices[0].prompt_token_ids
@@ -281,22 +323,33 @@ class OpenAIPolicy(Policy):
         server_tokens = count(usage.get("prompt_tokens"))
         generated = count(usage.get("completion_tokens"))
         finish = label(choice.get("finish_reason"))
-        generation: dict[str, Any] = {
-            "prompt_tokens": len(prompt), "server_prompt_tokens": server_tokens, "generated_tokens": generated,
-            "hit_cap": self._hit_cap(finish, generated, max_tokens, cap), "finish_reason": finish,
-            "clamped_max_tokens": max_tokens if max_tokens < cap else None,
-            "api_retries": answer.retries, "seconds": time.perf_counter() - started, **self._replica_record(answer),
-        }
-        warning = self._parity_warning(prompt, server_tokens, server_ids)
-        if warning:
-            generation["parity_warning"] = warning
+        seconds = time.perf_counter() - started
         text = text.removesuffix(IM_END)
-        reasoning = None
+        reasoning: str | None = None
+        thought: dict[str, Any] = {}
         if self.thinking:
             reasoning, text, thought = self._thinking(text, finish)
-            generation.update(thought)
-        return Reply(text, generation=generation, reasoning=reasoning, prompt_ids=prompt,
-                     server_prompt_ids=server_ids, server_prompt_tokens=server_tokens)
+        generation = Generation(
+            prompt_tokens=len(prompt),
+            server_prompt_tokens=server_tokens,
+            generated_tokens=generated,
+            hit_cap=self._hit_cap(finish, generated, max_tokens, cap),
+            finish_reason=finish,
+            clamped_max_tokens=max_tokens if max_tokens < cap else None,
+            api_retries=answer.retries,
+            seconds=seconds,
+            parity_warning=self._parity_warning(prompt, server_tokens, server_ids),
+            **self._replica_record(answer),
+            **thought,
+        )
+        return Reply(
+            text,
+            generation=generation,
+            reasoning=reasoning,
+            prompt_ids=prompt,
+            server_prompt_ids=server_ids,
+            server_prompt_tokens=server_tokens,
+        )
 
     def _post(self, body: dict):
         """The request; a server that refuses the prompt as longer than its context ends the
@@ -333,10 +386,12 @@ class OpenAIPolicy(Policy):
         read = self.renderer.as_server_reads(prompt)
         if read != prompt:
             position = next((i for i, (a, b) in enumerate(zip(read, prompt)) if a != b), min(len(read), len(prompt)))
-            shown = self.renderer.decode(prompt[max(position - 8, 0):position + 8])
-            raise PolicyError(f"refused to send a text prompt the server would read as other tokens (from token {position}, "
-                              f"near {shown!r}): text spelling a control token, or a split the tokenizer does not make; "
-                              "use --prompt-format ids")
+            shown = self.renderer.decode(prompt[max(position - 8, 0) : position + 8])
+            raise PolicyError(
+                f"refused to send a text prompt the server would read as other tokens (from token {position}, "
+                f"near {shown!r}): text spelling a control token, or a split the tokenizer does not make; "
+                "use --prompt-format ids"
+            )
         return text
 
     @staticmethod

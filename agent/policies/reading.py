@@ -4,6 +4,10 @@ when the evidence does not answer it at all. Shared by the scripted baselines.
 Nothing here knows how the demo corpus was generated; the rules are about questions in general:
 an answer must match the question's type (a number for "how many", a duration for "how long",
 yes or no for a polar question), and every name the question mentions must be in the evidence.
+
+Why one module: it is one procedure, ``decide``, with the span readers it calls (names,
+improvements, comparisons, counts) and the question parse they all share (its type, names and
+stems); split, each part would only pass that parse to the next.
 """
 
 from __future__ import annotations
@@ -21,27 +25,76 @@ EXCLUSIVE_CUES = {"only", "solely", "exclusively"}
 LOWER_IS_BETTER = {"perplexity", "wer", "cer", "ter", "error", "loss", "mae", "rmse", "mse", "latency"}
 BOUNDARIES = {"for", "with", "which", "that", "because", "while", "compared", "whereas", "since", "but", "after", "before"}
 TRIM = {
-    "a", "an", "the", "of", "on", "in", "at", "to", "by", "as", "is", "are", "was", "were", "be", "has", "have",
-    "uses", "use", "used", "obtains", "reaches", "achieves", "against", "about", "around", "approximately", "and",
-    "it", "its", "we", "our", "this", "these", "that", "there", "total",
+    "a",
+    "an",
+    "the",
+    "of",
+    "on",
+    "in",
+    "at",
+    "to",
+    "by",
+    "as",
+    "is",
+    "are",
+    "was",
+    "were",
+    "be",
+    "has",
+    "have",
+    "uses",
+    "use",
+    "used",
+    "obtains",
+    "reaches",
+    "achieves",
+    "against",
+    "about",
+    "around",
+    "approximately",
+    "and",
+    "it",
+    "its",
+    "we",
+    "our",
+    "this",
+    "these",
+    "that",
+    "there",
+    "total",
 }
 TOKEN = re.compile(r"\S+")
 NUMBER = re.compile(r"\d")
 MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 DATE = re.compile(rf"(?:\d{{1,2}} )?(?:(?:{MONTHS}) )?(?:\d{{1,2}}, )?\b(?:1[89]|20)\d\d\b")
-NUMBER_WORDS = {"one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "dozens",
-                "hundreds", "thousands"}
+NUMBER_WORDS = {
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "dozens",
+    "hundreds",
+    "thousands",
+}
 
 # Markup that real papers carry and a reader skips: citations, cross-references, footnotes, links, code
 # and emphasis marks. Each pattern keeps the words a reader would read aloud.
 MARKUP = (
-    (re.compile(r"\[[^\[\]]*@[^\[\]]*\]"), ""),                      # [@key; @key2], [e.g., @key]
-    (re.compile(r"(?<![\w.])-?@[\w:.\-]*\w"), ""),                      # @key in running text
-    (re.compile(r"\\(?:auto)?ref\{[^}]*\}|\[\^[^\]]*\]"), ""),             # \autoref{fig:x}, [^1]
-    (re.compile(r"\[([^\[\]]+)\]\([^)\s]*\)"), r"\1"),                  # [text](url) -> text
-    (re.compile(r"<?https?://\S+?>?(?=[\s,;)]|\.(?:\s|$)|$)"), ""),       # bare links
-    (re.compile(r"[`*]+|(?<!\w)_+|_+(?!\w)"), ""),                      # `code`, *emphasis*, _emphasis_
-    (re.compile(r"\(\s*[,;]?\s*\)"), ""),                               # brackets left empty
+    (re.compile(r"\[[^\[\]]*@[^\[\]]*\]"), ""),  # [@key; @key2], [e.g., @key]
+    (re.compile(r"(?<![\w.])-?@[\w:.\-]*\w"), ""),  # @key in running text
+    (re.compile(r"\\(?:auto)?ref\{[^}]*\}|\[\^[^\]]*\]"), ""),  # \autoref{fig:x}, [^1]
+    (re.compile(r"\[([^\[\]]+)\]\([^)\s]*\)"), r"\1"),  # [text](url) -> text
+    (re.compile(r"<?https?://\S+?>?(?=[\s,;)]|\.(?:\s|$)|$)"), ""),  # bare links
+    (re.compile(r"[`*]+|(?<!\w)_+|_+(?!\w)"), ""),  # `code`, *emphasis*, _emphasis_
+    (re.compile(r"\(\s*[,;]?\s*\)"), ""),  # brackets left empty
     (re.compile(r"\s+([,.;:)])"), r"\1"),
     (re.compile(r"\s{2,}"), " "),
 )
@@ -88,7 +141,7 @@ def is_polar(question: str) -> bool:
 
 
 def answer_type(question: str) -> str:
-    """"polar", "duration", "count" (how many X), "quantity" or "entity"."""
+    """ "polar", "duration", "count" (how many X), "quantity" or "entity"."""
     lowered = question.lower()
     if is_polar(question):
         return "polar"
@@ -143,9 +196,7 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
 
     def relevance(sentence: str) -> int:
         """Question terms the sentence shares, plus the names it mentions (even ones the title covers)."""
-        return len({stem(token) for token in TOKEN.findall(sentence)} & topic) + sum(
-            name.lower() in sentence.lower() for name in all_names
-        )
+        return len({stem(token) for token in TOKEN.findall(sentence)} & topic) + sum(name.lower() in sentence.lower() for name in all_names)
 
     ranked = sorted(usable, key=relevance, reverse=True)  # stable: extraction order breaks ties
     if kind == "polar":
@@ -168,8 +219,14 @@ def decide(question: str, sentences: list[str], known: str = "") -> Decision:
         span = span or best_span(question, sentence, kind, stems)
         if span:
             return Decision(span, original[sentence], f"a {kind} found next to the question's terms")
-    wanted = {"count": "a number", "quantity": "a number", "duration": "a duration", "date": "a date", "entity": "an answer",
-              "improvement": "comparable scores"}[kind]
+    wanted = {
+        "count": "a number",
+        "quantity": "a number",
+        "duration": "a duration",
+        "date": "a date",
+        "entity": "an answer",
+        "improvement": "comparable scores",
+    }[kind]
     return Decision(None, None, f"the relevant sentences do not state {wanted} for this question")
 
 
@@ -217,8 +274,13 @@ def name_span(question: str, sentence: str, topic: set[str], known: str, codes: 
                 if _name_like(tokens[step], False, codes) and stem(tokens[step]) not in asked:
                     j = step
                     continue
-                if tokens[step] in INNER and step + 1 < len(tokens) and tokens[step + 1][:1].isupper() \
-                        and _name_like(tokens[step + 1], False, codes) and stem(tokens[step + 1]) not in asked:
+                if (
+                    tokens[step] in INNER
+                    and step + 1 < len(tokens)
+                    and tokens[step + 1][:1].isupper()
+                    and _name_like(tokens[step + 1], False, codes)
+                    and stem(tokens[step + 1]) not in asked
+                ):
                     j = step + 1
                     continue
                 break
@@ -232,24 +294,25 @@ def name_span(question: str, sentence: str, topic: set[str], known: str, codes: 
     def score(span: tuple[int, int]) -> float:
         start, end = span
         distance = min(min(abs(a - start), abs(a - end)) for a in anchors)
-        beside_focus = focus is not None and any(
-            stem(tokens[k]) == focus for k in (start - 1, end + 1, end + 2) if 0 <= k < len(tokens))
+        beside_focus = focus is not None and any(stem(tokens[k]) == focus for k in (start - 1, end + 1, end + 2) if 0 <= k < len(tokens))
         return -distance + 2.0 * beside_focus
 
     start, end = max(spans, key=score)  # max keeps the first of equals: the earlier name
-    return " ".join(tokens[start:end + 1]).strip(",.;:()[]\"' ")
+    return " ".join(tokens[start : end + 1]).strip(",.;:()[]\"' ")
 
 
-SCORE_PAIR = re.compile(r"([A-Z][\w\-.+/]*(?: [A-Z0-9][\w\-.+/]*)*) (?:obtains |reaches |achieves |gets )?(-?\d+(?:\.\d+)?)(?: ([\w\-@]+))?")
+SCORE_PAIR = re.compile(
+    r"([A-Z][\w\-.+/]*(?: [A-Z0-9][\w\-.+/]*)*) (?:obtains |reaches |achieves |gets )?(-?\d+(?:\.\d+)?)(?: ([\w\-@]+))?"
+)
 
 
 def improvement(question: str, sentence: str) -> str | None:
-    """"How much does A improve over the strongest baseline": A's score minus the best other score."""
+    """ "How much does A improve over the strongest baseline": A's score minus the best other score."""
     names = names_in(question)
     if not names:
         return None
     subject = names[0]
-    scores = {}
+    scores: dict[str, float] = {}
     unit = None
     for name, value, word in SCORE_PAIR.findall(sentence):
         name = name.split(", ")[-1].strip()
@@ -282,7 +345,7 @@ def polar_answer(question: str, sentence: str) -> str:
 
 
 def comparison(question: str, sentence: str) -> str | None:
-    """"Does A outperform B": compare the numbers that follow A and B in the sentence."""
+    """ "Does A outperform B": compare the numbers that follow A and B in the sentence."""
     names = names_in(question)
     if len(names) < 2:
         return None
@@ -319,7 +382,7 @@ def best_span(question: str, sentence: str, kind: str, stems: set[str]) -> str |
         focus = _focus(question)
         for i, token in enumerate(tokens):
             if stem(token) == focus:
-                for following in tokens[i + 1:i + 5]:
+                for following in tokens[i + 1 : i + 5]:
                     if NUMBER.search(following):
                         return following.strip(".,;:()")
         return None
@@ -327,8 +390,8 @@ def best_span(question: str, sentence: str, kind: str, stems: set[str]) -> str |
     run: list[int] = []
     for i, token in enumerate(tokens + ["."]):
         bare = token.lower().strip(",")
-        ends_run = i == len(tokens) or marked[i] or bare in BOUNDARIES or (
-            bare == "and" and i + 1 < len(tokens) and tokens[i + 1][:1].islower()
+        ends_run = (
+            i == len(tokens) or marked[i] or bare in BOUNDARIES or (bare == "and" and i + 1 < len(tokens) and tokens[i + 1][:1].islower())
         )
         if not ends_run:
             run.append(i)

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.policies.base import EpisodeStart, Policy, PolicyError, Reply
-from agent.trajectory import Trajectory
+from agent.trajectory import Drift, StepPolicyInfo, Trajectory
 
 
 class Replay(Policy):
@@ -47,33 +47,28 @@ class Replay(Policy):
         index = sum(1 for message in messages if message["role"] == "assistant")
         if index >= len(steps):
             raise PolicyError(f"the recording ends after {len(steps)} steps but the episode goes on: the runtime has drifted")
-        info: dict[str, Any] = {"replayed_step": index}
-        if index > 0:
-            info.update(_compare(steps[index - 1].observation, messages[-1]["content"]))
-        return Reply(steps[index].action_text, info=info)
+        if index == 0:
+            return Reply(steps[index].action_text, info=StepPolicyInfo(replayed_step=index))
+        matches, drift = _compare(steps[index - 1].observation, messages[-1]["content"])
+        return Reply(steps[index].action_text, info=StepPolicyInfo(replayed_step=index, previous_observation_matches=matches, drift=drift))
 
     def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
-        """The last observation, which no further action would otherwise compare."""
+        """The last observation, which no further action would otherwise compare (merged into the
+        last step's ``StepPolicyInfo`` by the loop)."""
         assert self.recorded is not None
         index = sum(1 for message in messages if message["role"] == "assistant")
         if index == 0 or index > len(self.recorded.steps) or messages[-1]["role"] != "user":
             return None
-        info = _compare(self.recorded.steps[index - 1].observation, messages[-1]["content"])
-        return {"final_observation_matches": info["previous_observation_matches"], **({"final_drift": info["drift"]} if "drift" in info else {})}
+        matches, drift = _compare(self.recorded.steps[index - 1].observation, messages[-1]["content"])
+        return {"final_observation_matches": matches, **({"final_drift": drift} if drift is not None else {})}
 
 
-def _compare(then: str, now: str) -> dict[str, Any]:
-    info: dict[str, Any] = {"previous_observation_matches": then == now}
-    if then != now:
-        info["drift"] = first_difference(then, now)
-    return info
+def _compare(then: str, now: str) -> tuple[bool, Drift | None]:
+    """Whether the observation is the recorded one, and where it first differs when not."""
+    return then == now, (first_difference(then, now) if then != now else None)
 
 
-def first_difference(recorded: str, current: str, context: int = 40) -> dict[str, Any]:
+def first_difference(recorded: str, current: str, context: int = 40) -> Drift:
     position = next((i for i, (a, b) in enumerate(zip(recorded, current)) if a != b), min(len(recorded), len(current)))
     start = max(position - context, 0)
-    return {
-        "position": position,
-        "recorded": recorded[start:position + context],
-        "current": current[start:position + context],
-    }
+    return Drift(position=position, recorded=recorded[start : position + context], current=current[start : position + context])

@@ -19,8 +19,15 @@ def key_terms(question: str) -> str:
     return " ".join(dict.fromkeys(tokenize(question, stopwords=True)))
 
 
-TYPE_HINTS = {"duration": "hours days weeks takes training", "count": "", "quantity": "of", "polar": "", "entity": "", "improvement": "compared",
-              "date": ""}
+TYPE_HINTS = {
+    "duration": "hours days weeks takes training",
+    "count": "",
+    "quantity": "of",
+    "polar": "",
+    "entity": "",
+    "improvement": "compared",
+    "date": "",
+}
 
 
 def extract_query(question: str) -> str:
@@ -43,26 +50,32 @@ class Scripted(Policy):
         question = self.episode.question
         step = steps_taken(messages)
         if step == 0:
-            return Reply(action(
-                f"hits = search({json.dumps(key_terms(question))}, k={self.search_k})\n"
-                "[(h['paper_id'], h['section'], h['paragraph'], round(h['score'], 2), h['title']) for h in hits]",
-                "I search the corpus with the question's key terms.",
-            ))
+            return Reply(
+                action(
+                    f"hits = search({json.dumps(key_terms(question))}, k={self.search_k})\n"
+                    "[(h['paper_id'], h['section'], h['paragraph'], round(h['score'], 2), h['title']) for h in hits]",
+                    "I search the corpus with the question's key terms.",
+                )
+            )
         if step == 1:
             hits = last_value(messages)
             if not hits:
                 return Reply(action('abstain("The search found no paragraph about this question.")'))
             self.paper_id, section, self.title = self._best_paper(question, hits)
-            return Reply(action(
-                f"print(read({json.dumps(self.paper_id)}, section={section}))",
-                "I read the section of the best-matching paper that the top hit comes from.",
-            ))
+            return Reply(
+                action(
+                    f"print(read({json.dumps(self.paper_id)}, section={section}))",
+                    "I read the section of the best-matching paper that the top hit comes from.",
+                )
+            )
         if step == 2:
-            return Reply(action(
-                f"found = extract({json.dumps(self.paper_id)}, {json.dumps(extract_query(question))}, k={self.extract_k})\n"
-                "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
-                "I extract the sentences of that paper that best match the question.",
-            ))
+            return Reply(
+                action(
+                    f"found = extract({json.dumps(self.paper_id)}, {json.dumps(extract_query(question))}, k={self.extract_k})\n"
+                    "[(s['section'], s['paragraph'], s['sentence']) for s in found]",
+                    "I extract the sentences of that paper that best match the question.",
+                )
+            )
         if step == 3:
             found = last_value(messages)
             if found is None:
@@ -72,10 +85,12 @@ class Scripted(Policy):
                 return Reply(action(f"abstain({json.dumps(decision.reason)})", "The evidence does not answer the question."))
             section, paragraph, _ = next(item for item in found if item[2] == decision.sentence)
             evidence = [self.paper_id, section, paragraph]
-            return Reply(action(
-                f"submit({json.dumps(decision.answer)}, evidence=[{json.dumps(evidence)}])",
-                f"The evidence answers the question ({decision.reason}).",
-            ))
+            return Reply(
+                action(
+                    f"submit({json.dumps(decision.answer)}, evidence=[{json.dumps(evidence)}])",
+                    f"The evidence answers the question ({decision.reason}).",
+                )
+            )
         raise PolicyError(f"the scripted policy has no step {step}")
 
     @staticmethod

@@ -14,6 +14,9 @@ otherwise open a TCP connection per request. A kept connection the server has cl
 is reopened once, without counting as a failure (that is how HTTP keep-alive ends). Answers are
 read up to a byte cap and an overall deadline (a server that drips a byte at a time is cut off).
 Redirects are not followed, and no proxy is used: the replicas are the servers named.
+
+Why one module of this size: routing, cooldown and the health of replicas share one lock and one
+count of requests in flight; they are read together to see that no request is lost.
 """
 
 from __future__ import annotations
@@ -54,7 +57,8 @@ def api_base(base_url: str) -> str:
 def read_capped(answer, limit: int, deadline: float) -> bytes:
     """The body, refused past ``limit`` bytes or ``deadline`` (the socket timeout bounds each
     read, not a server that drips a byte at a time)."""
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size = 0
     while True:
         if time.monotonic() > deadline:
             raise TimeoutError("the answer took longer than the timeout")
@@ -105,8 +109,16 @@ class _Replica:
 class ServerPool:
     """Thread-safe: one pool serves every episode in flight (each episode's policy is a shallow copy)."""
 
-    def __init__(self, base_urls: list[str] | str, api_key: str, timeout: float = 120.0, retries: int = 4,
-                 backoff: float = 1.0, cooldown: float = 10.0, say=None) -> None:
+    def __init__(
+        self,
+        base_urls: list[str] | str,
+        api_key: str,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        cooldown: float = 10.0,
+        say=None,
+    ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
             raise AgentError("--base-url: give the server's URL")
@@ -173,8 +185,11 @@ class ServerPool:
         record = ReplicaEvent(round(time.monotonic() - self._started, 3), replica.base, event, reason)
         self.events.append(record)
         if len(self.replicas) > 1:
-            said = (f"replica {replica.base} taken out ({reason}); it is tried again in {self.cooldown:g} s" if event == "out"
-                    else f"replica {replica.base} answers again; it is back in use")
+            said = (
+                f"replica {replica.base} taken out ({reason}); it is tried again in {self.cooldown:g} s"
+                if event == "out"
+                else f"replica {replica.base} answers again; it is back in use"
+            )
             self._say(f"note: {said}")
 
     # -- requests ------------------------------------------------------------------------------
@@ -237,8 +252,9 @@ class ServerPool:
         replica = next(r for r in self.replicas if r.base == base)
         return self._request(replica, "POST", endpoint, json.dumps(body).encode(), timeout=timeout)
 
-    def _request(self, replica: _Replica, method: str, endpoint: str, data: bytes | None, limit: int = ANSWER_BYTES,
-                 timeout: float | None = None) -> dict:
+    def _request(
+        self, replica: _Replica, method: str, endpoint: str, data: bytes | None, limit: int = ANSWER_BYTES, timeout: float | None = None
+    ) -> dict:
         """One request on this thread's kept connection, bounded as a whole by ``timeout``: from
         sending to the last byte of the answer, headers included (a server that drips its status
         line is cut off by the watchdog, not only one that drips its body)."""
@@ -388,4 +404,5 @@ class _Watchdog:
 
 
 _WATCHDOG = _Watchdog()
-os.register_at_fork(after_in_child=_WATCHDOG.__init__)  # a lock held by the parent's watchdog thread at the fork would never be released
+# A lock held by the parent's watchdog thread at the fork would never be released: the child starts its own.
+os.register_at_fork(after_in_child=lambda: _Watchdog.__init__(_WATCHDOG))

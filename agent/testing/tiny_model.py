@@ -12,6 +12,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from agent.errors import AgentError
 from agent.renderer import IM_END
@@ -20,9 +21,15 @@ from agent.testing.tiny_tokenizer import END_OF_TEXT, build_tokenizer
 # head_dim 32: the smallest head size vLLM's CPU attention serves (32, 64, 80, ...), so a real
 # vLLM can serve this model. Two heads of 32 keep the projections of the earlier four of 16 (and
 # the training dynamics the SFT tests rely on).
-TINY_SHAPE = {
-    "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 32768, "tie_word_embeddings": True,
+TINY_SHAPE: dict[str, Any] = {
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "max_position_embeddings": 32768,
+    "tie_word_embeddings": True,
 }
 # Qwen3's published generation defaults sample; the hf policy must override them for greedy runs.
 QWEN3_GENERATION_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_p": 0.95, "top_k": 20}
@@ -65,13 +72,19 @@ def build_tiny_model(out: Path, seed: int = 0, force: bool = False, tokenizer_fr
         tokenizer = Tokenizer.from_file(str(staging / "tokenizer.json"))
         im_end, end_of_text = tokenizer.token_to_id(IM_END), tokenizer.token_to_id(END_OF_TEXT)
         config = Qwen3Config(
-            vocab_size=tokenizer.get_vocab_size(), bos_token_id=end_of_text, eos_token_id=im_end,
-            pad_token_id=end_of_text, **TINY_SHAPE,
+            vocab_size=tokenizer.get_vocab_size(),
+            bos_token_id=end_of_text,
+            eos_token_id=im_end,
+            pad_token_id=end_of_text,
+            **TINY_SHAPE,
         )
         torch.manual_seed(seed)
         model = Qwen3ForCausalLM(config)
         model.generation_config = GenerationConfig(
-            eos_token_id=[im_end, end_of_text], pad_token_id=end_of_text, bos_token_id=end_of_text, **QWEN3_GENERATION_DEFAULTS,
+            eos_token_id=[im_end, end_of_text],
+            pad_token_id=end_of_text,
+            bos_token_id=end_of_text,
+            **QWEN3_GENERATION_DEFAULTS,
         )
         model.save_pretrained(staging)
         (staging / "tiny-model.json").write_text(json.dumps({"seed": seed, "shape": TINY_SHAPE}, indent=2))

@@ -42,16 +42,22 @@ def build_tokenizer(out: Path, texts: list[str], vocab_size: int = 4_000) -> Pat
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[END_OF_TEXT, *SPECIAL_TOKENS],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=vocab_size,
+        special_tokens=[END_OF_TEXT, *SPECIAL_TOKENS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save(str(out / "tokenizer.json"))
     config = {
-        "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 32768,
-        "eos_token": "<|im_end|>", "pad_token": END_OF_TEXT, "bos_token": None,
-        "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": 32768,
+        "eos_token": "<|im_end|>",
+        "pad_token": END_OF_TEXT,
+        "bos_token": None,
+        "chat_template": CHAT_TEMPLATE,
+        "clean_up_tokenization_spaces": False,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
     return out

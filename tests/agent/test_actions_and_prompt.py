@@ -8,16 +8,19 @@ from tools.page import tool_page
 from tools.sandbox import ActionResult
 
 
-@pytest.mark.parametrize("text, code", [
-    ("I search.\n\n```python\nhits = search('x')\nhits\n```", "hits = search('x')\nhits"),
-    ("```py\n1 + 1\n```", "1 + 1"),
-    ("```\nprint(2)\n```", "print(2)"),
-    ("```python\nfirst = 1\n```\nthen\n```python\nsecond = 2\n```", "first = 1"),  # only the first block runs
-    ("x = search('learning rate')", "x = search('learning rate')"),  # bare code
-    ("The answer is 3e-5 because the paper says so.", None),
-    ("", None),
-    ("```python\n\n```", None),
-])
+@pytest.mark.parametrize(
+    "text, code",
+    [
+        ("I search.\n\n```python\nhits = search('x')\nhits\n```", "hits = search('x')\nhits"),
+        ("```py\n1 + 1\n```", "1 + 1"),
+        ("```\nprint(2)\n```", "print(2)"),
+        ("```python\nfirst = 1\n```\nthen\n```python\nsecond = 2\n```", "first = 1"),  # only the first block runs
+        ("x = search('learning rate')", "x = search('learning rate')"),  # bare code
+        ("The answer is 3e-5 because the paper says so.", None),
+        ("", None),
+        ("```python\n\n```", None),
+    ],
+)
 def test_code_extraction(text, code):
     assert extract_code(text) == code
 
@@ -26,7 +29,9 @@ def test_observation_shows_output_value_error_and_limits():
     assert observation(ActionResult()) == EMPTY_OBSERVATION
     text = observation(ActionResult(stdout="hello\n", value="42"))
     assert text == "hello\nOut: 42"
-    failed = observation(ActionResult(error="NameError: name 'x' is not defined", traceback="Traceback (action lines only):\n  line 1\nNameError: x"))
+    failed = observation(
+        ActionResult(error="NameError: name 'x' is not defined", traceback="Traceback (action lines only):\n  line 1\nNameError: x")
+    )
     assert failed.startswith("Traceback (action lines only)")
     killed = observation(ActionResult(limit_hit="wall_clock", variables_lost=True))
     assert "Limit hit: wall_clock" in killed and "variables were lost" in killed

@@ -32,16 +32,19 @@ class FakeVllm:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
                 listed = [{"id": fake.base, "object": "model", "root": "/models/base", "max_model_len": 4096}]
-                listed += [{"id": name, "object": "model", "root": fake.lie or path, "parent": fake.base}
-                           for name, path in fake.adapters.items()]
+                listed += [
+                    {"id": name, "object": "model", "root": fake.lie or path, "parent": fake.base} for name, path in fake.adapters.items()
+                ]
                 self.answer(200, json.dumps({"object": "list", "data": listed}))
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path.endswith("/completions"):
                     fake.events.append(("complete", body["model"]))
-                    completion = {"choices": [{"text": SUBMIT, "finish_reason": "stop"}],
-                                  "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 9}}
+                    completion = {
+                        "choices": [{"text": SUBMIT, "finish_reason": "stop"}],
+                        "usage": {"prompt_tokens": len(body["prompt"]), "completion_tokens": 9},
+                    }
                     self.answer(200, json.dumps(completion))
                 elif not fake.runtime_lora:
                     self.answer(404, json.dumps({"detail": "Not Found"}))
@@ -66,8 +69,12 @@ class FakeVllm:
 
     def load(self, name, path, inplace):
         if name in self.adapters and not inplace:
-            return 400, error(f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
-                              f"set 'load_inplace' to True.{self.echo}", "InvalidUserInput", 400)
+            return 400, error(
+                f"The lora adapter '{name}' has already been loaded. If you want to load the adapter in place, "
+                f"set 'load_inplace' to True.{self.echo}",
+                "InvalidUserInput",
+                400,
+            )
         if not (Path(path) / "adapter_config.json").exists():
             return 404, error(f"Loading lora {name} failed: No adapter found for {path}", "NotFoundError", 404)
         self.adapters[name] = path
@@ -121,8 +128,12 @@ def test_names_differ_by_run_round_and_content_and_repeat_for_the_same(tmp_path)
     adapter = make_adapter(tmp_path / "a")
     other = make_adapter(tmp_path / "b", b"other weights")
     first, second = run_id(tmp_path / "run-1"), run_id(tmp_path / "other" / "run-1")
-    names = {planned_adapter(adapter, first, 1).name, planned_adapter(adapter, second, 1).name,
-             planned_adapter(adapter, first, 2).name, planned_adapter(other, first, 1).name}
+    names = {
+        planned_adapter(adapter, first, 1).name,
+        planned_adapter(adapter, second, 1).name,
+        planned_adapter(adapter, first, 2).name,
+        planned_adapter(other, first, 1).name,
+    }
     assert len(names) == 4  # two runs with directories of one name, two rounds, two adapters
     assert planned_adapter(adapter, first, 1) == planned_adapter(adapter, run_id(tmp_path / "run-1"), 1)  # a rerun: the same
     planned = planned_adapter(adapter, first, 1)
@@ -240,8 +251,26 @@ def test_the_api_key_a_server_echoes_is_redacted(tmp_path, monkeypatch):
 
 
 def eval_with_adapter(fake, tokenizer, adapter, out, *extra):
-    return run_cli("eval", "--policy", "openai", "--base-url", fake.url, "--model", "served", "--tokenizer", str(tokenizer),
-                   "--adapter", str(adapter), "--limit", "2", "--max-steps", "2", "--out", str(out), *extra)
+    return run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        fake.url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tokenizer),
+        "--adapter",
+        str(adapter),
+        "--limit",
+        "2",
+        "--max-steps",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def test_eval_samples_with_the_adapter_under_its_own_name_records_it_and_unloads_it(fake, tiny_tokenizer, tmp_path):
@@ -284,6 +313,19 @@ def test_eval_resume_refuses_an_adapter_whose_files_changed(fake, tiny_tokenizer
 
 def test_run_with_an_openai_adapter_says_where_it_belongs(tiny_tokenizer, tmp_path):
     adapter = make_adapter(tmp_path / "adapter")
-    done = run_cli("run", "--policy", "openai", "--base-url", "http://127.0.0.1:9/v1", "--model", "served", "--tokenizer",
-                   str(tiny_tokenizer), "--adapter", str(adapter), "--question", "What?")
+    done = run_cli(
+        "run",
+        "--policy",
+        "openai",
+        "--base-url",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--adapter",
+        str(adapter),
+        "--question",
+        "What?",
+    )
     assert done.returncode == 2 and "is for explorer eval" in done.stderr, done.stderr

@@ -103,8 +103,19 @@ def test_tiny_model_and_hf_run_through_the_cli(tmp_path):
     assert (tmp_path / "tiny" / "tokenizer.json").exists() and (tmp_path / "tiny" / "model.safetensors").exists()
     again = run_cli("tiny-model", "--out", str(tmp_path / "tiny"))
     assert again.returncode == 2 and "--force" in again.stderr
-    done = run_cli("run", "--policy", "hf", "--model", str(tmp_path / "tiny"), "--max-new-tokens", "8",
-                   "--max-steps", "3", "--out", str(tmp_path / "runs"))
+    done = run_cli(
+        "run",
+        "--policy",
+        "hf",
+        "--model",
+        str(tmp_path / "tiny"),
+        "--max-new-tokens",
+        "8",
+        "--max-steps",
+        "3",
+        "--out",
+        str(tmp_path / "runs"),
+    )
     assert done.returncode == 0, done.stderr
     (trajectory,) = [json.loads(line) for line in (tmp_path / "runs" / "trajectories.jsonl").read_text().splitlines()]
     assert trajectory["outcome"]["status"] == "step_limit" and trajectory["steps"][0]["generation"]["prompt_tokens"] > 0
@@ -112,12 +123,15 @@ def test_tiny_model_and_hf_run_through_the_cli(tmp_path):
     assert parity.returncode == 0 and "parity holds" in parity.stdout
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--policy", "hf"], "needs --model"),
-    (["--policy", "hf", "--model", "./no/such/dir"], "no such model directory"),
-    (["--policy", "scripted", "--model", "x"], "are for --policy hf or openai"),
-    (["--policy", "openai", "--model", "m"], "needs --base-url"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--policy", "hf"], "needs --model"),
+        (["--policy", "hf", "--model", "./no/such/dir"], "no such model directory"),
+        (["--policy", "scripted", "--model", "x"], "are for --policy hf or openai"),
+        (["--policy", "openai", "--model", "m"], "needs --base-url"),
+    ],
+)
 def test_model_policy_arguments_are_checked(args, message):
     done = run_cli("run", *args)
     assert done.returncode == 2 and message in done.stderr, done.stderr

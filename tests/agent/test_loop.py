@@ -40,6 +40,7 @@ def run(small_demo, index):
         question = question or small_demo.questions[0]
         runner = EpisodeRunner(small_demo, index, policy, EpisodeConfig(**config))
         return runner.run(question.text, question)
+
     return run
 
 
@@ -168,11 +169,14 @@ def test_log_appends_whole_lines_and_repairs_a_torn_tail(run, tmp_path):
     assert isinstance(read_trajectories(path)[0], Trajectory)
 
 
-@pytest.mark.parametrize("content, message", [
-    (b'{"schema_version": 1}\n', "not a trajectory"),
-    (b"not json\n", "not JSON"),
-    (b'{"a": 1}', "torn last line"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"schema_version": 1}\n', "not a trajectory"),
+        (b"not json\n", "not JSON"),
+        (b'{"a": 1}', "torn last line"),
+    ],
+)
 def test_bad_trajectory_files_are_one_clear_error(tmp_path, content, message):
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)

@@ -24,8 +24,10 @@ def chat_server(script: list[str]) -> FakeServer:
     def respond(body):
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         text = script[min(turn, len(script) - 1)]
-        return 200, {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                     "usage": {"prompt_tokens": 1234, "completion_tokens": 56}}
+        return 200, {
+            "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1234, "completion_tokens": 56},
+        }
 
     return FakeServer(respond=respond)
 
@@ -60,9 +62,24 @@ def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, s
     from corpus.writing import write_jsonl
 
     write_jsonl(small_demo, tmp_path / "corpus.jsonl")
-    built = run_cli("sft", "build", "-t", str(path), "--tokenizer", str(tiny_tokenizer), "--out", str(tmp_path / "data"),
-                    "--corpus", str(tmp_path / "corpus.jsonl"),
-                    "--evaluation-split", "none", "--validation-share", "0", "--min-answer-f1", "0")
+    built = run_cli(
+        "sft",
+        "build",
+        "-t",
+        str(path),
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--out",
+        str(tmp_path / "data"),
+        "--corpus",
+        str(tmp_path / "corpus.jsonl"),
+        "--evaluation-split",
+        "none",
+        "--validation-share",
+        "0",
+        "--min-answer-f1",
+        "0",
+    )
     assert built.returncode == 0, built.stderr
     example = json.loads((tmp_path / "data" / "train.jsonl").read_text())
     assert [turn["type"] for turn in example["turns"]] == ["tool", "final"]
@@ -74,16 +91,65 @@ def test_a_chat_teachers_data_trains_the_tiny_student(chat, small_demo, tiny_mod
     from corpus.writing import write_jsonl
 
     write_jsonl(small_demo, tmp_path / "corpus.jsonl")
-    taught = run_cli("eval", "--policy", "openai", "--api", "chat", "--base-url", chat.url, "--model", "teacher",
-                     "--tokenizer", str(tiny_model), "--corpus", str(tmp_path / "corpus.jsonl"), "--split", "all", "--limit", "6",
-                     "--out", str(tmp_path / "teacher"))
+    taught = run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--api",
+        "chat",
+        "--base-url",
+        chat.url,
+        "--model",
+        "teacher",
+        "--tokenizer",
+        str(tiny_model),
+        "--corpus",
+        str(tmp_path / "corpus.jsonl"),
+        "--split",
+        "all",
+        "--limit",
+        "6",
+        "--out",
+        str(tmp_path / "teacher"),
+    )
     assert taught.returncode == 0, taught.stderr
     log = str(tmp_path / "teacher" / "trajectories.jsonl")
-    built = run_cli("sft", "build", "-t", log, "--tokenizer", str(tiny_model), "--corpus", str(tmp_path / "corpus.jsonl"),
-                    "--out", str(tmp_path / "data"), "--evaluation-split", "none", "--validation-share", "0", "--min-answer-f1", "0")
+    built = run_cli(
+        "sft",
+        "build",
+        "-t",
+        log,
+        "--tokenizer",
+        str(tiny_model),
+        "--corpus",
+        str(tmp_path / "corpus.jsonl"),
+        "--out",
+        str(tmp_path / "data"),
+        "--evaluation-split",
+        "none",
+        "--validation-share",
+        "0",
+        "--min-answer-f1",
+        "0",
+    )
     assert built.returncode == 0, built.stderr
-    trained = run_cli("train", "--model", str(tiny_model), "--data", str(tmp_path / "data"), "--corpus", str(tmp_path / "corpus.jsonl"),
-                      "--out", str(tmp_path / "student"), "--max-steps", "1", "--validation-episodes", "0", "--quantization", "none")
+    trained = run_cli(
+        "train",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(tmp_path / "data"),
+        "--corpus",
+        str(tmp_path / "corpus.jsonl"),
+        "--out",
+        str(tmp_path / "student"),
+        "--max-steps",
+        "1",
+        "--validation-episodes",
+        "0",
+        "--quantization",
+        "none",
+    )
     assert trained.returncode == 0, trained.stderr
     assert list((tmp_path / "student").glob("checkpoint-*/adapter_model.safetensors"))
     held = run_cli("check-parity", "-t", log, "--tokenizer", str(tiny_model), "--data", str(tmp_path / "data"), "--model", str(tiny_model))
@@ -97,10 +163,16 @@ def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo)
     assert trajectory.outcome.status == "submitted" and trajectory.steps[0].served is None
 
 
-@pytest.mark.parametrize("answer, kept", [
-    ("I'll write a ```python block:\n\n```python\nprint(12345)\n```\nthen more", "I'll write a ```python block:\n\n```python\nprint(12345)\n```"),
-    ("```py\nprint(1)\n```\n```py\nprint(2)\n```", "```py\nprint(1)\n```"),
-])
+@pytest.mark.parametrize(
+    "answer, kept",
+    [
+        (
+            "I'll write a ```python block:\n\n```python\nprint(12345)\n```\nthen more",
+            "I'll write a ```python block:\n\n```python\nprint(12345)\n```",
+        ),
+        ("```py\nprint(1)\n```\n```py\nprint(2)\n```", "```py\nprint(1)\n```"),
+    ],
+)
 def test_the_action_kept_is_the_block_that_runs(small_demo, answer, kept):
     from agent.actions import extract_code
 

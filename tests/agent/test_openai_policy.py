@@ -20,7 +20,7 @@ from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
-from tests.conftest import HANG_SECONDS, run_cli
+from tests.conftest import HANG_SECONDS, run_cli, run_cli_process
 
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
@@ -55,8 +55,17 @@ class FakeServer:
                     self.send_json(400, {"error": "prompt must be a string"})
                     return
                 if max_model_len and isinstance(prompt, list) and len(prompt) > max_model_len:
-                    self.send_json(400, {"error": {"message": f"This model's maximum context length is {max_model_len} tokens. However, "
-                                                   f"your prompt contains {len(prompt)} input tokens.", "param": "input_tokens", "code": 400}})
+                    self.send_json(
+                        400,
+                        {
+                            "error": {
+                                "message": f"This model's maximum context length is {max_model_len} tokens. However, "
+                                f"your prompt contains {len(prompt)} input tokens.",
+                                "param": "input_tokens",
+                                "code": 400,
+                            }
+                        },
+                    )
                     return
                 if body.get("max_tokens") == 1 and prompt is not None and len(prompt) < 16:  # preflight's test prompt
                     fake.probes.append(body)
@@ -117,8 +126,9 @@ def index(small_demo):
 
 
 def episode(small_demo, index, server, tiny_tokenizer, **options):
-    policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer,
-                                                 **{"retries": 2, **options}))
+    policy = make_policy(
+        PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 2, **options})
+    )
     policy.backoff = 0.01
     question = small_demo.questions[0]
     return EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3)).run(question.text, question)
@@ -170,7 +180,9 @@ def test_an_unreachable_server_is_a_policy_error_not_a_crash(small_demo, index, 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    policy = make_policy(PolicyConfig(name="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1))
+    policy = make_policy(
+        PolicyConfig(name="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1)
+    )
     policy.backoff = 0.01
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig()).run(question.text, question)
@@ -209,9 +221,30 @@ def transformers_server(tiny_model):
 @pytest.mark.slow
 def test_eval_against_transformers_serve_with_episodes_in_flight(transformers_server, tiny_model, tmp_path):
     out = tmp_path / "run"
-    done = run_cli("eval", "--policy", "openai", "--base-url", transformers_server, "--model", str(tiny_model),
-                   "--tokenizer", str(tiny_model), "--prompt-format", "text", "--max-new-tokens", "8", "--max-steps", "2",
-                   "--limit", "4", "--workers", "2", "--out", str(out))
+    # --workers forks episode processes from the caller: a process of its own, not the test process
+    done = run_cli_process(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        transformers_server,
+        "--model",
+        str(tiny_model),
+        "--tokenizer",
+        str(tiny_model),
+        "--prompt-format",
+        "text",
+        "--max-new-tokens",
+        "8",
+        "--max-steps",
+        "2",
+        "--limit",
+        "4",
+        "--workers",
+        "2",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     trajectories = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
     assert len(trajectories) == 4
@@ -247,6 +280,7 @@ def test_a_key_a_server_echoes_back_is_never_recorded(server, small_demo, index,
 def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, index, tiny_tokenizer):
     """finish_reason (or any other field a server fills) holding a lone surrogate: the step is
     recorded with U+FFFD, and the episode and its log line are written."""
+
     def respond(body):
         answer = FakeServer.completion(SUBMIT, len(body["prompt"]), finish="stop\ud800")
         return 200, answer
@@ -261,7 +295,9 @@ def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, in
 
 
 def preflighted(server, tiny_tokenizer, **options):
-    policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 1, **options}))
+    policy = make_policy(
+        PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 1, **options})
+    )
     policy.backoff = 0.01
     return policy, policy.preflight()
 
@@ -272,8 +308,24 @@ def run_episode(small_demo, index, policy, question=None, max_steps=3):
 
 
 def eval_flags(server, tiny_tokenizer, out, *extra):
-    return ("eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
-            "--limit", "2", "--max-steps", "2", "--out", str(out), *extra)
+    return (
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        "served",
+        "--tokenizer",
+        str(tiny_tokenizer),
+        "--limit",
+        "2",
+        "--max-steps",
+        "2",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def test_a_server_that_returns_the_prompts_ids_is_asked_for_them_and_check_parity_compares_them(tiny_tokenizer, tmp_path):
@@ -318,7 +370,9 @@ def test_ids_the_server_received_otherwise_are_kept_and_fail_parity_where_they_d
     try:
         policy, _ = preflighted(fake, tiny_tokenizer)
         question = small_demo.questions[0]
-        trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3, record_prompt_ids=True)).run(question.text, question)
+        trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3, record_prompt_ids=True)).run(
+            question.text, question
+        )
     finally:
         fake.server.shutdown()
     served = trajectory.steps[0].served
@@ -386,8 +440,12 @@ def test_a_server_that_shortens_the_request_itself_is_not_the_policys_cap(server
     answer = FakeServer.completion("no code here", None, finish="length")
     answer["usage"]["completion_tokens"] = 3  # fewer than the 16 asked for: the server cut it, not our cap
     server.answers = [(200, answer), (200, {**answer, "usage": {"completion_tokens": 16}})]
-    trajectory = run_episode(small_demo, index, make_policy(PolicyConfig(name="openai", base_url=server.url, model="served",
-                                                                         tokenizer=tiny_tokenizer, max_new_tokens=16)), max_steps=2)
+    trajectory = run_episode(
+        small_demo,
+        index,
+        make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, max_new_tokens=16)),
+        max_steps=2,
+    )
     assert [step.generation.hit_cap for step in trajectory.steps] == [False, True]
 
 
@@ -395,7 +453,9 @@ THOUGHT_THEN_SUBMIT = '<think>\nThe answer is in the abstract.\n```python\nsubmi
 
 
 def test_a_turn_ended_without_closing_its_think_block_is_its_whole_text_and_renders_back_exactly(small_demo, index, tiny_tokenizer):
-    fake = FakeServer(models=["served"], return_ids=True, respond=lambda body: (200, FakeServer.completion(THOUGHT_THEN_SUBMIT, len(body["prompt"]))))
+    fake = FakeServer(
+        models=["served"], return_ids=True, respond=lambda body: (200, FakeServer.completion(THOUGHT_THEN_SUBMIT, len(body["prompt"])))
+    )
     try:
         policy, _ = preflighted(fake, tiny_tokenizer, thinking=True)
         trajectory = run_episode(small_demo, index, policy)
@@ -411,12 +471,16 @@ def test_a_turn_ended_without_closing_its_think_block_is_its_whole_text_and_rend
     trained = renderer.render(trajectory.messages()).ids
     written = [renderer.think, *renderer.text(THOUGHT_THEN_SUBMIT.removeprefix("<think>")), renderer.im_end]
     start = len(fake.requests[0]["prompt"])
-    assert trained[start:start + len(written)] == written  # the <think> it opened is the control token, as generated
+    assert trained[start : start + len(written)] == written  # the <think> it opened is the control token, as generated
 
 
 def test_a_think_block_still_open_at_the_token_limit_is_a_budget_hit(server, small_demo, index, tiny_tokenizer):
     server.answers = [(200, FakeServer.completion("<think>\nstill thinking", None, finish="length"))]
-    trajectory = run_episode(small_demo, index, make_policy(PolicyConfig(name="openai", base_url=server.url, model="served",
-                                                                         tokenizer=tiny_tokenizer, thinking=True)), max_steps=1)
+    trajectory = run_episode(
+        small_demo,
+        index,
+        make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, thinking=True)),
+        max_steps=1,
+    )
     generation = trajectory.steps[0].generation
     assert generation.thinking_budget_hit is True and not generation.thinking_unclosed and trajectory.steps[0].action_text == ""

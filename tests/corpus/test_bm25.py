@@ -54,7 +54,11 @@ def test_property_scores_equal_rank_bm25(documents, query):
 
 
 @settings(max_examples=100, deadline=None)
-@given(documents=st.lists(st.lists(words, max_size=10), min_size=1, max_size=30), query=st.lists(words, min_size=1, max_size=5), k=st.integers(1, 12))
+@given(
+    documents=st.lists(st.lists(words, max_size=10), min_size=1, max_size=30),
+    query=st.lists(words, min_size=1, max_size=5),
+    k=st.integers(1, 12),
+)
 def test_property_top_k_is_the_best_matching_documents_in_a_stable_order(documents, query, k):
     ours = BM25.build(documents)
     scores = ours.scores(query)
@@ -64,8 +68,12 @@ def test_property_top_k_is_the_best_matching_documents_in_a_stable_order(documen
 
 
 @settings(max_examples=100, deadline=None)
-@given(documents=st.lists(st.lists(words, max_size=10), min_size=1, max_size=30), query=st.lists(words, min_size=1, max_size=6),
-       k=st.integers(1, 12), bounds=st.tuples(st.integers(0, 30), st.integers(0, 30)))
+@given(
+    documents=st.lists(st.lists(words, max_size=10), min_size=1, max_size=30),
+    query=st.lists(words, min_size=1, max_size=6),
+    k=st.integers(1, 12),
+    bounds=st.tuples(st.integers(0, 30), st.integers(0, 30)),
+)
 def test_property_top_k_within_a_range_is_rank_bm25s_ranking_of_that_range(documents, query, k, bounds):
     assume(any(documents))
     start, stop = min(bounds), max(bounds)

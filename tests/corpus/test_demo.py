@@ -18,7 +18,10 @@ GENERATE_AND_HASH = (
 def test_generation_is_byte_identical_across_processes_and_hash_seeds():
     digests = {
         subprocess.run(
-            [sys.executable, "-c", GENERATE_AND_HASH], capture_output=True, text=True, check=True,
+            [sys.executable, "-c", GENERATE_AND_HASH],
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed},
         ).stdout.strip()
         for seed in ("0", "1", "12345")
@@ -104,7 +107,9 @@ def test_papers_on_one_task_share_vocabulary_and_name_each_other():
     assert any(method in paragraph for paragraph in related for method in methods)
 
 
-@pytest.mark.parametrize("bad", [dict(papers=0), dict(unanswerable_ratio=1.5), dict(questions_per_paper=9), dict(split_shares=(0.5, 0.5, 0.5))])
+@pytest.mark.parametrize(
+    "bad", [dict(papers=0), dict(unanswerable_ratio=1.5), dict(questions_per_paper=9), dict(split_shares=(0.5, 0.5, 0.5))]
+)
 def test_bad_configs_are_refused(bad):
     with pytest.raises(ValueError):
         DemoConfig(**bad)

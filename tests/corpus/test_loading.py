@@ -17,36 +17,38 @@ def as_hf_rows(document: dict) -> list[dict]:
     rows = []
     for paper_id, paper in document.items():
         qas = paper["qas"]
-        rows.append({
-            "id": paper_id,
-            "title": paper["title"],
-            "abstract": paper["abstract"],
-            "full_text": {
-                "section_name": [s["section_name"] for s in paper["full_text"]],
-                "paragraphs": [s["paragraphs"] for s in paper["full_text"]],
-            },
-            "qas": {
-                "question": [q["question"] for q in qas],
-                "question_id": [q["question_id"] for q in qas],
-                "nlp_background": [q["nlp_background"] for q in qas],
-                "topic_background": [q["topic_background"] for q in qas],
-                "paper_read": [q["paper_read"] for q in qas],
-                "search_query": [q["search_query"] for q in qas],
-                "question_writer": [q["question_writer"] for q in qas],
-                "answers": [
-                    {
-                        "answer": [a["answer"] for a in q["answers"]],
-                        "annotation_id": [a["annotation_id"] for a in q["answers"]],
-                        "worker_id": [a["worker_id"] for a in q["answers"]],
-                    }
-                    for q in qas
-                ],
-            },
-            "figures_and_tables": {
-                "caption": [f["caption"] for f in paper["figures_and_tables"]],
-                "file": [f["file"] for f in paper["figures_and_tables"]],
-            },
-        })
+        rows.append(
+            {
+                "id": paper_id,
+                "title": paper["title"],
+                "abstract": paper["abstract"],
+                "full_text": {
+                    "section_name": [s["section_name"] for s in paper["full_text"]],
+                    "paragraphs": [s["paragraphs"] for s in paper["full_text"]],
+                },
+                "qas": {
+                    "question": [q["question"] for q in qas],
+                    "question_id": [q["question_id"] for q in qas],
+                    "nlp_background": [q["nlp_background"] for q in qas],
+                    "topic_background": [q["topic_background"] for q in qas],
+                    "paper_read": [q["paper_read"] for q in qas],
+                    "search_query": [q["search_query"] for q in qas],
+                    "question_writer": [q["question_writer"] for q in qas],
+                    "answers": [
+                        {
+                            "answer": [a["answer"] for a in q["answers"]],
+                            "annotation_id": [a["annotation_id"] for a in q["answers"]],
+                            "worker_id": [a["worker_id"] for a in q["answers"]],
+                        }
+                        for q in qas
+                    ],
+                },
+                "figures_and_tables": {
+                    "caption": [f["caption"] for f in paper["figures_and_tables"]],
+                    "file": [f["file"] for f in paper["figures_and_tables"]],
+                },
+            }
+        )
     return rows
 
 
@@ -182,7 +184,7 @@ BAD_INPUTS = {
         mutated(lambda d: d["2101.00002"]["qas"][0].update(question_id="a1f3c0de0001")),
         ["duplicate question id 'a1f3c0de0001'"],
     ),
-    "non-UTF-8": ('{"2101.00001": {"title": "Caf'.encode() + b"\xe9" + b'"}}', ["bad.json:1", "not UTF-8", "offset 29"]),
+    "non-UTF-8": (b'{"2101.00001": {"title": "Caf' + b"\xe9" + b'"}}', ["bad.json:1", "not UTF-8", "offset 29"]),
     "not a paper": ("[1, 2]", ["expected a JSON object for a paper, got int"]),
     "unknown layout": ('{"id": "x", "text": "y"}\n{"id": "z", "text": "w"}\n', ["bad.json:1", "unrecognised record"]),
     "empty file": ("  \n", ["the file is empty"]),

@@ -15,14 +15,17 @@ def test_normalisation_drops_case_punctuation_articles_and_extra_spaces():
     assert normalize_answer("") == ""
 
 
-@pytest.mark.parametrize("prediction, reference, f1", [
-    ("3e-5", "3e-5", 1.0),
-    ("a learning rate of 3e-5", "3e-5", 2 * (1 / 4) * 1 / (1 / 4 + 1)),  # "a" is an article: 4 tokens remain
-    ("SQuAD, NewsQA and HotpotQA", "SQuAD, NewsQA, HotpotQA", 2 * (3 / 4) * 1 / (3 / 4 + 1)),
-    ("", "3e-5", 0.0),
-    ("the", "a", 0.0),  # both normalise to nothing: no common token
-    ("Yes", "No", 0.0),
-])
+@pytest.mark.parametrize(
+    "prediction, reference, f1",
+    [
+        ("3e-5", "3e-5", 1.0),
+        ("a learning rate of 3e-5", "3e-5", 2 * (1 / 4) * 1 / (1 / 4 + 1)),  # "a" is an article: 4 tokens remain
+        ("SQuAD, NewsQA and HotpotQA", "SQuAD, NewsQA, HotpotQA", 2 * (3 / 4) * 1 / (3 / 4 + 1)),
+        ("", "3e-5", 0.0),
+        ("the", "a", 0.0),  # both normalise to nothing: no common token
+        ("Yes", "No", 0.0),
+    ],
+)
 def test_token_f1(prediction, reference, f1):
     assert token_f1(prediction, reference) == pytest.approx(f1)
 
@@ -46,15 +49,18 @@ def test_references_follow_qasper_answer_kinds():
 from evaluation.answers import answer_and_evidence_f1, paragraph_f1, sub_exact_match  # noqa: E402
 
 
-@pytest.mark.parametrize("prediction, reference, score", [
-    ("3e-5", "a learning rate of 3e-5", 1.0),  # inside the reference
-    ("We use a learning rate of 3e-5.", "3e-5", 1.0),  # holds the reference
-    ("1", "10 layers", 0.0),  # whole tokens only
-    ("", "3e-5", 0.0),
-    ("the", "3e-5", 0.0),  # empty after normalisation
-    ("3e-5", "", 0.0),
-    ("AdamW", "SGD", 0.0),
-])
+@pytest.mark.parametrize(
+    "prediction, reference, score",
+    [
+        ("3e-5", "a learning rate of 3e-5", 1.0),  # inside the reference
+        ("We use a learning rate of 3e-5.", "3e-5", 1.0),  # holds the reference
+        ("1", "10 layers", 0.0),  # whole tokens only
+        ("", "3e-5", 0.0),
+        ("the", "3e-5", 0.0),  # empty after normalisation
+        ("3e-5", "", 0.0),
+        ("AdamW", "SGD", 0.0),
+    ],
+)
 def test_sub_exact_match(prediction, reference, score):
     assert sub_exact_match(prediction, reference) == score
 

@@ -41,25 +41,32 @@ def expected(run_a, run_b) -> dict:
     only_a, only_b = [q for q in a if q not in b], [q for q in b if q not in a]
 
     def discordant(outcome, questions):
-        return (sum(1 for q in questions if outcome(a[q]) and not outcome(b[q])),
-                sum(1 for q in questions if outcome(b[q]) and not outcome(a[q])))
+        return (
+            sum(1 for q in questions if outcome(a[q]) and not outcome(b[q])),
+            sum(1 for q in questions if outcome(b[q]) and not outcome(a[q])),
+        )
 
     def table(side, gold):
         rows = [side[q] for q in paired if side[q]["answerable"] is gold]
         return [sum(1 for s in rows if s["abstained"]), sum(1 for s in rows if not s["abstained"])]
 
     return {
-        "paired": paired, "only_a": only_a, "only_b": only_b,
-        "f1_a": fmean(a[q]["answer_f1"] for q in paired), "f1_b": fmean(b[q]["answer_f1"] for q in paired),
-        "em_a": fmean(a[q]["exact_match"] for q in paired), "em_b": fmean(b[q]["exact_match"] for q in paired),
+        "paired": paired,
+        "only_a": only_a,
+        "only_b": only_b,
+        "f1_a": fmean(a[q]["answer_f1"] for q in paired),
+        "f1_b": fmean(b[q]["answer_f1"] for q in paired),
+        "em_a": fmean(a[q]["exact_match"] for q in paired),
+        "em_b": fmean(b[q]["exact_match"] for q in paired),
         "unpaired_f1_a": fmean(a[q]["answer_f1"] for q in only_a) if only_a else None,
         "unpaired_f1_b": fmean(b[q]["answer_f1"] for q in only_b) if only_b else None,
         "em_discordant": discordant(lambda s: s["exact_match"] >= 1, paired),
         "abstained_discordant": discordant(lambda s: s["abstained"], paired),
         "answerable_discordant": discordant(lambda s: s["abstained"], [q for q in paired if a[q]["answerable"]]),
         "unanswerable_discordant": discordant(lambda s: s["abstained"], [q for q in paired if not a[q]["answerable"]]),
-        "fisher_tables": {gold: [table(a, answerable), table(b, answerable)]
-                          for gold, answerable in (("unanswerable", False), ("answerable", True))},
+        "fisher_tables": {
+            gold: [table(a, answerable), table(b, answerable)] for gold, answerable in (("unanswerable", False), ("answerable", True))
+        },
     }
 
 

@@ -19,8 +19,9 @@ from tools.page import tool_page
 from tools.paper_tools import ACTION_RETURNED_CHARS, RETURNED_CHARS, returned_record
 
 PARAGRAPH = "We train QuantLens with AdamW and a learning rate of 3e-5 for 11 epochs. The batch size is 128."
-ANSWERABLE = Question(id="q", paper_id="demo-00000", text="What learning rate is used to train QuantLens?",
-                      answers=(Answer(extractive_spans=("3e-5",)),))
+ANSWERABLE = Question(
+    id="q", paper_id="demo-00000", text="What learning rate is used to train QuantLens?", answers=(Answer(extractive_spans=("3e-5",)),)
+)
 UNANSWERABLE = Question(id="q", paper_id="demo-00000", text="How many heads does QuantLens use?", answers=(Answer(unanswerable=True),))
 
 
@@ -41,25 +42,49 @@ def step(index, code, observation="Out: 1", tools=(), **fields):
 
 
 def trajectory(steps, status="submitted", answer="3e-5", evidence=(), question=ANSWERABLE.text, **fields):
-    return Trajectory(**fields,
-        episode_id="e", question_id="q", question=question, system_prompt=system_prompt(),
-        policy=PolicyInfo(name="test"), config=EpisodeConfig(), steps=list(steps),
+    return Trajectory(
+        **fields,
+        episode_id="e",
+        question_id="q",
+        question=question,
+        system_prompt=system_prompt(),
+        policy=PolicyInfo(name="test"),
+        config=EpisodeConfig(),
+        steps=list(steps),
         outcome=Outcome(status=status, answer=answer if status == "submitted" else None, evidence=list(evidence)),
-        hashes=Hashes(corpus_sha256="c", questions_sha256="q", prompt_template_sha256="p"), versions={},
-        started_at="2026-12-02T00:00:00+00:00", seconds=0.1,
+        hashes=Hashes(corpus_sha256="c", questions_sha256="q", prompt_template_sha256="p"),
+        versions={},
+        started_at="2026-12-02T00:00:00+00:00",
+        seconds=0.1,
     )
 
 
 EVIDENCE = Evidence(paper_id="demo-00000", section=6, paragraph=0, text=PARAGRAPH)
-HIT = {"paper_id": "demo-00000", "title": "QuantLens", "section": 6, "section_name": "Training", "paragraph": 0, "score": 15.7,
-       "snippet": PARAGRAPH}
-SENTENCE = {"paper_id": "demo-00000", "section": 6, "section_name": "Training", "paragraph": 0, "sentence": PARAGRAPH.split(". ")[0] + ".",
-            "score": 3.1}
-CLEAN = trajectory([
-    step(0, "search('learning rate QuantLens')", "Out: [('demo-00000', 6, 0, 15.7)]", [("search", None, [HIT])]),
-    step(1, "extract('demo-00000', 'learning rate')", f"Out: [(6, 0, '{PARAGRAPH.split('. ')[0]}.')]", [("extract", None, [SENTENCE])]),
-    step(2, "submit('3e-5', evidence=[['demo-00000', 6, 0]])", "Out: 'submitted'", [("submit", None)]),
-], evidence=[EVIDENCE])
+HIT = {
+    "paper_id": "demo-00000",
+    "title": "QuantLens",
+    "section": 6,
+    "section_name": "Training",
+    "paragraph": 0,
+    "score": 15.7,
+    "snippet": PARAGRAPH,
+}
+SENTENCE = {
+    "paper_id": "demo-00000",
+    "section": 6,
+    "section_name": "Training",
+    "paragraph": 0,
+    "sentence": PARAGRAPH.split(". ")[0] + ".",
+    "score": 3.1,
+}
+CLEAN = trajectory(
+    [
+        step(0, "search('learning rate QuantLens')", "Out: [('demo-00000', 6, 0, 15.7)]", [("search", None, [HIT])]),
+        step(1, "extract('demo-00000', 'learning rate')", f"Out: [(6, 0, '{PARAGRAPH.split('. ')[0]}.')]", [("extract", None, [SENTENCE])]),
+        step(2, "submit('3e-5', evidence=[['demo-00000', 6, 0]])", "Out: 'submitted'", [("submit", None)]),
+    ],
+    evidence=[EVIDENCE],
+)
 
 
 def names(flags):
@@ -85,18 +110,29 @@ def test_an_immediate_abstention_is_a_direct_submit_too():
 
 def test_placeholder_answer_copied_from_the_prompt():
     # "QuantLens" and "3e-5" are in the tool page's examples; no tool returned them here, though the action printed one
-    copied = trajectory([step(0, "search('x'); print('3e-5')", "3e-5\nOut: []", [("search", None, [])]),
-                         step(1, "submit('3e-5')", "Out: 'submitted'", [("submit", None)])])
+    copied = trajectory(
+        [
+            step(0, "search('x'); print('3e-5')", "3e-5\nOut: []", [("search", None, [])]),
+            step(1, "submit('3e-5')", "Out: 'submitted'", [("submit", None)]),
+        ]
+    )
     assert "3e-5" in tool_page()
     assert [f.text for f in DETECTORS["placeholder_answer"](copied, ANSWERABLE)] == ["3e-5"]
     assert DETECTORS["placeholder_answer"](CLEAN, ANSWERABLE) == []  # a tool returned it, so not a copy
 
 
 def test_repeated_prompt_in_an_observation():
-    echoed = trajectory([step(0, "search('x')", "Out: []\n" + tool_page(), [("search", None)]),
-                         step(1, "search('y')", f"Question: {ANSWERABLE.text}", [("search", None)])])
+    echoed = trajectory(
+        [
+            step(0, "search('x')", "Out: []\n" + tool_page(), [("search", None)]),
+            step(1, "search('y')", f"Question: {ANSWERABLE.text}", [("search", None)]),
+        ]
+    )
     flags = DETECTORS["repeated_prompt"](echoed, ANSWERABLE)
-    assert [(f.step, f.text) for f in flags] == [(0, "the tool page is repeated in the observation"), (1, "the question is repeated in the observation")]
+    assert [(f.step, f.text) for f in flags] == [
+        (0, "the tool page is repeated in the observation"),
+        (1, "the question is repeated in the observation"),
+    ]
 
 
 def test_repeated_actions_and_step_limit():
@@ -106,13 +142,22 @@ def test_repeated_actions_and_step_limit():
 
 
 def test_format_errors_consecutive_tool_errors_and_generation_cap():
-    broken = trajectory([
-        Step(index=0, action_text="the answer is 3e-5", code=None, observation="Format error", format_error=True,
-             generation={"prompt_tokens": 900, "hit_cap": True, "generated_tokens": 512}),
-        step(1, "read('nope')", "Error", [("read", "no paper 'nope'")], error="ToolError: no paper 'nope'"),
-        step(2, "read('nope2')", "Error", [("read", "no paper 'nope2'")], error="ToolError: no paper 'nope2'"),
-        step(3, "1/0", "ZeroDivisionError", error="ZeroDivisionError: division by zero"),
-    ], status="step_limit")
+    broken = trajectory(
+        [
+            Step(
+                index=0,
+                action_text="the answer is 3e-5",
+                code=None,
+                observation="Format error",
+                format_error=True,
+                generation={"prompt_tokens": 900, "hit_cap": True, "generated_tokens": 512},
+            ),
+            step(1, "read('nope')", "Error", [("read", "no paper 'nope'")], error="ToolError: no paper 'nope'"),
+            step(2, "read('nope2')", "Error", [("read", "no paper 'nope2'")], error="ToolError: no paper 'nope2'"),
+            step(3, "1/0", "ZeroDivisionError", error="ZeroDivisionError: division by zero"),
+        ],
+        status="step_limit",
+    )
     assert [f.step for f in DETECTORS["format_errors"](broken, None)] == [0]
     assert [f.step for f in DETECTORS["consecutive_tool_errors"](broken, None)] == [2, 3]
     assert [f.text for f in DETECTORS["hit_generation_cap"](broken, None)] == ["512 tokens"]
@@ -120,8 +165,14 @@ def test_format_errors_consecutive_tool_errors_and_generation_cap():
 
 def test_ungrounded_answer_and_unobserved_evidence():
     other = {**HIT, "section": 2, "snippet": "We evaluate QuantLens on three benchmarks."}
-    made_up = trajectory([step(0, "search('x')", "Out: [('demo-00000', 6, 0, 1.0)]", [("search", None, [other])]),
-                          step(1, "submit('5e-4')", tools=[("submit", None)])], answer="5e-4", evidence=[EVIDENCE])
+    made_up = trajectory(
+        [
+            step(0, "search('x')", "Out: [('demo-00000', 6, 0, 1.0)]", [("search", None, [other])]),
+            step(1, "submit('5e-4')", tools=[("submit", None)]),
+        ],
+        answer="5e-4",
+        evidence=[EVIDENCE],
+    )
     assert [f.text for f in DETECTORS["ungrounded_answer"](made_up, ANSWERABLE)] == ["5e-4"]
     assert [f.text for f in DETECTORS["unobserved_evidence"](made_up, ANSWERABLE)] == ["demo-00000 section 6 paragraph 0"]
     yes = trajectory([step(0, "submit('Yes')", tools=[("submit", None)])], answer="Yes")
@@ -140,16 +191,22 @@ def test_false_and_missed_abstentions_need_the_gold_question():
 def test_rates_and_the_run_verdict(direct, expected):
     episodes = 10
     flagged = round(direct * episodes)
-    flags = [[detect(CLEAN, ANSWERABLE), [f for f in detect(trajectory([step(0, "submit('x')", tools=[("submit", None)])], answer="x"), None)]][i < flagged]
-             for i in range(episodes)]
+    flags = [
+        [detect(CLEAN, ANSWERABLE), [f for f in detect(trajectory([step(0, "submit('x')", tools=[("submit", None)])], answer="x"), None)]][
+            i < flagged
+        ]
+        for i in range(episodes)
+    ]
     rates = detector_rates(flags)
     assert rates["direct_submit"] == pytest.approx(direct) and set(rates) == set(DETECTORS)
     assert verdict(rates)["verdict"] == expected
 
 
 def test_the_submit_confirmation_does_not_ground_its_own_answer():
-    echoed = trajectory([step(0, "submit('QuantLens')", "Out: \"submitted 'QuantLens' with 0 evidence paragraph(s)\"", [("submit", None)])],
-                        answer="QuantLens")
+    echoed = trajectory(
+        [step(0, "submit('QuantLens')", "Out: \"submitted 'QuantLens' with 0 evidence paragraph(s)\"", [("submit", None)])],
+        answer="QuantLens",
+    )
     assert names(DETECTORS["ungrounded_answer"](echoed, ANSWERABLE)) == {"ungrounded_answer"}
 
 
@@ -164,21 +221,30 @@ def test_a_result_the_policy_never_got_grounds_nothing():
     # a failed call (here: a result over the wire's cap, which the sandbox turns into an error) and a call after the submit
     failed = call("read", result=PARAGRAPH)
     failed.error = "result of 5,000,000 bytes over the cap of 4,194,304"
-    late = trajectory([step(0, "read('demo-00000', section=6)", tools=[failed]),
-                       step(1, "submit('3e-5'); read('demo-00000', section=6)", tools=[("submit", None), ("read", None, PARAGRAPH)])])
+    late = trajectory(
+        [
+            step(0, "read('demo-00000', section=6)", tools=[failed]),
+            step(1, "submit('3e-5'); read('demo-00000', section=6)", tools=[("submit", None), ("read", None, PARAGRAPH)]),
+        ]
+    )
     assert grounding_flags(late)["ungrounded_answer"] == ["3e-5"]
 
 
 def test_trajectories_before_schema_4_are_judged_from_observations_and_say_so():
-    printed = [step(0, "search('x'); print('3e-5')", "3e-5\nOut: []", [("search", None)]),
-               step(1, "submit('3e-5')", tools=[("submit", None)])]
+    printed = [
+        step(0, "search('x'); print('3e-5')", "3e-5\nOut: []", [("search", None)]),
+        step(1, "submit('3e-5')", tools=[("submit", None)]),
+    ]
     old = trajectory(printed, schema_version=3)
     old.steps[0].tool_calls[0].returned = None  # as read back from a schema-3 file
     flags = grounding_flags(old)
     assert flags["ungrounded_answer"] == [] and flags["placeholder_answer"] == []  # the observation holds it, the old rule
     assert flags["unrecorded_tool_results"] == [f"schema 3: the grounding detectors {FROM_OBSERVATIONS}"]
-    made_up = trajectory([step(0, "search('x')", "Out: []", [("search", None)]), step(1, "submit('5e-4')", tools=[("submit", None)])],
-                         answer="5e-4", schema_version=3)
+    made_up = trajectory(
+        [step(0, "search('x')", "Out: []", [("search", None)]), step(1, "submit('5e-4')", tools=[("submit", None)])],
+        answer="5e-4",
+        schema_version=3,
+    )
     assert grounding_flags(made_up)["ungrounded_answer"] == [f"5e-4 ({FROM_OBSERVATIONS})"]
     line = json.loads(CLEAN.model_dump_json())
     line["schema_version"] = 3
@@ -190,8 +256,9 @@ def test_trajectories_before_schema_4_are_judged_from_observations_and_say_so():
 
 def test_results_cut_or_over_the_budget_are_said_in_every_grounding_flag():
     long_page = "x " * RETURNED_CHARS + "the learning rate is 3e-5"
-    cut = trajectory([step(0, "read('demo-00000', section=6)", tools=[("read", None, long_page)]),
-                      step(1, "submit('3e-5')", tools=[("submit", None)])])
+    cut = trajectory(
+        [step(0, "read('demo-00000', section=6)", tools=[("read", None, long_page)]), step(1, "submit('3e-5')", tools=[("submit", None)])]
+    )
     returned = cut.steps[0].tool_calls[0].returned
     assert returned.chars == len(long_page) and len(returned.text) == RETURNED_CHARS and "cap for one result" in returned.cut
     flags = grounding_flags(cut)
@@ -199,13 +266,19 @@ def test_results_cut_or_over_the_budget_are_said_in_every_grounding_flag():
     assert flags["unrecorded_tool_results"] == [f"1 result(s) not kept whole; the first, of read: {returned.cut}"]
     spent = call("read", result=PARAGRAPH, budget_left=10)
     assert spent.returned.text is None and spent.returned.chars == len(PARAGRAPH) and spent.returned.cut.startswith("not kept")
-    unkept = trajectory([step(0, "read('demo-00000', section=6)", tools=[spent]),
-                         step(1, "submit('3e-5', evidence=[['demo-00000', 6, 0]])", tools=[("submit", None)])], evidence=[EVIDENCE])
+    unkept = trajectory(
+        [
+            step(0, "read('demo-00000', section=6)", tools=[spent]),
+            step(1, "submit('3e-5', evidence=[['demo-00000', 6, 0]])", tools=[("submit", None)]),
+        ],
+        evidence=[EVIDENCE],
+    )
     flags = grounding_flags(unkept)
     assert all("not kept whole" in text for name in GROUNDING for text in flags[name]) and all(flags.values())
 
 
 # -- real episodes: the record comes from the host's tools -------------------------------------------------
+
 
 class Fixed(Policy):
     """Plays the given actions, one per step."""
@@ -227,6 +300,7 @@ def episode(small_demo):
 
     def episode(*codes):
         return EpisodeRunner(small_demo, index, Fixed(*codes), EpisodeConfig()).run(question.text, question)
+
     return episode
 
 
@@ -253,10 +327,13 @@ def test_an_answer_computed_by_the_action_is_ungrounded_even_when_it_is_right(ep
 
 def test_an_answer_assembled_from_two_results_is_in_no_single_one(episode, gold):
     # the first hit's learning rate with the second hit's epochs: "5e-5 for 23 epochs", a claim no paper makes
-    assembled = episode('hits = search("SparseLens learning rate batch size", k=2)\n'
-                        'rate = hits[0]["snippet"].split("learning rate of ")[1].split(" ")[0]\n'
-                        'epochs = hits[1]["snippet"].split(" for ")[1].split(".")[0]\n'
-                        'answer = rate + " for " + epochs\nprint(answer)', "submit(answer)")
+    assembled = episode(
+        'hits = search("SparseLens learning rate batch size", k=2)\n'
+        'rate = hits[0]["snippet"].split("learning rate of ")[1].split(" ")[0]\n'
+        'epochs = hits[1]["snippet"].split(" for ")[1].split(".")[0]\n'
+        'answer = rate + " for " + epochs\nprint(answer)',
+        "submit(answer)",
+    )
     answer = assembled.outcome.answer
     rate, epochs = answer.split(" for ")
     snippets = [hit["snippet"] for hit in json.loads(assembled.steps[0].tool_calls[0].returned.text)]
@@ -265,8 +342,10 @@ def test_an_answer_assembled_from_two_results_is_in_no_single_one(episode, gold)
 
 
 def test_an_answer_a_tool_returned_is_grounded_printed_or_not(episode, gold):
-    read = episode('page = read("demo-00000", section=6)\nat = page.index("batch size of ") + len("batch size of ")\n'
-                   'answer = page[at:at + 2]', 'submit(answer, evidence=[["demo-00000", 6, 0]])')
+    read = episode(
+        'page = read("demo-00000", section=6)\nat = page.index("batch size of ") + len("batch size of ")\nanswer = page[at:at + 2]',
+        'submit(answer, evidence=[["demo-00000", 6, 0]])',
+    )
     assert read.outcome.answer == "16" and "16" not in read.steps[0].observation  # nothing printed it
     assert grounding_flags(read, gold) == {name: [] for name in GROUNDING}
 
@@ -282,9 +361,12 @@ def test_evidence_the_action_typed_out_is_unobserved(episode, gold, small_demo):
 def test_results_past_the_action_budget_are_kept_as_length_and_sha256_and_the_detectors_say_so(episode, gold):
     # a page of another paper, over 2,000 characters, read until the budget is spent; then the page that holds the answer
     pages = ACTION_RETURNED_CHARS // 2_000 + 10
-    flooded = episode(f'for _ in range({pages}):\n    read("demo-00003", section=8)\n'
-                      'page = read("demo-00000", section=6)\nat = page.index("batch size of ") + len("batch size of ")\n'
-                      'answer = page[at:at + 2]', 'submit(answer, evidence=[["demo-00000", 6, 0]])')
+    flooded = episode(
+        f'for _ in range({pages}):\n    read("demo-00003", section=8)\n'
+        'page = read("demo-00000", section=6)\nat = page.index("batch size of ") + len("batch size of ")\n'
+        "answer = page[at:at + 2]",
+        'submit(answer, evidence=[["demo-00000", 6, 0]])',
+    )
     calls = flooded.steps[0].tool_calls
     kept = [c.returned for c in calls if c.returned.text is not None]
     assert len(calls) == pages + 1 and 0 < sum(len(r.text) for r in kept) <= ACTION_RETURNED_CHARS
@@ -294,8 +376,10 @@ def test_results_past_the_action_budget_are_kept_as_length_and_sha256_and_the_de
     flags = grounding_flags(flooded, gold)
     assert flags["ungrounded_answer"] == [f"16 ({note})"]
     assert flags["unobserved_evidence"] == [f"demo-00000 section 6 paragraph 0 ({note})"]
-    assert flags["unrecorded_tool_results"] == [f"{len(calls) - len(kept)} result(s) not kept whole; the first, of read: "
-                                                f"{next(c.returned.cut for c in calls if c.returned.text is None)}"]
+    assert flags["unrecorded_tool_results"] == [
+        f"{len(calls) - len(kept)} result(s) not kept whole; the first, of read: "
+        f"{next(c.returned.cut for c in calls if c.returned.text is None)}"
+    ]
 
 
 def test_the_scripted_researcher_is_grounded_by_what_its_tools_returned(small_demo):
@@ -309,20 +393,24 @@ def test_the_scripted_researcher_is_grounded_by_what_its_tools_returned(small_de
 
 # -- only paper text grounds an answer; only a paragraph's location observes it ------------------------------
 
+
 def returned_text(trajectory, step=0, call=0):
     return trajectory.steps[step].tool_calls[call].returned.text
 
 
-@pytest.mark.parametrize("research, answer, where", [
-    ('read("demo-00007", section=6)', '"3"', "[3] "),  # a paragraph marker
-    ('read("demo-00007", section=6)', '"6"', "/ section 6: "),  # the page heading
-    ('read("demo-00007", section=6)', '"1"', "(page 1 of 1)"),
-    ('read("demo-00007")', '"7"', "  7. Results (4 paragraphs)"),  # the outline's numbering and counts
-    ('read("demo-00007")', '"demo-00007"', "demo-00007: "),  # the paper id is ours, not the paper's text
-    ('hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', 'hits[0]["paper_id"]', '"paper_id": '),
-    ('hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', 'str(hits[0]["score"])', '"score": '),
-    ('found = extract("demo-00007", "parameters", k=1)', 'str(found[0]["score"])', '"score": '),
-])
+@pytest.mark.parametrize(
+    "research, answer, where",
+    [
+        ('read("demo-00007", section=6)', '"3"', "[3] "),  # a paragraph marker
+        ('read("demo-00007", section=6)', '"6"', "/ section 6: "),  # the page heading
+        ('read("demo-00007", section=6)', '"1"', "(page 1 of 1)"),
+        ('read("demo-00007")', '"7"', "  7. Results (4 paragraphs)"),  # the outline's numbering and counts
+        ('read("demo-00007")', '"demo-00007"', "demo-00007: "),  # the paper id is ours, not the paper's text
+        ('hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', 'hits[0]["paper_id"]', '"paper_id": '),
+        ('hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', 'str(hits[0]["score"])', '"score": '),
+        ('found = extract("demo-00007", "parameters", k=1)', 'str(found[0]["score"])', '"score": '),
+    ],
+)
 def test_the_hosts_scaffolding_grounds_no_answer(episode, gold, research, answer, where):
     scaffolded = episode(research, f"submit({answer})")
     answer = scaffolded.outcome.answer
@@ -331,15 +419,18 @@ def test_the_hosts_scaffolding_grounds_no_answer(episode, gold, research, answer
     assert flags["ungrounded_answer"] == [answer] and flags["unrecorded_tool_results"] == []
 
 
-@pytest.mark.parametrize("research, answer", [
-    ('read("demo-00007", section=6)', "9"),  # "takes about 9 hours": a small number in a paragraph's body
-    ('read("demo-00007", section=6)', "SGD with momentum"),
-    ('read("demo-00007", section=6)', "Implementation Details"),  # the section's name, in the heading
-    ('read("demo-00007")', "80.1"),  # the abstract
-    ('read("demo-00007")', "Related Work"),  # a section's name in the outline
-    ('search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', "67M"),  # a snippet
-    ('extract("demo-00007", "parameters", k=1)', "67M"),  # a sentence
-])
+@pytest.mark.parametrize(
+    "research, answer",
+    [
+        ('read("demo-00007", section=6)', "9"),  # "takes about 9 hours": a small number in a paragraph's body
+        ('read("demo-00007", section=6)', "SGD with momentum"),
+        ('read("demo-00007", section=6)', "Implementation Details"),  # the section's name, in the heading
+        ('read("demo-00007")', "80.1"),  # the abstract
+        ('read("demo-00007")', "Related Work"),  # a section's name in the outline
+        ('search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")', "67M"),  # a snippet
+        ('extract("demo-00007", "parameters", k=1)', "67M"),  # a sentence
+    ],
+)
 def test_paper_text_a_tool_returned_grounds_an_answer(episode, gold, research, answer):
     grounded = episode(research, f"submit({answer!r})")
     flags = grounding_flags(grounded, gold)
@@ -347,9 +438,11 @@ def test_paper_text_a_tool_returned_grounds_an_answer(episode, gold, research, a
 
 
 def test_evidence_from_a_search_hit_an_extract_hit_and_a_read_page_is_observed(episode, gold):
-    cited = episode('hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")\n'
-                    'found = extract("demo-00007", "Dropout of 0.5", k=1)\npage = read("demo-00007", section=7)',
-                    'submit("x", evidence=[hits[0], found[0], ["demo-00007", 7, 3]])')
+    cited = episode(
+        'hits = search("FusionPrompt-2 parameters", k=1, paper_id="demo-00007")\n'
+        'found = extract("demo-00007", "Dropout of 0.5", k=1)\npage = read("demo-00007", section=7)',
+        'submit("x", evidence=[hits[0], found[0], ["demo-00007", 7, 3]])',
+    )
     places = {(e.paper_id, e.section, e.paragraph) for e in cited.outcome.evidence}
     assert len(places) == 3 and ("demo-00007", 6, 1) in places  # the sentence about dropout
     assert grounding_flags(cited, gold)["unobserved_evidence"] == []
@@ -363,15 +456,22 @@ def test_a_paragraph_that_shares_a_sentence_with_one_shown_is_not_observed(episo
     cited = episode('read("demo-00007", section=6)', 'submit("x", evidence=[["demo-00007", 6, 3], ["demo-00007", 8, 4]])')
     assert shared in returned_text(cited)
     assert grounding_flags(cited, gold)["unobserved_evidence"] == ["demo-00007 section 8 paragraph 4"]
-    found = episode('extract("demo-00007", "describe each component and motivate the choices", k=1)',
-                    'submit("x", evidence=[["demo-00007", 6, 0]])')
+    found = episode(
+        'extract("demo-00007", "describe each component and motivate the choices", k=1)', 'submit("x", evidence=[["demo-00007", 6, 0]])'
+    )
     hit = json.loads(returned_text(found))[0]
     assert (hit["section"], hit["paragraph"]) != (6, 0) and hit["sentence"] in paper.sections[6].paragraphs[0]
     assert grounding_flags(found, gold)["unobserved_evidence"] == ["demo-00007 section 6 paragraph 0"]
 
 
-LONG = Paper(id="long", title="A Long Paper", abstract="", sections=(Section(name="Only", paragraphs=(
-    "A short first paragraph.", "Words without any digit in them. " * 250, "A short last paragraph.")),))
+LONG = Paper(
+    id="long",
+    title="A Long Paper",
+    abstract="",
+    sections=(
+        Section(name="Only", paragraphs=("A short first paragraph.", "Words without any digit in them. " * 250, "A short last paragraph.")),
+    ),
+)
 
 
 def test_a_paragraph_split_over_pages_is_observed_once_its_first_piece_is_shown():
@@ -379,8 +479,9 @@ def test_a_paragraph_split_over_pages_is_observed_once_its_first_piece_is_shown(
 
     def pages_read(*pages):
         reads = "\n".join(f'read("long", section=0, page={page})' for page in pages)
-        return EpisodeRunner(corpus, BM25Index.build(corpus), Fixed(reads, 'submit("3", evidence=[["long", 0, 1]])'),
-                             EpisodeConfig()).run("What is in the long paragraph?")
+        return EpisodeRunner(corpus, BM25Index.build(corpus), Fixed(reads, 'submit("3", evidence=[["long", 0, 1]])'), EpisodeConfig()).run(
+            "What is in the long paragraph?"
+        )
 
     later = pages_read(2)  # a "[continued]" piece of paragraph 1, and "... more: read('long', section=0, page=3)"
     assert "page 3 of" in returned_text(later) and "page=3)" in returned_text(later)
@@ -397,8 +498,9 @@ def test_a_result_in_a_form_the_host_does_not_write_grounds_nothing_and_says_so(
     page = "demo-00000, section 6 (page 1/1)\n\n[0] " + PARAGRAPH
     renamed = {**HIT, "text": HIT["snippet"]}
     for tool in [("read", None, page), ("search", None, [renamed]), ("search", None, "3e-5")]:
-        changed = trajectory([step(0, "research()", tools=[tool]), step(1, "submit('3e-5')", tools=[("submit", None)])],
-                             evidence=[EVIDENCE])
+        changed = trajectory(
+            [step(0, "research()", tools=[tool]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=[EVIDENCE]
+        )
         flags = grounding_flags(changed)
         assert flags["ungrounded_answer"] == [f"3e-5 (1{unknown})"]
         assert flags["unobserved_evidence"] == [f"demo-00000 section 6 paragraph 0 (1{unknown})"]
@@ -408,17 +510,18 @@ def test_the_whole_hits_of_a_result_cut_at_its_cap_still_count():
     hits = [{**HIT, "paragraph": i, "snippet": f"paragraph {i}: " + "text " * 200} for i in range(40)]
     result = call("search", result=hits)
     assert RETURNED_CHARS < result.returned.chars and result.returned.cut is not None
-    kept = json.loads(result.returned.text[:result.returned.text.rindex("}, {") + 1] + "]")
+    kept = json.loads(result.returned.text[: result.returned.text.rindex("}, {") + 1] + "]")
     cited = [Evidence(paper_id="demo-00000", section=6, paragraph=i, text=PARAGRAPH) for i in (0, len(kept) - 1, len(kept))]
-    cut = trajectory([step(0, "search('x', k=40)", tools=[result]), step(1, "submit('3e-5')", tools=[("submit", None)])],
-                     evidence=cited)
+    cut = trajectory([step(0, "search('x', k=40)", tools=[result]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=cited)
     note = "1 tool result(s) were not kept whole, and what was not kept may hold it"
     assert grounding_flags(cut)["unobserved_evidence"] == [f"demo-00000 section 6 paragraph {len(kept)} ({note})"]
 
 
 def test_before_schema_4_evidence_is_judged_by_its_sentences_in_the_observations_and_says_so():
     never_printed = Evidence(paper_id="demo-00000", section=2, paragraph=1, text="Nothing printed this sentence at all.")
-    printed = trajectory([step(0, "search('x')", f"Out: {PARAGRAPH!r}", [("search", None)]),
-                          step(1, "submit('3e-5')", tools=[("submit", None)])],
-                         evidence=[EVIDENCE, never_printed], schema_version=3)
+    printed = trajectory(
+        [step(0, "search('x')", f"Out: {PARAGRAPH!r}", [("search", None)]), step(1, "submit('3e-5')", tools=[("submit", None)])],
+        evidence=[EVIDENCE, never_printed],
+        schema_version=3,
+    )
     assert grounding_flags(printed)["unobserved_evidence"] == [f"demo-00000 section 2 paragraph 1 ({FROM_OBSERVATIONS})"]

@@ -36,14 +36,31 @@ def report(tmp_path_factory):
     corpus = directory / "small.jsonl"
     assert run_cli("corpus", "generate", "--papers", "30", "--seed", "5", "--out", str(corpus)).returncode == 0
     for policy in ("direct-submit", "scripted"):
-        done = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "12", "--policy", policy, "--out", str(directory / policy))
+        done = run_cli(
+            "eval", "--corpus", str(corpus), "--split", "all", "--limit", "12", "--policy", policy, "--out", str(directory / policy)
+        )
         assert done.returncode == 0, done.stderr
     hostile_question = hostile_recording(directory / "direct-submit" / "trajectories.jsonl", directory / "hostile.jsonl")
-    done = run_cli("eval", "--corpus", str(corpus), "--split", "all", "--policy", "replay", "--replay", str(directory / "hostile.jsonl"),
-                   "--out", str(directory / "hostile"))
+    done = run_cli(
+        "eval",
+        "--corpus",
+        str(corpus),
+        "--split",
+        "all",
+        "--policy",
+        "replay",
+        "--replay",
+        str(directory / "hostile.jsonl"),
+        "--out",
+        str(directory / "hostile"),
+    )
     assert done.returncode == 0, done.stderr
-    for *runs, out in (["direct-submit", "report.html"], ["direct-submit", "scripted", "compare.html"],
-                       ["hostile", "hostile.html"], ["hostile", "scripted", "hostile-compare.html"]):
+    for *runs, out in (
+        ["direct-submit", "report.html"],
+        ["direct-submit", "scripted", "compare.html"],
+        ["hostile", "hostile.html"],
+        ["hostile", "scripted", "hostile-compare.html"],
+    ):
         done = run_cli("report", *(str(directory / run) for run in runs), "--out", str(directory / out))
         assert done.returncode == 0, done.stderr
     return directory, hostile_question
@@ -72,8 +89,14 @@ def browser():
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                     "--force-device-scale-factor=1"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(argument)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
@@ -121,7 +144,8 @@ def ink(image, box) -> tuple[int, int]:
 def plot_boxes(browser) -> list[tuple[int, int, int, int]]:
     rectangles = browser.execute_script(
         "return [...document.querySelectorAll('#plots figure svg')].map(s => { const r = s.getBoundingClientRect(); "
-        "return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY]; })")
+        "return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY]; })"
+    )
     return [tuple(round(v) for v in rectangle) for rectangle in rectangles]
 
 
@@ -169,7 +193,9 @@ def test_the_report_lists_episodes_opens_one_beside_its_gold_and_plots_with_axes
         dark, bars = ink(image, box)
         assert dark > 200, f"no axes or labels drawn in the plot at {box}"
     assert all(bars > 100 for _, bars in (ink(image, box) for box in plot_boxes(browser)[:3]))  # the three histograms have bars
-    detail_box = browser.execute_script("const r = document.getElementById('detail').getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom];")
+    detail_box = browser.execute_script(
+        "const r = document.getElementById('detail').getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom];"
+    )
     assert ink(image, tuple(round(v) for v in detail_box))[0] > 1000  # the open episode is drawn, not only in the DOM
 
     browser.find_element(By.CSS_SELECTOR, "#flag-filter option[value='direct_submit']").click()
@@ -209,7 +235,9 @@ def test_the_comparison_shows_what_changed_with_the_statistics_of_compare(report
     predictions = [box.text for box in browser.find_elements(By.CSS_SELECTOR, "#detail .prediction")]
     assert len(predictions) == 2 and moved[0]["a"] in predictions[0] and moved[0]["b"] in predictions[1]
     assert "cited paragraphs:" in predictions[1] or "no paragraph cited" in predictions[1]
-    assert moved[0]["question"] in browser.find_element(By.ID, "detail").text and browser.find_element(By.CSS_SELECTOR, "#detail .gold").text
+    assert (
+        moved[0]["question"] in browser.find_element(By.ID, "detail").text and browser.find_element(By.CSS_SELECTOR, "#detail .gold").text
+    )
 
     image = screenshot(browser)
     image.save(tmp_path / "compare.png")
@@ -253,10 +281,10 @@ def test_a_hostile_question_stays_text(report, browser, tmp_path):
 
     from corpus.loading import load
     from evaluation.report import write_report
-    from evaluation.summary import load_run
+    from evaluation.run_directory import Run
 
     directory, _ = report
-    run = load_run(directory / "scripted")
+    run = Run.load(directory / "scripted")
     run.scores[0] = run.scores[0].model_copy(update={"question": HOSTILE})
     run.scores[1] = run.scores[1].model_copy(update={"question": "<!--<script>"})
     out = write_report(run, load(directory / "small.jsonl"), tmp_path / "hostile.html")

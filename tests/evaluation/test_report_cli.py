@@ -12,8 +12,7 @@ from tests.conftest import run_cli
 
 def refused(done, *phrases: str) -> bool:
     lines = done.stderr.strip().splitlines()
-    return (done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
-            and all(phrase in lines[0] for phrase in phrases))
+    return done.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and all(phrase in lines[0] for phrase in phrases)
 
 
 @pytest.fixture(scope="module")
@@ -22,15 +21,37 @@ def runs(tmp_path_factory):
     for name, seed in (("small.jsonl", "3"), ("other.jsonl", "4")):
         assert run_cli("corpus", "generate", "--papers", "10", "--seed", seed, "--out", str(directory / name)).returncode == 0
     for corpus, out in (("small.jsonl", "a"), ("other.jsonl", "elsewhere")):
-        done = run_cli("eval", "--corpus", str(directory / corpus), "--split", "all", "--limit", "6", "--policy", "direct-submit",
-                       "--out", str(directory / out))
+        done = run_cli(
+            "eval",
+            "--corpus",
+            str(directory / corpus),
+            "--split",
+            "all",
+            "--limit",
+            "6",
+            "--policy",
+            "direct-submit",
+            "--out",
+            str(directory / out),
+        )
         assert done.returncode == 0, done.stderr
     # two runs of the same corpus on disjoint questions: each replays half of run a's episodes
     lines = (directory / "a" / "trajectories.jsonl").read_text().splitlines(keepends=True)
     for name, half in (("first", lines[:3]), ("second", lines[3:])):
         (directory / f"{name}.jsonl").write_text("".join(half))
-        done = run_cli("eval", "--corpus", str(directory / "small.jsonl"), "--split", "all", "--policy", "replay",
-                       "--replay", str(directory / f"{name}.jsonl"), "--out", str(directory / name))
+        done = run_cli(
+            "eval",
+            "--corpus",
+            str(directory / "small.jsonl"),
+            "--split",
+            "all",
+            "--policy",
+            "replay",
+            "--replay",
+            str(directory / f"{name}.jsonl"),
+            "--out",
+            str(directory / name),
+        )
         assert done.returncode == 0, done.stderr
     return directory
 

@@ -21,10 +21,18 @@ def index():
 
 
 def test_recall_and_mrr(index):
-    first = Question(id="q1", paper_id="p", text="What learning rate trains QuantLens with AdamW?",
-                     answers=(Answer(extractive_spans=("3e-5",), evidence=(PARAGRAPHS[0],)),))
-    second = Question(id="q2", paper_id="p", text="What batch size does QuantLens use?",
-                      answers=(Answer(extractive_spans=("128",), evidence=(PARAGRAPHS[1], PARAGRAPHS[2])),))
+    first = Question(
+        id="q1",
+        paper_id="p",
+        text="What learning rate trains QuantLens with AdamW?",
+        answers=(Answer(extractive_spans=("3e-5",), evidence=(PARAGRAPHS[0],)),),
+    )
+    second = Question(
+        id="q2",
+        paper_id="p",
+        text="What batch size does QuantLens use?",
+        answers=(Answer(extractive_spans=("128",), evidence=(PARAGRAPHS[1], PARAGRAPHS[2])),),
+    )
     unanswerable = Question(id="q3", paper_id="p", text="How many heads?", answers=(Answer(unanswerable=True),))
     metrics = retrieval_metrics(index, [first, second, unanswerable], ks=(1, 2))
     assert metrics["questions"] == 2  # the unanswerable question has no gold paragraph
@@ -33,6 +41,10 @@ def test_recall_and_mrr(index):
 
 
 def test_float_selected_evidence_is_not_a_retrieval_target(index):
-    figure = Question(id="q", paper_id="p", text="QuantLens learning rate",
-                      answers=(Answer(extractive_spans=("3e-5",), evidence=("FLOAT SELECTED: Table 1",)),))
+    figure = Question(
+        id="q",
+        paper_id="p",
+        text="QuantLens learning rate",
+        answers=(Answer(extractive_spans=("3e-5",), evidence=("FLOAT SELECTED: Table 1",)),),
+    )
     assert retrieval_metrics(index, [figure])["questions"] == 0

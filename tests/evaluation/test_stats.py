@@ -14,8 +14,10 @@ from evaluation.stats import (
 
 
 def table(answerable, unanswerable):
-    return {"answerable": dict(zip(("answered", "abstained"), answerable)),
-            "unanswerable": dict(zip(("answered", "abstained"), unanswerable))}
+    return {
+        "answerable": dict(zip(("answered", "abstained"), answerable)),
+        "unanswerable": dict(zip(("answered", "abstained"), unanswerable)),
+    }
 
 
 def test_fisher_on_the_reference_evaluations_shape():
@@ -49,7 +51,7 @@ def test_bootstrap_interval_holds_the_mean_and_is_reproducible():
     values = [0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 1.0, 0.25] * 5
     first, second = bootstrap_mean_ci(values, resamples=2000), bootstrap_mean_ci(values, resamples=2000)
     assert first == second and first["low"] < first["mean"] < first["high"]
-    assert bootstrap_mean_ci([]) ["mean"] is None
+    assert bootstrap_mean_ci([])["mean"] is None
     assert bootstrap_mean_ci([0.5, 0.5])["low"] == 0.5
 
 
@@ -69,10 +71,21 @@ def test_discordant_pairs_count_yes_in_one_run_only():
         discordant_pairs([True], [])
 
 
-@pytest.mark.parametrize("p_value, shown", [
-    (0.0, "p < 1e-4"), (2 * 0.5 ** 60, "p < 1e-4"), (9.99e-5, "p < 1e-4"), (1e-4, "p = 0.0001"), (2.345e-4, "p = 0.00023"),
-    (0.031, "p = 0.031"), (0.125, "p = 0.125"), (1.0, "p = 1.000"), (None, "p = n/a"), (float("nan"), "p = n/a"),
-])
+@pytest.mark.parametrize(
+    "p_value, shown",
+    [
+        (0.0, "p < 1e-4"),
+        (2 * 0.5**60, "p < 1e-4"),
+        (9.99e-5, "p < 1e-4"),
+        (1e-4, "p = 0.0001"),
+        (2.345e-4, "p = 0.00023"),
+        (0.031, "p = 0.031"),
+        (0.125, "p = 0.125"),
+        (1.0, "p = 1.000"),
+        (None, "p = n/a"),
+        (float("nan"), "p = n/a"),
+    ],
+)
 def test_format_p_bounds_tiny_p_and_never_prints_zero(p_value, shown):
     assert format_p(p_value) == shown
     assert format_p(1e-6, floor=1e-3) == "p < 1e-3"
@@ -82,10 +95,26 @@ def test_the_answer_f1_interval_resamples_questions_not_the_samples_of_one():
     from evaluation.scoring import EpisodeScore, run_metrics
 
     def score(question: int, sample: int, f1: float) -> EpisodeScore:
-        return EpisodeScore(episode_id=f"q{question}#{sample}", question_id=f"q{question}", question="?", sample=sample,
-                            status="submitted", prediction="x", steps=2, tool_calls=1, tool_calls_before_end=1, flags=[],
-                            type="extractive", answerable=True, answer_f1=f1, exact_match=f1, sub_exact_match=f1,
-                            evidence_f1=0.0, evidence_f1_text_only=0.0, abstained=False)
+        return EpisodeScore(
+            episode_id=f"q{question}#{sample}",
+            question_id=f"q{question}",
+            question="?",
+            sample=sample,
+            status="submitted",
+            prediction="x",
+            steps=2,
+            tool_calls=1,
+            tool_calls_before_end=1,
+            flags=[],
+            type="extractive",
+            answerable=True,
+            answer_f1=f1,
+            exact_match=f1,
+            sub_exact_match=f1,
+            evidence_f1=0.0,
+            evidence_f1_text_only=0.0,
+            abstained=False,
+        )
 
     f1s = [0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 0.5]
     once = run_metrics([score(q, 0, f1) for q, f1 in enumerate(f1s)]).answer_f1_ci95

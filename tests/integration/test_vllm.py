@@ -27,9 +27,26 @@ MAX_STEPS = 2
 
 
 def eval_against(server, out, *extra):
-    return run_cli("eval", "--policy", "openai", "--base-url", server.url, "--model", server.model,
-                   "--tokenizer", str(server.model_dir), "--limit", str(QUESTIONS), "--max-steps", str(MAX_STEPS),
-                   "--max-new-tokens", "16", "--out", str(out), *extra)
+    return run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        server.url,
+        "--model",
+        server.model,
+        "--tokenizer",
+        str(server.model_dir),
+        "--limit",
+        str(QUESTIONS),
+        "--max-steps",
+        str(MAX_STEPS),
+        "--max-new-tokens",
+        "16",
+        "--out",
+        str(out),
+        *extra,
+    )
 
 
 def trajectories(run) -> list[dict]:
@@ -71,8 +88,9 @@ def test_eval_with_id_prompts_compares_the_ids_the_server_received_at_every_step
             assert generation["server_prompt_tokens"] == generation["prompt_tokens"] == served["tokens"], step
             assert served["ids"]["append"], served
             steps += 1
-    parity = run_cli("check-parity", "--trajectories", str(run / "trajectories.jsonl"),
-                     "--tokenizer", str(vllm_server.model_dir), "--require-server-ids")
+    parity = run_cli(
+        "check-parity", "--trajectories", str(run / "trajectories.jsonl"), "--tokenizer", str(vllm_server.model_dir), "--require-server-ids"
+    )
     assert parity.returncode == 0, parity.stdout + parity.stderr
     assert f"ids compared on {steps} steps, counts only on 0, nothing on 0" in parity.stdout, parity.stdout
 
@@ -81,9 +99,23 @@ def test_a_prompt_over_the_servers_context_ends_as_context_limit(vllm_server, sm
     long_question = "Which learning rate did the authors use? " * 900  # several thousand tokens: over max_model_len
     # Through the CLI: preflight read max_model_len, so the policy stops before sending.
     run = tmp_path / "long"
-    done = run_cli("run", "--policy", "openai", "--base-url", vllm_server.url,
-                   "--model", vllm_server.model, "--tokenizer", str(vllm_server.model_dir), "--question", long_question,
-                   "--max-steps", "1", "--out", str(run))
+    done = run_cli(
+        "run",
+        "--policy",
+        "openai",
+        "--base-url",
+        vllm_server.url,
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--question",
+        long_question,
+        "--max-steps",
+        "1",
+        "--out",
+        str(run),
+    )
     assert done.returncode == 0, done.stderr
     (trajectory,) = trajectories(run)
     assert trajectory["outcome"]["status"] == "context_limit", trajectory["outcome"]
@@ -97,9 +129,25 @@ def test_a_prompt_over_the_servers_context_ends_as_context_limit(vllm_server, sm
 
 def test_new_tokens_beyond_the_room_left_are_clamped_and_recorded_as_clamped(vllm_server, tmp_path):
     run = tmp_path / "clamped"
-    done = run_cli("eval", "--policy", "openai", "--base-url", vllm_server.url, "--model", vllm_server.model,
-                   "--tokenizer", str(vllm_server.model_dir), "--limit", "1", "--max-steps", "1",
-                   "--max-new-tokens", str(MAX_MODEL_LEN), "--out", str(run))
+    done = run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        vllm_server.url,
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--limit",
+        "1",
+        "--max-steps",
+        "1",
+        "--max-new-tokens",
+        str(MAX_MODEL_LEN),
+        "--out",
+        str(run),
+    )
     assert done.returncode == 0, done.stderr
     (trajectory,) = trajectories(run)
     (step,) = trajectory["steps"]
@@ -136,12 +184,37 @@ def test_chat_requests_render_the_prompt_our_renderer_serves(vllm_server, tmp_pa
 
 def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finishes(vllm_server, tmp_path):
     port, log, run = free_port(), tmp_path / "private.log", tmp_path / "killed"
-    flags = ["eval", "--policy", "openai", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", SERVED_NAME,
-             "--tokenizer", str(vllm_server.model_dir), "--limit", "8", "--max-steps", "2", "--max-new-tokens", "16",
-             "--concurrency", "4", "--timeout", "60", "--retries", "1", "--max-consecutive-errors", "2", "--out", str(run)]
+    flags = [
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        f"http://127.0.0.1:{port}/v1",
+        "--model",
+        SERVED_NAME,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--limit",
+        "8",
+        "--max-steps",
+        "2",
+        "--max-new-tokens",
+        "16",
+        "--concurrency",
+        "4",
+        "--timeout",
+        "60",
+        "--retries",
+        "1",
+        "--max-consecutive-errors",
+        "2",
+        "--out",
+        str(run),
+    ]
     with running_vllm(vllm_server.model_dir, log, port=port) as server:
-        evaluating = subprocess.Popen(explorer_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=checkout_environment())
+        evaluating = subprocess.Popen(
+            explorer_command(*flags), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=checkout_environment()
+        )
         written = run / "trajectories.jsonl"
         deadline = time.monotonic() + HANG_SECONDS
         while not (written.exists() and written.read_text().count("\n") >= 1) and time.monotonic() < deadline:

@@ -24,7 +24,7 @@ def lora_adapter(model_dir: Path, directory: Path, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from sft.train import TARGET_MODULES
+    from sft.config import TARGET_MODULES
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
@@ -90,9 +90,27 @@ def test_two_improve_runs_on_one_server_sample_every_round_with_their_own_adapte
 def test_eval_with_an_adapter_samples_with_it_and_unloads_it(vllm_server, tmp_path):
     adapter = lora_adapter(vllm_server.model_dir, tmp_path / "adapter", seed=4)
     run = tmp_path / "run"
-    done = run_cli("eval", "--policy", "openai", "--base-url", vllm_server.url, "--model", vllm_server.model,
-                   "--tokenizer", str(vllm_server.model_dir), "--adapter", str(adapter), "--limit", "2", "--max-steps", "2",
-                   "--max-new-tokens", "8", "--out", str(run))
+    done = run_cli(
+        "eval",
+        "--policy",
+        "openai",
+        "--base-url",
+        vllm_server.url,
+        "--model",
+        vllm_server.model,
+        "--tokenizer",
+        str(vllm_server.model_dir),
+        "--adapter",
+        str(adapter),
+        "--limit",
+        "2",
+        "--max-steps",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--out",
+        str(run),
+    )
     assert done.returncode == 0, done.stderr
     served = json.loads((run / "manifest.json").read_text())["config"]["policy"]["served_adapter"]
     assert served == planned_adapter(adapter, run_id(run)).model_dump()
@@ -110,8 +128,23 @@ def test_eval_refuses_its_adapter_name_loaded_from_another_path(vllm_server, tmp
     decoy = planned_adapter(adapter, run_id(run)).model_copy(update={"path": str(other.resolve())})
     with ServerAdapters(vllm_server.url) as adapters:
         adapters.load(decoy)  # someone else's adapter under the very name the run will ask for
-        done = run_cli("eval", "--policy", "openai", "--base-url", vllm_server.url, "--model", vllm_server.model,
-                       "--tokenizer", str(vllm_server.model_dir), "--adapter", str(adapter), "--limit", "1", "--out", str(run))
+        done = run_cli(
+            "eval",
+            "--policy",
+            "openai",
+            "--base-url",
+            vllm_server.url,
+            "--model",
+            vllm_server.model,
+            "--tokenizer",
+            str(vllm_server.model_dir),
+            "--adapter",
+            str(adapter),
+            "--limit",
+            "1",
+            "--out",
+            str(run),
+        )
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and f"already loaded from {other.resolve()}" in done.stderr
         assert listed(vllm_server)[decoy.name] == str(other.resolve())  # not unloaded: not the run's

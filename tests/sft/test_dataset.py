@@ -52,7 +52,9 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
     questions = {q.id: q for q in small_demo.questions}
     test_papers = frozenset(p.id for p in small_demo.papers if p.split == "test")
     built = build(trajectories, questions, renderer, BuildSettings(evaluation_papers=test_papers, validation_share=0.3))
-    assert built.dropped["its paper belongs to the evaluation split"] == sum(1 for t in trajectories if questions[t.question_id].paper_id in test_papers)
+    assert built.dropped["its paper belongs to the evaluation split"] == sum(
+        1 for t in trajectories if questions[t.question_id].paper_id in test_papers
+    )
     assert built.train and built.validation
     check = split_check(built, test_papers, frozenset(q.id for q in small_demo.questions if q.paper_id in test_papers))
     assert check.passed and not check.overlaps
@@ -116,8 +118,15 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
 
     for question_id, episode_id in kept.items():  # no researched attempt of the question answered better
         chosen = next(t for t in attempts if t.episode_id == episode_id)
-        rivals = [t for t in attempts if t.question_id == question_id and t.steps and len(t.steps[0].tool_calls) and
-                  t.steps[0].tool_calls[0].name not in ("submit", "abstain") and t.outcome.status == "submitted"]
+        rivals = [
+            t
+            for t in attempts
+            if t.question_id == question_id
+            and t.steps
+            and len(t.steps[0].tool_calls)
+            and t.steps[0].tool_calls[0].name not in ("submit", "abstain")
+            and t.outcome.status == "submitted"
+        ]
         if questions[question_id].answerable:
             assert all(f1(chosen) >= f1(rival) for rival in rivals)
     assert built.dropped["best-of: not among the best 1 attempts of its question"] >= 1

@@ -14,18 +14,42 @@ VLLM_INSTALLED = VLLM_PYTHON.exists()
 pytest.importorskip("torch")
 
 
-def improve_args(tiny_model, tmp_path, rounds: int, samples: int, limit: int, max_steps: int, max_new_tokens: int,
-                 out=None) -> list[str]:
+def improve_args(tiny_model, tmp_path, rounds: int, samples: int, limit: int, max_steps: int, max_new_tokens: int, out=None) -> list[str]:
     """A small corpus and a teacher's trajectories as seed data, and the improve command over them."""
     corpus = tmp_path / "corpus.jsonl"
     if not corpus.exists():  # a second run in the same test shares them
         assert run_cli("corpus", "generate", "--papers", "10", "--seed", "5", "--out", str(corpus)).returncode == 0
-        taught = run_cli("sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl"))
+        taught = run_cli(
+            "sft", "teach", "--corpus", str(corpus), "--tokenizer", str(tiny_model), "--limit", "6", "--out", str(tmp_path / "t.jsonl")
+        )
         assert taught.returncode == 0, taught.stderr
-    return ["improve", "--model", str(tiny_model), "--corpus", str(corpus), "--rounds", str(rounds), "--samples", str(samples),
-            "--limit", str(limit), "--max-steps", str(max_steps), "--max-new-tokens", str(max_new_tokens), "--train-max-steps", "1",
-            "--validation-episodes", "1", "--quantization", "none", "--seed-data", str(tmp_path / "t.jsonl"),
-            "--out", str(out or tmp_path / "improve")]
+    return [
+        "improve",
+        "--model",
+        str(tiny_model),
+        "--corpus",
+        str(corpus),
+        "--rounds",
+        str(rounds),
+        "--samples",
+        str(samples),
+        "--limit",
+        str(limit),
+        "--max-steps",
+        str(max_steps),
+        "--max-new-tokens",
+        str(max_new_tokens),
+        "--train-max-steps",
+        "1",
+        "--validation-episodes",
+        "1",
+        "--quantization",
+        "none",
+        "--seed-data",
+        str(tmp_path / "t.jsonl"),
+        "--out",
+        str(out or tmp_path / "improve"),
+    ]
 
 
 @pytest.mark.slow
@@ -65,8 +89,9 @@ def test_a_kill_mid_round_resumes_without_losing_or_repeating_an_attempt(tiny_mo
 
     args = improve_args(tiny_model, tmp_path, rounds=1, samples=3, limit=6, max_steps=3, max_new_tokens=8)
     log = tmp_path / "improve" / "round-1" / "samples" / "trajectories.jsonl"
-    process = subprocess.Popen(explorer_command(*args), env=checkout_environment(), start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        explorer_command(*args), env=checkout_environment(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline and process.poll() is None:
         if log.exists() and len(log.read_bytes().splitlines()) >= 3:

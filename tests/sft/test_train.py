@@ -5,9 +5,12 @@ import json
 
 import pytest
 
+from sft.config import TrainConfig
 from sft.memory import QWEN3_8B, Shape, estimate
+from sft.model import assistant_loss, load_model
 from sft.records import TeacherForced, ValidationRecord
-from sft.train import TrainConfig, assistant_loss, load_model, select_checkpoint, train
+from sft.train import train
+from sft.validation import select_checkpoint
 from tests.conftest import run_cli
 
 torch = pytest.importorskip("torch")
@@ -20,16 +23,41 @@ def data(tmp_path_factory, tiny_model):
     corpus = directory / "corpus.jsonl"
     assert run_cli("corpus", "generate", "--papers", "16", "--seed", "2", "--out", str(corpus)).returncode == 0
     assert run_cli("sft", "teach", "--corpus", str(corpus), "--split", "all", "--out", str(directory / "t.jsonl")).returncode == 0
-    done = run_cli("sft", "build", "--corpus", str(corpus), "-t", str(directory / "t.jsonl"), "--tokenizer", str(tiny_model),
-                   "--out", str(directory / "data"), "--evaluation-split", "none", "--validation-share", "0.25")
+    done = run_cli(
+        "sft",
+        "build",
+        "--corpus",
+        str(corpus),
+        "-t",
+        str(directory / "t.jsonl"),
+        "--tokenizer",
+        str(tiny_model),
+        "--out",
+        str(directory / "data"),
+        "--evaluation-split",
+        "none",
+        "--validation-share",
+        "0.25",
+    )
     assert done.returncode == 0, done.stderr
     return directory
 
 
 def small_config(tiny_model, **fields):
-    return TrainConfig(**{"model": str(tiny_model), "quantization": "4bit", "epochs": 1, "gradient_accumulation_steps": 1,
-                          "max_length": 4096, "validation_examples": 2, "validation_episodes": 2, "validation_max_steps": 2,
-                          "validation_max_new_tokens": 8, **fields})
+    return TrainConfig(
+        **{
+            "model": str(tiny_model),
+            "quantization": "4bit",
+            "epochs": 1,
+            "gradient_accumulation_steps": 1,
+            "max_length": 4096,
+            "validation_examples": 2,
+            "validation_episodes": 2,
+            "validation_max_steps": 2,
+            "validation_max_new_tokens": 8,
+            **fields,
+        }
+    )
 
 
 def test_the_assistant_only_loss_equals_the_usual_shifted_loss(tiny_model, data):
@@ -58,7 +86,7 @@ def test_loss_decreases_on_a_repeated_batch_in_4_bit(tiny_model, data, tmp_path)
     model, quantized = load_model(config)
     assert quantized and any(isinstance(m, bnb.nn.Linear4bit) for m in model.modules())
     del model
-    summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
+    summary = train(config, data=repeated, out=tmp_path / "out", corpus=None, log=lambda *_: None)
     assert summary.steps == 6 and summary.losses[-1] < summary.losses[0]
 
 
@@ -77,7 +105,7 @@ def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, dat
     with torch.no_grad():
         expected, _, _ = assistant_loss(model.eval(), torch.tensor([example.input_ids]), torch.tensor([example.labels]))
     del model
-    summary = train(config, repeated, tmp_path / "out", corpus=None, log=lambda *_: None)
+    summary = train(config, data=repeated, out=tmp_path / "out", corpus=None, log=lambda *_: None)
     assert summary.steps == 1 and summary.losses[0] == pytest.approx(expected.item(), rel=0.02)
 
 
@@ -89,11 +117,20 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
     from corpus import BM25Index, load
 
     corpus = load(data / "corpus.jsonl")
-    summary = train(small_config(tiny_model, max_steps=2), data / "data", tmp_path / "out", corpus, log=lambda *_: None)
+    summary = train(small_config(tiny_model, max_steps=2), data=data / "data", out=tmp_path / "out", corpus=corpus, log=lambda *_: None)
     (record,) = summary.checkpoints
     checkpoint = tmp_path / "out" / record.checkpoint
-    for name in ("adapter_model.safetensors", "adapter_config.json", "tokenizer.json", "trainer_state.json", "optimizer.pt",
-                 "scheduler.pt", "rng_state.pth", "training_args.bin", "explorer_manifest.json"):
+    for name in (
+        "adapter_model.safetensors",
+        "adapter_config.json",
+        "tokenizer.json",
+        "trainer_state.json",
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng_state.pth",
+        "training_args.bin",
+        "explorer_manifest.json",
+    ):
         assert (checkpoint / name).exists(), name
     manifest = json.loads((checkpoint / "explorer_manifest.json").read_text())
     assert all(sha256_file(checkpoint / name) == digest for name, digest in manifest["files"].items())
@@ -108,8 +145,14 @@ def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, d
 
 def test_selection_prefers_behaviour_and_warns_when_loss_hides_the_shortcut():
     def record(name, loss, rate, f1):
-        return ValidationRecord.model_validate({"step": 0, "checkpoint": name, "teacher_forced": {"loss_all": loss},
-                                                "behaviour": {"episodes": 10, "direct_submit_rate": rate, "answer_f1": f1}})
+        return ValidationRecord.model_validate(
+            {
+                "step": 0,
+                "checkpoint": name,
+                "teacher_forced": {"loss_all": loss},
+                "behaviour": {"episodes": 10, "direct_submit_rate": rate, "answer_f1": f1},
+            }
+        )
 
     records = [record("checkpoint-10", 1.0, 0.1, 0.40), record("checkpoint-20", 0.8, 0.9, 0.45)]
     result = select_checkpoint(records, TrainConfig())
@@ -124,17 +167,46 @@ def test_selection_prefers_behaviour_and_warns_when_loss_hides_the_shortcut():
 def test_training_on_direct_submit_teachers_is_flagged_from_the_command_line(tiny_model, tmp_path):
     """The reference failure in miniature: the loss improves while the policy learns to answer at once."""
     corpus = tmp_path / "corpus.jsonl"
-    assert run_cli("corpus", "generate", "--papers", "24", "--seed", "4", "--unanswerable-ratio", "1.0", "--out", str(corpus)).returncode == 0
-    assert run_cli("sft", "teach", "--corpus", str(corpus), "--split", "all", "--direct", "--out", str(tmp_path / "t.jsonl")).returncode == 0
-    built = run_cli("sft", "build", "--corpus", str(corpus), "-t", str(tmp_path / "t.jsonl"), "--tokenizer", str(tiny_model),
-                    "--out", str(tmp_path / "data"), "--evaluation-split", "none", env={"COLUMNS": "200"})
+    assert (
+        run_cli("corpus", "generate", "--papers", "24", "--seed", "4", "--unanswerable-ratio", "1.0", "--out", str(corpus)).returncode == 0
+    )
+    assert (
+        run_cli("sft", "teach", "--corpus", str(corpus), "--split", "all", "--direct", "--out", str(tmp_path / "t.jsonl")).returncode == 0
+    )
+    built = run_cli(
+        "sft",
+        "build",
+        "--corpus",
+        str(corpus),
+        "-t",
+        str(tmp_path / "t.jsonl"),
+        "--tokenizer",
+        str(tiny_model),
+        "--out",
+        str(tmp_path / "data"),
+        "--evaluation-split",
+        "none",
+        env={"COLUMNS": "200"},
+    )
     assert built.returncode == 0 and "the data teaches the direct-submit shortcut" in built.stdout
     (tmp_path / "recipe.toml").write_text(
         "learning_rate = 0.01\nepochs = 3\ngradient_accumulation_steps = 1\nquantization = 'none'\nmax_length = 4096\n"
         "validation_episodes = 4\nvalidation_examples = 4\nvalidation_max_steps = 2\nvalidation_max_new_tokens = 40\n"
     )
-    done = run_cli("train", "--model", str(tiny_model), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
-                   "--config", str(tmp_path / "recipe.toml"), "--corpus", str(corpus), env={"COLUMNS": "200"})
+    done = run_cli(
+        "train",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        "--config",
+        str(tmp_path / "recipe.toml"),
+        "--corpus",
+        str(corpus),
+        env={"COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads((tmp_path / "out" / "training_summary.json").read_text())
     rates = [c["behaviour"]["direct_submit_rate"] for c in summary["checkpoints"]]
@@ -152,11 +224,14 @@ def test_dry_run_estimates_the_reference_recipe_on_an_l4():
     assert 3 < terms["weights"] < 8 and terms["total"] < 22
 
 
-@pytest.mark.parametrize("args, message", [
-    (["train", "--model", "x"], "needs --data"),
-    (["train", "--data", "nowhere", "--out", "o"], "no build_report.json"),
-    (["train", "--dry-run", "--lora-r", "0"], "lora-r"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "--model", "x"], "needs --data"),
+        (["train", "--data", "nowhere", "--out", "o"], "no build_report.json"),
+        (["train", "--dry-run", "--lora-r", "0"], "lora-r"),
+    ],
+)
 def test_bad_training_arguments_are_one_line(args, message):
     done = run_cli(*args)
     assert done.returncode == 2 and message in done.stderr, done.stderr

@@ -44,11 +44,13 @@ def test_a_run_resumed_from_its_validated_checkpoint_trains_bit_for_bit_what_the
     # checkpoint-2 alone, as a kill during step 3 would have left it
     again = tmp_path / "again"
     shutil.copytree(out / "checkpoint-2", again / "checkpoint-2")
-    resume = [*arguments[: arguments.index("--out") + 1], str(again), *arguments[arguments.index("--out") + 2:], "--resume"]
+    resume = [*arguments[: arguments.index("--out") + 1], str(again), *arguments[arguments.index("--out") + 2 :], "--resume"]
     other_data = repeated_data(data, tmp_path / "other", 3)
     changed = run_cli(*resume, "--learning-rate", "0.5", "--lora-r", "8", "--report-to", "tensorboard", "--data", str(other_data))
-    assert error_line(changed).startswith(f"error: {again}: refusing to resume: checkpoint-2 was trained with other settings "
-                                     f"(lora_r 4 -> 8; learning_rate 0.001 -> 0.5; data {tmp_path / 'data'} -> {other_data})")
+    assert error_line(changed).startswith(
+        f"error: {again}: refusing to resume: checkpoint-2 was trained with other settings "
+        f"(lora_r 4 -> 8; learning_rate 0.001 -> 0.5; data {tmp_path / 'data'} -> {other_data})"
+    )
     assert sorted(p.name for p in again.iterdir()) == ["checkpoint-2"]  # refused before anything was written
 
     resumed = run_cli(*resume)
@@ -75,4 +77,5 @@ def test_resume_refusals_and_an_unwritable_log_directory_are_one_line_before_the
     blocked = run_cli(*arguments, "--resume", "--report-to", "tensorboard")
     assert error_line(blocked) == (
         f"error: --report-to tensorboard writes its logs under {tmp_path / 'out' / 'runs'}, but {tmp_path / 'out' / 'runs'} "
-        "is a file; move it away, or choose another --out")
+        "is a file; move it away, or choose another --out"
+    )

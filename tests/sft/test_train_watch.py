@@ -19,8 +19,10 @@ from importlib.util import find_spec
 import pytest
 
 from agent.models import file_sha256
+from sft.config import TrainConfig
+from sft.interrupts import launcher_warning
 from sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
-from sft.train import TrainConfig, launcher_warning, training_arguments
+from sft.train import training_arguments
 from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
 from tests.sft import test_train
 
@@ -28,8 +30,10 @@ data = test_train.data  # the dataset built for the tiny model, a fixture shared
 
 pytest.importorskip("torch")
 
-RECIPE = ("quantization = 'none'\nepochs = 1\ngradient_accumulation_steps = 1\nmax_length = 4096\nlearning_rate = 0.001\n"
-          "validation_episodes = 1\nvalidation_examples = 1\nvalidation_max_steps = 2\nvalidation_max_new_tokens = 8\n")
+RECIPE = (
+    "quantization = 'none'\nepochs = 1\ngradient_accumulation_steps = 1\nmax_length = 4096\nlearning_rate = 0.001\n"
+    "validation_episodes = 1\nvalidation_examples = 1\nvalidation_max_steps = 2\nvalidation_max_new_tokens = 8\n"
+)
 PROGRESS_LINE = re.compile(r"^step (\d+)/(\d+) \| epoch \d+\.\d\d \| loss \d+\.\d{4} \| [\d,]+ input tokens/s \| ETA (\d+:\d\d:\d\d|\?)$")
 
 
@@ -45,8 +49,20 @@ def repeated_data(data, directory, copies: int):
 
 def train_arguments(tiny_model, data, tmp_path, copies: int, *extra: str) -> list[str]:
     (tmp_path / "recipe.toml").write_text(RECIPE)
-    return ["train", "--model", str(tiny_model), "--data", str(repeated_data(data, tmp_path / "data", copies)),
-            "--out", str(tmp_path / "out"), "--config", str(tmp_path / "recipe.toml"), "--corpus", str(data / "corpus.jsonl"), *extra]
+    return [
+        "train",
+        "--model",
+        str(tiny_model),
+        "--data",
+        str(repeated_data(data, tmp_path / "data", copies)),
+        "--out",
+        str(tmp_path / "out"),
+        "--config",
+        str(tmp_path / "recipe.toml"),
+        "--corpus",
+        str(data / "corpus.jsonl"),
+        *extra,
+    ]
 
 
 def manifest(checkpoint) -> CheckpointManifest:
@@ -58,8 +74,7 @@ def manifest(checkpoint) -> CheckpointManifest:
 def ctrl_c_at(arguments: list[str], prefix: str, stdout) -> tuple[int, list[str], str]:
     """`explorer ARGUMENTS`, and Ctrl-C as a user would type it once a stderr line starts with PREFIX:
     the exit code, the stderr lines read until then and the whole stderr."""
-    process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True,
-                               env=checkout_environment())
+    process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True, env=checkout_environment())
     watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
     watchdog.start()
     try:
@@ -82,8 +97,12 @@ def interrupted(arguments: list[str], tmp_path, steps: int) -> tuple[int, str]:
         returncode, seen, stderr = ctrl_c_at(arguments, "step 1/", stdout)
     assert returncode == 130, stderr
     assert PROGRESS_LINE.match(seen[-1].rstrip("\n")), seen[-1]
-    stopped = re.search(rf"interrupted at step (\d+) of {steps}: checkpoint saved to (\S+) \((not validated|validated)\); "
-                        "resume with: explorer train .* --resume$", stderr, re.M)
+    stopped = re.search(
+        rf"interrupted at step (\d+) of {steps}: checkpoint saved to (\S+) \((not validated|validated)\); "
+        "resume with: explorer train .* --resume$",
+        stderr,
+        re.M,
+    )
     assert stopped, stderr
     step = int(stopped.group(1))
     assert 1 <= step < steps and stopped.group(2) == str(tmp_path / "out" / f"checkpoint-{step}")
@@ -166,9 +185,13 @@ def test_progress_is_a_bar_on_a_terminal_and_tensorboard_gets_the_behaviour_besi
     events.Reload()
     tags = set(events.Tags()["scalars"])
     assert [e.step for e in events.Scalars("train/loss")] == [1, 2, 3]
-    figures = {"direct_submit_rate": record.behaviour.direct_submit_rate, "answer_f1": record.behaviour.answer_f1,
-               "tool_calls_before_submit": record.behaviour.tool_calls_before_submit,
-               "first_action_end_probability": record.teacher_forced.first_action_end_probability, "loss": record.teacher_forced.loss_all}
+    figures = {
+        "direct_submit_rate": record.behaviour.direct_submit_rate,
+        "answer_f1": record.behaviour.answer_f1,
+        "tool_calls_before_submit": record.behaviour.tool_calls_before_submit,
+        "first_action_end_probability": record.teacher_forced.first_action_end_probability,
+        "loss": record.teacher_forced.loss_all,
+    }
     assert None not in (figures["direct_submit_rate"], figures["answer_f1"], figures["first_action_end_probability"])
     for name, value in figures.items():
         if value is None:  # no episode ended by submit or abstain: there is no count before it to log
@@ -183,10 +206,12 @@ def test_a_reporter_whose_package_is_missing_is_one_line_before_loading_anything
         pytest.skip("wandb is installed here: the missing-package message cannot be shown")
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "build_report.json").write_text("{}")
-    done = run_cli("train", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"),
-                   "--report-to", "wandb")
+    done = run_cli(
+        "train", "--model", str(tmp_path / "none"), "--data", str(tmp_path / "data"), "--out", str(tmp_path / "out"), "--report-to", "wandb"
+    )
     assert done.returncode == 2 and done.stderr.strip() == (
-        "error: --report-to wandb needs the wandb package, which is not installed; pip install wandb, or pass --report-to none")
+        "error: --report-to wandb needs the wandb package, which is not installed; pip install wandb, or pass --report-to none"
+    )
     assert not (tmp_path / "out").exists()
     unknown = run_cli("train", "--dry-run", "--report-to", "mlflow")
     assert unknown.returncode == 2 and "unknown --report-to 'mlflow'" in unknown.stderr
@@ -203,9 +228,27 @@ def test_the_trainer_is_told_the_reporter_and_the_save_steps(tmp_path):
 @pytest.mark.slow
 def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(tiny_model, data, tmp_path):
     arguments = train_arguments(tiny_model, data, tmp_path, 8)
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no", "--num_cpu_threads_per_process", "1",
-              "--main_process_port", "0", "-m", "cli.main", *arguments]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--num_cpu_threads_per_process",
+        "1",
+        "--main_process_port",
+        "0",
+        "-m",
+        "cli.main",
+        *arguments,
+    ]
     done = subprocess.run(launch, capture_output=True, text=True, env=checkout_environment({"COLUMNS": "200"}), timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "out"
@@ -226,7 +269,7 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
     import torch
 
     from sft.dataset import load_examples
-    from sft.train import assistant_loss, load_model
+    from sft.model import assistant_loss, load_model
 
     model, _ = load_model(TrainConfig(model=str(tiny_model), quantization="none", gradient_checkpointing=False))
     example = load_examples(tmp_path / "data" / "train.jsonl")[0]
@@ -249,8 +292,10 @@ def test_loading_a_model_leaves_the_download_progress_bars_on(tiny_model):
     """transformers' own switch turns the hub's download bars off with its loading bar; ours turns
     them back on. (A switch, not a download: nothing may be fetched from a hub in tests.) In a fresh
     process, as the CLI loads a model: this test process's tiny-model builder turned them off."""
-    script = ("from huggingface_hub import utils\nfrom agent.models import load_causal_lm\n"
-              f"load_causal_lm({str(tiny_model)!r}, 'none')\nprint('disabled' if utils.are_progress_bars_disabled() else 'shown')")
+    script = (
+        "from huggingface_hub import utils\nfrom agent.models import load_causal_lm\n"
+        f"load_causal_lm({str(tiny_model)!r}, 'none')\nprint('disabled' if utils.are_progress_bars_disabled() else 'shown')"
+    )
     environment = {k: v for k, v in checkout_environment().items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environment, timeout=HANG_SECONDS)
     assert done.returncode == 0 and done.stdout.split() == ["shown"], done.stderr

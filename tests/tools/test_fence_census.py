@@ -23,20 +23,47 @@ from tools.zygote import Zygote
 # What the filter allows, one syscall per line: the argument conditions ("" for none), as
 # ``fence.SYSCALL_RULES`` renders them. A new syscall, or a looser condition, must be argued here.
 EXPECTED_RULES = {
-    "read": "", "readv": "", "pread64": "", "write": "", "writev": "", "close": "", "lseek": "",
+    "read": "",
+    "readv": "",
+    "pread64": "",
+    "write": "",
+    "writev": "",
+    "close": "",
+    "lseek": "",
     "fstat": "",
-    "mmap": "", "munmap": "", "mremap": "", "mprotect": "", "brk": "", "madvise": "",
+    "mmap": "",
+    "munmap": "",
+    "mremap": "",
+    "mprotect": "",
+    "brk": "",
+    "madvise": "",
     "futex": "op & ~0x100 in {0x80, 0x81, 0x83, 0x84, 0x85, 0x89, 0x8a}",
-    "rt_sigaction": "", "rt_sigprocmask": "", "rt_sigreturn": "", "sigaltstack": "", "restart_syscall": "",
+    "rt_sigaction": "",
+    "rt_sigprocmask": "",
+    "rt_sigreturn": "",
+    "sigaltstack": "",
+    "restart_syscall": "",
     "clock_gettime": "clockid < 16",
     "clock_getres": "clockid < 16",
     "clock_nanosleep": "clockid < 16",
-    "gettimeofday": "", "time": "", "nanosleep": "",
-    "getpid": "", "gettid": "", "getppid": "",
-    "getuid": "", "geteuid": "", "getgid": "", "getegid": "", "getresuid": "", "getresgid": "",
+    "gettimeofday": "",
+    "time": "",
+    "nanosleep": "",
+    "getpid": "",
+    "gettid": "",
+    "getppid": "",
+    "getuid": "",
+    "geteuid": "",
+    "getgid": "",
+    "getegid": "",
+    "getresuid": "",
+    "getresgid": "",
     "getrusage": "who < 2",
     "prlimit64": "pid == 0 and new_limit == 0",
-    "getrandom": "", "sched_yield": "", "exit": "", "exit_group": "",
+    "getrandom": "",
+    "sched_yield": "",
+    "exit": "",
+    "exit_group": "",
 }
 
 AT_FDCWD = -100
@@ -79,9 +106,31 @@ def test_every_allowance_gives_its_reason_in_one_line():
 
 
 def test_no_syscall_that_takes_a_path_is_allowed():
-    path_syscalls = {"open", "openat", "openat2", "stat", "lstat", "newfstatat", "statx", "access", "faccessat",
-                     "faccessat2", "readlink", "readlinkat", "getdents64", "chdir", "execve", "execveat",
-                     "name_to_handle_at", "open_tree", "fsopen", "mknodat", "truncate", "statfs", "getxattr"}
+    path_syscalls = {
+        "open",
+        "openat",
+        "openat2",
+        "stat",
+        "lstat",
+        "newfstatat",
+        "statx",
+        "access",
+        "faccessat",
+        "faccessat2",
+        "readlink",
+        "readlinkat",
+        "getdents64",
+        "chdir",
+        "execve",
+        "execveat",
+        "name_to_handle_at",
+        "open_tree",
+        "fsopen",
+        "mknodat",
+        "truncate",
+        "statfs",
+        "getxattr",
+    }
     assert not path_syscalls & set(fence.SYSCALL_RULES)
 
 
@@ -114,8 +163,7 @@ def compiled_rules(pseudocode: str) -> dict[str, set[int]]:
 
 def test_the_compiled_filter_holds_the_table_and_refuses_everything_else(seccomp):
     pseudocode = fence.filter_pseudocode()
-    native = {name: allowance for name, allowance in fence.SYSCALL_RULES.items()
-              if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) >= 0}
+    native = {name: allowance for name, allowance in fence.SYSCALL_RULES.items() if seccomp.resolve_syscall(seccomp.Arch.NATIVE, name) >= 0}
     assert compiled_rules(pseudocode) == {name: {c.argument for c in allowance.conditions} for name, allowance in native.items()}
     default = pseudocode.split("# default action", 1)[1].split("\n")[1].strip()
     foreign = pseudocode.split("# invalid architecture action", 1)[1].split("\n")[1].strip()
@@ -124,14 +172,17 @@ def test_the_compiled_filter_holds_the_table_and_refuses_everything_else(seccomp
 
 # -- the holes, tried by an escaped worker ------------------------------------------------------
 
+
 @pytest.fixture
 def number(seccomp):
     """This machine's number for a syscall name (the worker gets numbers, not names)."""
+
     def resolve(name: str) -> int:
         found = seccomp.resolve_syscall(seccomp.Arch.NATIVE, name)
         if found < 0:
             pytest.skip(f"{name} is not a syscall on this architecture")
         return found
+
     return resolve
 
 
@@ -170,8 +221,10 @@ def path_probes(number, sibling: int) -> tuple[dict, dict]:
 
 def legacy_stat_probes(number, sibling: int) -> tuple[dict, dict]:
     stat, lstat = number("stat"), number("lstat")  # x86_64 has them; aarch64 does not
-    return {}, {"stat": f"call({stat}, ctypes.c_char_p(b'/etc/passwd'), buffer)",
-                "lstat": f"call({lstat}, ctypes.c_char_p(b'/proc/1'), buffer)"}
+    return {}, {
+        "stat": f"call({stat}, ctypes.c_char_p(b'/etc/passwd'), buffer)",
+        "lstat": f"call({lstat}, ctypes.c_char_p(b'/proc/1'), buffer)",
+    }
 
 
 def prlimit64_probes(number, sibling: int) -> tuple[dict, dict]:
@@ -190,8 +243,10 @@ def clock_probes(name: str):
     def probes(number, sibling: int) -> tuple[dict, dict]:
         syscall = number(name)
         extra = ", 0, no_time, None" if name == "clock_nanosleep" else ", buffer"
-        own = {f"clock {clock}": f"call({syscall}, {clock}{extra})"
-               for clock in (CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID)}
+        own = {
+            f"clock {clock}": f"call({syscall}, {clock}{extra})"
+            for clock in (CLOCK_MONOTONIC, CLOCK_PROCESS_CPUTIME_ID, CLOCK_THREAD_CPUTIME_ID)
+        }
         holes = {
             "a sibling worker's CPU clock": f"call({syscall}, {cpu_clock(sibling)}{extra})",
             "the same, as a 32-bit int": f"call({syscall}, {cpu_clock(sibling) & 0xFFFFFFFF}{extra})",
@@ -200,14 +255,17 @@ def clock_probes(name: str):
             "a descriptor's clock": f"call({syscall}, (~3 << 3) | 3{extra})",
         }
         return own, holes
+
     return probes
 
 
 def getrusage_probes(number, sibling: int) -> tuple[dict, dict]:
     getrusage = number("getrusage")
     own = {"itself": f"call({getrusage}, {RUSAGE_SELF}, buffer)", "its thread": f"call({getrusage}, {RUSAGE_THREAD}, buffer)"}
-    holes = {"its children": f"call({getrusage}, {RUSAGE_CHILDREN}, buffer)",
-             "its children, as a 32-bit int": f"call({getrusage}, {RUSAGE_CHILDREN & 0xFFFFFFFF}, buffer)"}
+    holes = {
+        "its children": f"call({getrusage}, {RUSAGE_CHILDREN}, buffer)",
+        "its children, as a 32-bit int": f"call({getrusage}, {RUSAGE_CHILDREN & 0xFFFFFFFF}, buffer)",
+    }
     return own, holes
 
 
@@ -217,11 +275,15 @@ def futex_probes(number, sibling: int) -> tuple[dict, dict]:
     def on_word(value: int, operation: int, argument: int = 0) -> str:
         return f"(setattr(word, 'value', {value}), call({futex}, ctypes.byref(word), {operation}, {argument}, None, None, 0))[1]"
 
-    own = {"wake, private": on_word(0, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1),
-           "wait on a changed word, private": on_word(1, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 0)}
-    holes = {"trylock-pi on a word naming a sibling": on_word(sibling, FUTEX_TRYLOCK_PI | FUTEX_PRIVATE_FLAG),
-             "trylock-pi on a word naming no process": on_word(PID_OF_NOBODY, FUTEX_TRYLOCK_PI | FUTEX_PRIVATE_FLAG),
-             "wake, shared": on_word(0, FUTEX_WAKE, 1)}
+    own = {
+        "wake, private": on_word(0, FUTEX_WAKE | FUTEX_PRIVATE_FLAG, 1),
+        "wait on a changed word, private": on_word(1, FUTEX_WAIT | FUTEX_PRIVATE_FLAG, 0),
+    }
+    holes = {
+        "trylock-pi on a word naming a sibling": on_word(sibling, FUTEX_TRYLOCK_PI | FUTEX_PRIVATE_FLAG),
+        "trylock-pi on a word naming no process": on_word(PID_OF_NOBODY, FUTEX_TRYLOCK_PI | FUTEX_PRIVATE_FLAG),
+        "wake, shared": on_word(0, FUTEX_WAKE, 1),
+    }
     return own, holes
 
 
@@ -278,12 +340,15 @@ def test_without_the_filter_each_hole_is_open(unfenced, number, sibling, probe):
 
 
 def test_the_workers_own_clocks_limits_and_sleep_still_work(escaped):
-    result = run(escaped, """
+    result = run(
+        escaped,
+        """
         import resource, time
         start = time.monotonic()
         time.sleep(0.01)
         print(time.monotonic() > start, time.process_time() > 0, time.thread_time() > 0,
               resource.getrlimit(resource.RLIMIT_NOFILE), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss > 0,
               time.clock_getres(time.CLOCK_PROCESS_CPUTIME_ID) > 0)
-    """)
+    """,
+    )
     assert result.stdout.split() == ["True", "True", "True", "(4,", "4)", "True", "True"]

@@ -142,8 +142,9 @@ def test_host_figures_are_recorded_for_every_action(small_demo, index):
 def test_tool_work_runs_outside_the_policys_process(small_demo, index):
     """What one episode's calls cost is paid by its own host process, not by the process (and the
     interpreter lock) every episode in flight shares: the policy's process only waits."""
-    with Sandbox(small_demo, Limits(tool_calls=10**6, wall_seconds=HANG_SECONDS, cpu_seconds=HANG_SECONDS,
-                                    host_seconds=HANG_SECONDS), index=index) as sandbox:
+    with Sandbox(
+        small_demo, Limits(tool_calls=10**6, wall_seconds=HANG_SECONDS, cpu_seconds=HANG_SECONDS, host_seconds=HANG_SECONDS), index=index
+    ) as sandbox:
         assert sandbox.host_pid not in (None, os.getpid())
         before = resource.getrusage(resource.RUSAGE_SELF)
         result = sandbox.execute("for i in range(300):\n    search('learning rate model data training results', k=50)")

@@ -56,7 +56,10 @@ print(json.dumps({'k': [1]}), datetime.datetime.strptime('2021-03-04', '%Y-%m-%d
         result = sandbox.execute(code)
     assert result.error is None, result
     assert result.stdout.splitlines() == [
-        "[('a', 2)] 6", "[0, 1, 2] 2 [4]", "1 2020-01-02 4 ['aa', 'a']", '{"k": [1]} 4',
+        "[('a', 2)] 6",
+        "[0, 1, 2] 2 [4]",
+        "1 2020-01-02 4 ['aa', 'a']",
+        '{"k": [1]} 4',
     ]
 
 

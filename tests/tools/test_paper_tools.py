@@ -12,8 +12,7 @@ from corpus.index import quote_form
 from tools import paper_tools
 from tools.errors import ToolError
 from tools.page import tool_page
-from tools.paper_tools import (PAGE_CHARS, QUOTE_SCANS, TOOLS, PaperTools, SentenceIndex, SentenceIndexCache, _close_matches,
-                               _pages)
+from tools.paper_tools import PAGE_CHARS, QUOTE_SCANS, TOOLS, PaperTools, SentenceIndex, SentenceIndexCache, _close_matches, _pages
 
 
 @pytest.fixture
@@ -66,7 +65,9 @@ def test_read_section_by_name_number_and_digit_string(call, small_demo):
 def test_long_sections_are_paged_and_say_how_to_continue(small_demo):
     from corpus import Corpus, Paper, Section
 
-    long_paper = Paper(id="long", title="Long", sections=(Section(name="Body", paragraphs=tuple(f"Paragraph {i}. " + "word " * 300 for i in range(12))),))
+    long_paper = Paper(
+        id="long", title="Long", sections=(Section(name="Body", paragraphs=tuple(f"Paragraph {i}. " + "word " * 300 for i in range(12))),)
+    )
     corpus = Corpus(papers=(long_paper,))
     call = PaperTools(corpus, BM25Index.build(corpus)).functions()
     first = call["read"]("long", section=0)
@@ -105,7 +106,7 @@ def test_submit_resolves_hits_triples_and_quotes_to_paragraphs(tools, call, smal
     question = extractive_question(small_demo)
     hits = call["search"](question.text, k=1)
     gold = question.answers[0].evidence[0]
-    quote = gold[len(gold) // 3: len(gold) // 3 + 40]
+    quote = gold[len(gold) // 3 : len(gold) // 3 + 40]
     confirmation = call["submit"]("x", evidence=[hits[0], [hits[0]["paper_id"], hits[0]["section"], hits[0]["paragraph"]], quote])
     assert "submitted" in confirmation
     assert tools.outcome.status == "submitted" and tools.outcome.answer == "x"
@@ -200,8 +201,28 @@ def test_tool_page_documents_every_tool_from_its_argument_model():
 
 # -- fast paths give the simple definitions' answers, and what they keep is bounded ----------------
 
-TRICKY_WORDS = ["model", "Model", "the", "of", "ΑΣ", "σς", "İstanbul", "1,000.5", "3e-5", "x_y", "a.b", "--", "(BERT)",
-                "naïve", "data", "rate", "\ud800", "é", "ǅ", "."]
+TRICKY_WORDS = [
+    "model",
+    "Model",
+    "the",
+    "of",
+    "ΑΣ",
+    "σς",
+    "İstanbul",
+    "1,000.5",
+    "3e-5",
+    "x_y",
+    "a.b",
+    "--",
+    "(BERT)",
+    "naïve",
+    "data",
+    "rate",
+    "\ud800",
+    "é",
+    "ǅ",
+    ".",
+]
 TRICKY_SPACES = [" ", "  ", "\n", "\t", "\u2028", "\x85", "\xa0", "\u3000", "\x1c"]
 
 
@@ -220,10 +241,10 @@ def paragraphs_and_quotes(draw):
     for _ in range(6):
         text = draw(st.sampled_from(texts))
         start = draw(st.integers(0, len(text)))
-        quote = text[start:draw(st.integers(start, len(text)))]
+        quote = text[start : draw(st.integers(start, len(text)))]
         if draw(st.booleans()):  # a near miss: one character changed or added
             at = draw(st.integers(0, len(quote)))
-            quote = quote[:at] + draw(st.sampled_from(["x", " ", "Σ", "1"])) + quote[at + 1:]
+            quote = quote[:at] + draw(st.sampled_from(["x", " ", "Σ", "1"])) + quote[at + 1 :]
         quotes.append(quote)
     return texts, quotes
 
@@ -246,7 +267,7 @@ def test_quote_lookup_is_the_linear_scan_on_the_demo_corpus(tools, small_demo):
     for _ in range(200):
         text = rng.choice(texts)
         start = rng.randrange(len(text))
-        quote = text[start:start + rng.randrange(10, 200)]
+        quote = text[start : start + rng.randrange(10, 200)]
         quotes.append(quote if rng.random() < 0.6 else quote.replace(" ", "  x ", 1))
     quotes += [" ".join(rng.sample(common, 6)) for _ in range(20)]  # common words only: scans the whole text
     plans = [tools.index.plan_quote(quote) for quote in quotes]

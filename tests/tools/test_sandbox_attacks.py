@@ -126,8 +126,9 @@ def test_memory_past_the_limit_is_refused_and_the_episode_goes_on(small_demo, in
     with Sandbox(small_demo, Limits(wall_seconds=120, cpu_seconds=60, memory_bytes=512 * 2**20), index=index) as sandbox:
         sandbox.execute("kept = 41")
         result = sandbox.execute(code)
-        assert result.error is not None and result.error.startswith("MemoryError") and result.limit_hit is None \
-            and not result.variables_lost, result
+        assert (
+            result.error is not None and result.error.startswith("MemoryError") and result.limit_hit is None and not result.variables_lost
+        ), result
         assert sandbox.execute("kept + 1").value == "42"
 
 
@@ -221,7 +222,9 @@ ALLOWED_MODULE_ESCAPES = {
 
 @pytest.mark.parametrize("name", sorted(ALLOWED_MODULE_ESCAPES))
 def test_allowed_modules_do_not_open_a_way_out(small_demo, index, name):
-    limits = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, allowed_modules=("collections", "functools", "statistics", "datetime"))
+    limits = Limits(
+        wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, allowed_modules=("collections", "functools", "statistics", "datetime")
+    )
     with Sandbox(small_demo, limits, index=index) as sandbox:
         result = sandbox.execute(ALLOWED_MODULE_ESCAPES[name])
         assert contained(result), (name, result)

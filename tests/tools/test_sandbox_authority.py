@@ -113,13 +113,16 @@ def test_a_failure_inside_a_tool_is_recorded_as_an_internal_error(small_demo):
     assert result.tool_calls[0].error.startswith("internal error: ValueError")
 
 
-@pytest.mark.parametrize("code", [
-    "submit('a', evidence=[{'paper_id': 'x' * 10**6, 'section': 0, 'paragraph': 0}] * 20)",
-    "s = 'x' * 10**6\nsubmit('a', evidence=[{'paper_id': s, 'section': 0, 'paragraph': 0}] * 20)",
-    "submit('a', evidence=[{str(i): i for i in range(10**6)}])",
-    "read('demo-00000', section='x' * 10**6)",
-    "search('q', k=[list(range(1000))] * 1000)",
-])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "submit('a', evidence=[{'paper_id': 'x' * 10**6, 'section': 0, 'paragraph': 0}] * 20)",
+        "s = 'x' * 10**6\nsubmit('a', evidence=[{'paper_id': s, 'section': 0, 'paragraph': 0}] * 20)",
+        "submit('a', evidence=[{str(i): i for i in range(10**6)}])",
+        "read('demo-00000', section='x' * 10**6)",
+        "search('q', k=[list(range(1000))] * 1000)",
+    ],
+)
 def test_huge_arguments_are_refused_by_the_host_and_recorded(sandbox, code):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     result = sandbox.execute(code)
@@ -128,11 +131,17 @@ def test_huge_arguments_are_refused_by_the_host_and_recorded(sandbox, code):
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KiB: the host did not hold it
 
 
-@pytest.mark.parametrize("code, expected", [
-    ("import re\nre.compile('a+b', 128)\nNone", "LITERAL 98"),
-    ("x = 1 is 1", "SyntaxWarning"),
-    ("def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\nit = g()\nnext(it)\ndel it", "Exception ignored"),
-])
+@pytest.mark.parametrize(
+    "code, expected",
+    [
+        ("import re\nre.compile('a+b', 128)\nNone", "LITERAL 98"),
+        ("x = 1 is 1", "SyntaxWarning"),
+        (
+            "def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\nit = g()\nnext(it)\ndel it",
+            "Exception ignored",
+        ),
+    ],
+)
 def test_output_from_every_path_lands_in_the_capture(sandbox, capfd, code, expected):
     result = sandbox.execute(code)
     out, err = capfd.readouterr()
@@ -140,16 +149,20 @@ def test_output_from_every_path_lands_in_the_capture(sandbox, capfd, code, expec
 
 
 def test_a_flood_of_unraisable_exceptions_is_capped_like_print(sandbox, capfd):
-    code = "def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\n" \
-           "for i in range(10000):\n    it = g()\n    next(it)\n    del it"
+    code = (
+        "def g():\n    try:\n        yield 1\n    finally:\n        raise ValueError('late')\n"
+        "for i in range(10000):\n    it = g()\n    next(it)\n    del it"
+    )
     result = sandbox.execute(code)
     assert result.limit_hit == "output" and len(result.stdout) == LIMITS.output_chars
     assert capfd.readouterr() == ("", "")
 
 
 def test_records_of_calls_stay_small_whatever_the_arguments(sandbox):
-    result = sandbox.execute("big = 'q' * 12000\nfor i in range(30):\n    try:\n        submit('a', evidence=[big + str(i)] * 20)\n"
-                             "    except ToolError:\n        pass")
+    result = sandbox.execute(
+        "big = 'q' * 12000\nfor i in range(30):\n    try:\n        submit('a', evidence=[big + str(i)] * 20)\n"
+        "    except ToolError:\n        pass"
+    )
     assert len(result.tool_calls) == 30 and all(len(repr(call)) < 3_000 for call in result.tool_calls)
     assert "arguments_not_recorded" in result.tool_calls[0].arguments
     cut = sandbox.execute("search('q' * 400)")  # within the tool's own bounds: recorded, cut and marked

@@ -44,34 +44,45 @@ def denied(sandbox, statement) -> str:
     return result.stdout
 
 
-@pytest.mark.parametrize("statement", [
-    "open('/etc/hostname').read()",
-    "open('/tmp/escaped-by-sandbox', 'w').write('x')",
-    "os.listdir('/')",
-    "os.stat('/etc/passwd')",
-    "os.mkdir('/tmp/escaped-dir')",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "open('/etc/hostname').read()",
+        "open('/tmp/escaped-by-sandbox', 'w').write('x')",
+        "os.listdir('/')",
+        "os.stat('/etc/passwd')",
+        "os.mkdir('/tmp/escaped-dir')",
+    ],
+)
 def test_no_file_can_be_opened_or_probed(escaped, statement):
-    assert "PermissionError" in denied(escaped, "import os\n    " + statement) or "OSError" in denied(escaped, "import os\n    " + statement)
+    assert "PermissionError" in denied(escaped, "import os\n    " + statement) or "OSError" in denied(
+        escaped, "import os\n    " + statement
+    )
     assert not Path("/tmp/escaped-by-sandbox").exists() and not Path("/tmp/escaped-dir").exists()
 
 
-@pytest.mark.parametrize("statement", [
-    "socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
-    "socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
-    "socket.socketpair()",
-    "socket.create_connection(('127.0.0.1', 22), timeout=1)",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "socket.socket(socket.AF_INET, socket.SOCK_STREAM)",
+        "socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)",
+        "socket.socketpair()",
+        "socket.create_connection(('127.0.0.1', 22), timeout=1)",
+    ],
+)
 def test_no_socket_and_no_network(escaped, statement):
     assert "Error" in denied(escaped, "import socket\n    " + statement)
 
 
-@pytest.mark.parametrize("statement", [
-    "os.fork()",
-    "os.execv('/bin/true', ['true'])",
-    "assert os.system('touch /tmp/escaped-by-sandbox') == 0",
-    "os.posix_spawn('/bin/true', ['true'], {})",
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "os.fork()",
+        "os.execv('/bin/true', ['true'])",
+        "assert os.system('touch /tmp/escaped-by-sandbox') == 0",
+        "os.posix_spawn('/bin/true', ['true'], {})",
+    ],
+)
 def test_no_new_process_and_no_exec(escaped, statement):
     denied(escaped, "import os\n    " + statement)
     assert not Path("/tmp/escaped-by-sandbox").exists()
@@ -100,7 +111,9 @@ def test_only_the_channel_and_dev_null_are_open(escaped, small_demo, index, tmp_
         other.execute("kept = 1")
         # lseek, not fstat: glibc's fstat is newfstatat, which the fence refuses (it can take a path).
         # An open descriptor seeks (/dev/null) or says ESPIPE (a socket); a closed one says EBADF.
-        result = run(escaped, """
+        result = run(
+            escaped,
+            """
             import errno, os
             open_fds = []
             for fd in range(4096):
@@ -111,7 +124,8 @@ def test_only_the_channel_and_dev_null_are_open(escaped, small_demo, index, tmp_
                     if error.errno != errno.EBADF:
                         open_fds.append((fd, errno.errorcode[error.errno]))
             print(open_fds)
-        """)
+        """,
+        )
         assert result.stdout.strip() == "[(0, 'seekable'), (1, 'seekable'), (2, 'seekable'), (3, 'ESPIPE')]"
         assert held_open.fileno() > 3
         assert other.execute("kept").value == "1"
@@ -150,7 +164,6 @@ def test_the_worker_does_not_outlive_close(small_demo, index):
     assert not process_running(pid)
 
 
-
 def test_forged_frames_claim_nothing(escaped):
     """A done frame that claims an outcome and a limit is a protocol violation; nothing it claims is recorded."""
     code = """
@@ -166,16 +179,19 @@ def test_forged_frames_claim_nothing(escaped):
     assert escaped.execute("1 + 1").value == "2"
 
 
-@pytest.mark.parametrize("body", [
-    b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[NaN, Infinity]}}',
-    b'{"op":"done","stdout":"","value":NaN,"error":null,"traceback":null,"deferred_output_chars":0}',
-    b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":1e999}}',
-    b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[[-1e400, 0, 0]]}}',
-    b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":123456789012345678901234567890}}',
-    b'{"op":"done","stdout":"","value":null,"error":null,"traceback":null,"deferred_output_chars":1e999}',
-    b'[1, 2]',
-    b'{"op":"call","tool":"open","args":[],"kwargs":{}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[NaN, Infinity]}}',
+        b'{"op":"done","stdout":"","value":NaN,"error":null,"traceback":null,"deferred_output_chars":0}',
+        b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":1e999}}',
+        b'{"op":"call","tool":"submit","args":["a"],"kwargs":{"evidence":[[-1e400, 0, 0]]}}',
+        b'{"op":"call","tool":"search","args":["a"],"kwargs":{"k":123456789012345678901234567890}}',
+        b'{"op":"done","stdout":"","value":null,"error":null,"traceback":null,"deferred_output_chars":1e999}',
+        b"[1, 2]",
+        b'{"op":"call","tool":"open","args":[],"kwargs":{}}',
+    ],
+)
 def test_frames_that_are_not_strict_json_or_not_ours_are_protocol_violations(escaped, body):
     result = escaped.execute(f"import os, struct\nos.write(3, struct.pack('>I', {len(body)}) + {body!r})\nos.read(3, 1)")
     assert result.limit_hit == "protocol" and result.tool_calls == [] and escaped.outcome is None
@@ -184,8 +200,7 @@ def test_frames_that_are_not_strict_json_or_not_ours_are_protocol_violations(esc
 def test_a_worker_that_dies_with_a_reply_unread_cannot_raise_into_the_host(escaped):
     """A reset connection (it died with our bytes unread) is a dead worker, not a host exception."""
     call = json.dumps({"op": "call", "tool": "search", "args": ["learning rate"], "kwargs": {}}).encode()
-    done = json.dumps({"op": "done", "stdout": "", "value": None, "error": None, "traceback": None,
-                       "deferred_output_chars": 0}).encode()
+    done = json.dumps({"op": "done", "stdout": "", "value": None, "error": None, "traceback": None, "deferred_output_chars": 0}).encode()
     frames = b"".join(struct.pack(">I", len(body)) + body for body in (call, done))
     for _ in range(10):
         escaped.execute(f"import os, time\nos.write(3, {frames!r})\ntime.sleep(0.05)\nos._exit(0)")
@@ -193,11 +208,16 @@ def test_a_worker_that_dies_with_a_reply_unread_cannot_raise_into_the_host(escap
         assert escaped.execute("print(6 * 7)").stdout == "42\n"
 
 
-@pytest.mark.parametrize("body", [
-    '{"op":"done","stdout":"A\ud800B","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode("utf-8", "surrogatepass"),
-    '{"op":"done","stdout":"A","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode("utf-32"),
-    b'{"op":"call","tool":"search","args":[' + b"[" * 900 + b'"\\ud800"' + b"]" * 900 + b'],"kwargs":{}}',
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"op":"done","stdout":"A\ud800B","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode(
+            "utf-8", "surrogatepass"
+        ),
+        '{"op":"done","stdout":"A","value":null,"error":null,"traceback":null,"deferred_output_chars":0}'.encode("utf-32"),
+        b'{"op":"call","tool":"search","args":[' + b"[" * 900 + b'"\\ud800"' + b"]" * 900 + b'],"kwargs":{}}',
+    ],
+)
 def test_frames_that_are_not_strict_utf8_json_cannot_reach_the_trajectory(escaped, body):
     result = escaped.execute(f"import os, struct\nos.write(3, struct.pack('>I', {len(body)}) + {body!r})\nos.read(3, 1)")
     assert result.limit_hit in ("protocol", None)
@@ -276,8 +296,15 @@ def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):
         if shutil.which("setpriv") is None:
             pytest.skip("running as root and util-linux's setpriv is missing")
         tmp_path.chmod(0o777)
-        command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=+dac_read_search",
-                   "--ambient-caps=+dac_read_search", *command]
+        command = [
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=+dac_read_search",
+            "--ambient-caps=+dac_read_search",
+            *command,
+        ]
     completed = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=HANG_SECONDS)
     assert completed.returncode == 0, completed.stderr[-2000:]
     ok, uid, effective, ambient, isolation = completed.stdout.split()

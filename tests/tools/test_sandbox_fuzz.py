@@ -37,9 +37,13 @@ def test_random_text_as_code(sandbox, code):
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(tool=st.sampled_from(["search", "read", "extract", "submit", "abstain"]),
-       args=st.lists(plain_values, max_size=4),
-       kwargs=st.dictionaries(st.sampled_from(["k", "query", "paper_id", "section", "page", "regex", "evidence", "x"]), plain_values, max_size=3))
+@given(
+    tool=st.sampled_from(["search", "read", "extract", "submit", "abstain"]),
+    args=st.lists(plain_values, max_size=4),
+    kwargs=st.dictionaries(
+        st.sampled_from(["k", "query", "paper_id", "section", "page", "regex", "evidence", "x"]), plain_values, max_size=3
+    ),
+)
 def test_random_tool_arguments(small_demo, sandbox, tool, args, kwargs):
     code = f"{tool}(*{args!r}, **{kwargs!r})"
     result = sandbox.execute(code)
@@ -53,16 +57,22 @@ def test_random_tool_arguments(small_demo, sandbox, tool, args, kwargs):
 
 # -- frames: a worker that has escaped the language layer writes whatever it likes on its channel --
 
+
 def _frame(payload: bytes) -> bytes:
     return struct.pack(">I", len(payload)) + payload
 
 
 frames = st.one_of(
-    st.builds(lambda tool, args, kwargs: _frame(json.dumps({"op": "call", "tool": tool, "args": args, "kwargs": kwargs}).encode()),
-              st.sampled_from(["search", "read", "submit", "abstain", "open", ""]), st.lists(plain_values, max_size=3),
-              st.dictionaries(st.text(max_size=6), plain_values, max_size=2)),
-    st.builds(lambda fields: _frame(json.dumps({"op": "done", **fields}).encode()),
-              st.dictionaries(st.sampled_from(["stdout", "value", "error", "traceback", "deferred_output_chars", "outcome"]), plain_values)),
+    st.builds(
+        lambda tool, args, kwargs: _frame(json.dumps({"op": "call", "tool": tool, "args": args, "kwargs": kwargs}).encode()),
+        st.sampled_from(["search", "read", "submit", "abstain", "open", ""]),
+        st.lists(plain_values, max_size=3),
+        st.dictionaries(st.text(max_size=6), plain_values, max_size=2),
+    ),
+    st.builds(
+        lambda fields: _frame(json.dumps({"op": "done", **fields}).encode()),
+        st.dictionaries(st.sampled_from(["stdout", "value", "error", "traceback", "deferred_output_chars", "outcome"]), plain_values),
+    ),
     st.builds(lambda size, body: struct.pack(">I", size) + body, st.integers(0, 2**32 - 1), st.binary(max_size=64)),
     st.builds(_frame, st.binary(max_size=200)),
     st.binary(min_size=1, max_size=64),

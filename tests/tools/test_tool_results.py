@@ -64,8 +64,9 @@ def test_past_the_action_budget_results_keep_length_and_sha256_until_the_next_ac
     assert tools.calls[len(kept)].returned.text is None  # kept in order, until the budget is spent
     assert all(returned.chars == len(pages[0]) and returned.sha256 == sha256(pages[0]) for returned in spent)
     assert spent[0].cut.startswith(f"not kept: {len(pages[0]):,} characters, over the ")
-    assert spent[-1].cut == (f"not kept: {len(pages[0]):,} characters, over the 0 left "
-                             f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results")
+    assert spent[-1].cut == (
+        f"not kept: {len(pages[0]):,} characters, over the 0 left of the action's {ACTION_RETURNED_CHARS:,} characters of kept results"
+    )
     call["search"]("x", k=1)  # small, but the budget is spent
     assert tools.calls[-1].returned.text is None
     tools.start_action()

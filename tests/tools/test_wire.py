@@ -7,8 +7,10 @@ import pytest
 from tools import wire
 
 
-@pytest.mark.parametrize("literal", ["1e999", "-1e999", "1e400", "123456789012345678901234567890", "-18446744073709551616",
-                                     "NaN", "Infinity", "-Infinity", "1" * 5000])
+@pytest.mark.parametrize(
+    "literal",
+    ["1e999", "-1e999", "1e400", "123456789012345678901234567890", "-18446744073709551616", "NaN", "Infinity", "-Infinity", "1" * 5000],
+)
 def test_a_number_that_is_not_a_finite_float_or_a_64_bit_int_is_malformed(literal):
     with pytest.raises(wire.FrameMalformed):
         wire.decode(b'{"op":"call","args":[' + literal.encode() + b"]}")
@@ -23,7 +25,7 @@ def test_what_to_wire_sends_the_host_decodes():
     """The worker's side never sends a number the host refuses: it turns the rest into markers."""
     values = [2**64 - 1, -(2**64 - 1), 2**64, 10**29, 1e308, float("inf"), float("nan")]
     frame = wire.encode({"args": wire.to_wire(values)})
-    decoded = wire.decode(frame[wire.HEADER.size:], wire.marker_hook)["args"]
+    decoded = wire.decode(frame[wire.HEADER.size :], wire.marker_hook)["args"]
     assert decoded[:2] == values[:2] and decoded[4] == 1e308
     assert all(isinstance(item, wire.Marker) for item in (decoded[2], decoded[3], decoded[5], decoded[6]))
 

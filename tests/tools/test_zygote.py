@@ -90,8 +90,9 @@ def test_workers_and_zygote_die_with_a_killed_host(tmp_path):
         print(sandbox.zygote.pid, sandbox.pid, sandbox._host_server.pid, sandbox.host_pid, flush=True)
         time.sleep(600)
     """)
-    host = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)})
+    host = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env={**os.environ, "EXPLORER_CACHE_DIR": str(tmp_path)}
+    )
     pids = list(map(int, host.stdout.readline().split()))  # zygote, worker, episode hosts' server, episode host
     host.kill()
     host.wait()
@@ -122,7 +123,6 @@ def test_a_killed_server_of_episode_hosts_is_replaced_for_the_next_episode(small
     with Sandbox(small_demo, LIMITS, index=index) as sandbox:  # the server is started again from the kept corpus
         result = sandbox.execute("search('learning rate', k=1)[0]['paper_id']")
         assert result.error is None and sandbox._host_server.pid != server
-
 
 
 def live_children(parent: int) -> list[int]:

@@ -1,0 +1,77 @@
+"""paper-explorer as a library: what the ``explorer`` commands do, as calls.
+
+```python
+from paper_explorer import EvalConfig, Run, evaluate
+
+run = evaluate(EvalConfig(policy={"name": "scripted"}, limit=5), out="runs/api")
+run.metrics.answer_f1            # what `explorer inspect runs/api` shows
+frame = Run.load("runs/api").to_pandas()  # one row per scored episode
+```
+
+Each name is imported on first use (PEP 562), so ``import paper_explorer`` stays fast and
+training's heavy imports (torch, transformers) wait for ``train``. The commands are thin layers
+over these calls: parse the flags into the config, make one call, print.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+# name -> the module that defines it
+_EXPORTS = {
+    "EvalConfig": "agent.config",
+    "RunConfig": "agent.config",
+    "PolicyConfig": "agent.config",
+    "EpisodeConfig": "agent.trajectory",
+    "Corpus": "corpus",
+    "load_corpus": "evaluation.run",
+    "evaluate": "evaluation.run",
+    "Run": "evaluation.run_directory",
+    "BuildConfig": "sft.config",
+    "TrainConfig": "sft.config",
+    "build_dataset": "sft.build",
+    "train": "sft.train",
+    "ImproveSettings": "sft.improve",
+    "improve": "sft.improve",
+}
+
+__all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for readers and linters
+    "BuildConfig",
+    "Corpus",
+    "EpisodeConfig",
+    "EvalConfig",
+    "ImproveSettings",
+    "PolicyConfig",
+    "Run",
+    "RunConfig",
+    "TrainConfig",
+    "build_dataset",
+    "evaluate",
+    "improve",
+    "load_corpus",
+    "train",
+]
+
+if TYPE_CHECKING:
+    from agent.config import EvalConfig, PolicyConfig, RunConfig
+    from agent.trajectory import EpisodeConfig
+    from corpus import Corpus
+    from evaluation.run import evaluate, load_corpus
+    from evaluation.run_directory import Run
+    from sft.build import build_dataset
+    from sft.config import BuildConfig, TrainConfig
+    from sft.improve import ImproveSettings, improve
+    from sft.train import train
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'paper_explorer' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # once imported, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

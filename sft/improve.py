@@ -1,0 +1,281 @@
+"""``improve(settings, out=..., corpus=...)``: expert iteration (STaR / ReST-EM), resumable, the
+workflow behind ``explorer improve``.
+
+Each round samples the current policy K times per question of the train split (an eval run,
+``evaluation.run``), keeps per question the best successful attempts (``sft.build`` with
+``best_of``; never one whose first action ends the episode), trains a fresh QLoRA adapter on
+them from the base model (``sft.train``, the recipe of ``explorer train``), and judges it by its
+validation episodes. A round that makes the direct-submit rate rise or answer F1 fall stops the
+loop and says so; the adapter of the last good round is the result.
+
+Layout: ``OUT/improve.json`` (the settings; a resume with other settings is refused) and one
+directory per round: ``samples/`` (an eval run), ``data/`` (a built dataset), ``train/`` (a
+training run) and ``round.json`` (what the round gave and whether it was kept). Every stage
+that finished is skipped on a rerun; an interrupted one resumes. A Ctrl-C while a round trains
+saves a checkpoint and raises ``TrainingInterrupted``; the same call resumes it.
+
+At scale the sampling goes to a vLLM server instead (``base_url``): the round's adapter is
+loaded into it through vLLM's runtime LoRA endpoint (``/v1/load_lora_adapter``, enabled with
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``) under a name no other run, round or adapter shares
+(``<run id>-r<N>-<sha12>``), checked against the server's own model list, sampled, and unloaded
+when the round's sampling ends (agent.policies.adapters). The round records that name and path.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agent.models import tokenizer_file
+from corpus.atomic import atomic_file
+from sft.build import NothingToTrain, build_dataset
+from sft.config import BuildConfig, TrainConfig
+from sft.errors import TrainingError
+from sft.known_warnings import known_warnings_silenced
+from sft.records import TrainingSummary
+from sft.train import SUMMARY, train
+from sft.validation import shown
+
+SETTINGS_FILE = "improve.json"
+
+
+class ImproveSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    model: str
+    adapter: str | None = None  # the policy of round 1 (None: the base model)
+    corpus: str | None = None
+    rounds: int = Field(ge=1)
+    samples: int = Field(ge=1)
+    temperature: float = Field(gt=0, le=10, allow_inf_nan=False)
+    limit: int | None = None  # train questions sampled per round
+    best_of: int = Field(ge=1)
+    seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
+    max_steps: int = Field(ge=1)
+    max_new_tokens: int = Field(ge=1)
+    train_max_steps: int | None = None
+    validation_episodes: int = Field(ge=0)
+    quantization: Literal["auto", "4bit", "none"] = "auto"
+    base_url: str | None = None
+    seed: int = 0
+
+
+class RoundRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    round: int
+    sampled_with: str  # the adapter sampled (or "base")
+    served_name: str | None = None  # --base-url: the name the server served sampled_with under
+    served_path: str | None = None  # --base-url: the path the server listed for that name (sampled_with, absolute)
+    episodes: int
+    successful: int
+    examples: int = 0
+    adapter: str | None = None  # the round's chosen checkpoint
+    answer_f1: float | None = None
+    direct_submit_rate: float | None = None
+    kept: bool = False
+    reason: str
+
+
+def improve(settings: ImproveSettings, *, out: str | Path, corpus=None, log=print, reporter=None) -> list[RoundRecord]:
+    """Run (or resume) the rounds in ``out``; each round's record, in order. ``corpus`` (a
+    ``corpus.Corpus``, a path to load one from, or None: the demo corpus) has its train split
+    sampled. ``log`` gets a line per round and the result; ``reporter`` (an
+    ``evaluation.run.Reporter``; default: the logging one) what each round's sampling says.
+
+    Raises TrainingError on settings or an OUT that cannot be used; after a Ctrl-C,
+    EvaluationInterrupted while a round samples and TrainingInterrupted (a checkpoint saved)
+    while it trains: the same call resumes either."""
+    from corpus import Corpus
+    from evaluation.run import load_corpus
+
+    out = Path(out)
+    for path in [*settings.seed_data, *([settings.adapter] if settings.adapter else [])]:
+        if not Path(path).exists():
+            raise TrainingError(f"{path}: no such file or directory")
+    _check_out(out, settings)
+    corpus = corpus if isinstance(corpus, Corpus) else load_corpus(corpus)  # a loaded one has said its warnings
+    current, previous, records = settings.adapter, None, []
+    with known_warnings_silenced():
+        for number in range(1, settings.rounds + 1):
+            record = run_round(out / f"round-{number}", number, settings, corpus, current, previous, reporter)
+            records.append(record)
+            log(
+                f"round {number}: {record.successful} of {record.episodes} attempts succeeded, {record.examples} examples; "
+                f"answer F1 {shown(record.answer_f1)}, direct-submit {shown(record.direct_submit_rate)} - {record.reason}"
+            )
+            if not record.kept:
+                log(f"stopped after round {number}; the result is {current or 'the base model'}")
+                return records
+            current, previous = record.adapter, record
+    log(f"{settings.rounds} rounds done; the result is {current}")
+    return records
+
+
+def _check_out(out: Path, settings: ImproveSettings) -> None:
+    """OUT is new (the settings are written to it) or an improve run with the same settings."""
+    from evaluation.run_directory import IMPROVE_RUN, kind_of
+
+    if out.exists() and not out.is_dir():
+        raise TrainingError(f"{out}: is a file; --out names a directory")
+    other = kind_of(out)
+    if other is not None and other is not IMPROVE_RUN:
+        raise TrainingError(f"{other.named(out)}, not an explorer improve run; {other.taken_by(out)}; choose another --out")
+    recorded = out / SETTINGS_FILE
+    if recorded.exists():
+        then = ImproveSettings.model_validate_json(recorded.read_text())
+        changed = sorted(k for k, v in settings.model_dump().items() if getattr(then, k) != v)
+        if changed:
+            raise TrainingError(f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another --out")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    recorded.write_text(settings.model_dump_json(indent=2))
+
+
+def run_round(
+    directory: Path, number: int, settings: ImproveSettings, corpus, adapter: str | None, previous: RoundRecord | None, reporter=None
+) -> RoundRecord:
+    """One round, each stage skipped when it already finished."""
+    from evaluation.run_directory import Run
+
+    record_path = directory / "round.json"
+    if record_path.exists():
+        return RoundRecord.model_validate_json(record_path.read_text())
+    directory.mkdir(parents=True, exist_ok=True)
+    samples = Run.load(_sample(directory / "samples", number, settings, corpus, adapter, reporter))
+    successful = sum(1 for score in samples.scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
+    record = partial(
+        RoundRecord,
+        round=number,
+        sampled_with=adapter or "base",
+        episodes=len(samples.scores),
+        successful=successful,
+        **_served(samples.manifest),
+    )
+    data = directory / "data"
+    if not (data / "build_report.json").exists():
+        sources = [samples.directory / "trajectories.jsonl", *map(Path, settings.seed_data)]
+        try:
+            build_dataset(
+                BuildConfig(best_of=settings.best_of),
+                trajectories=sources,
+                tokenizer=tokenizer_file(settings.model),
+                out=data,
+                corpus=corpus,
+                force=True,
+            )
+        except NothingToTrain:
+            return _finish(
+                record_path,
+                record(
+                    reason="nothing to train on: no attempt succeeded with research; sample more "
+                    "(--samples, --limit), or add --seed-data (e.g. explorer sft teach's trajectories)"
+                ),
+            )
+    from sft.dataset import load_report
+
+    examples = sum(load_report(data).kept.values())
+    summary = _train(directory / "train", data, settings, corpus)
+    best = next((c for c in summary.checkpoints if c.checkpoint == summary.best_checkpoint), None)
+    if best is None:
+        return _finish(
+            record_path,
+            record(
+                examples=examples,
+                reason=f"no checkpoint passed the behavioural selection ({'; '.join(summary.warnings) or summary.criterion})",
+            ),
+        )
+    kept, reason = judged(best.behaviour.answer_f1, best.behaviour.direct_submit_rate, previous)
+    return _finish(
+        record_path,
+        record(
+            examples=examples,
+            adapter=str(directory / "train" / best.checkpoint),
+            answer_f1=best.behaviour.answer_f1,
+            direct_submit_rate=best.behaviour.direct_submit_rate,
+            kept=kept,
+            reason=reason,
+        ),
+    )
+
+
+def judged(f1: float | None, rate: float | None, previous: RoundRecord | None) -> tuple[bool, str]:
+    """Whether a round's adapter is kept: not when answer F1 fell or the direct-submit rate rose."""
+    if previous is not None and None not in (f1, previous.answer_f1) and f1 < previous.answer_f1:
+        return False, f"answer F1 on validation episodes fell ({previous.answer_f1:.3f} -> {f1:.3f})"
+    if previous is not None and None not in (rate, previous.direct_submit_rate) and rate > previous.direct_submit_rate:
+        return False, f"the direct-submit rate rose ({previous.direct_submit_rate:.0%} -> {rate:.0%})"
+    return True, "kept"
+
+
+def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: str | None, reporter) -> Path:
+    """The round's attempts: an eval run on the train split, K samples per question."""
+    if (run / "metrics.json").exists():
+        return run
+    from agent.config import EvalConfig, PolicyConfig
+    from agent.trajectory import EpisodeConfig
+    from evaluation.run import run_eval
+
+    if settings.base_url is None:
+        policy = PolicyConfig(
+            name="hf",
+            model=settings.model,
+            adapter=Path(adapter) if adapter else None,
+            quantization=settings.quantization,
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+        )
+    else:
+        from agent.policies.adapters import planned_adapter, run_id
+
+        # eval loads the adapter under a name of this improve run (OUT is run's grandparent) and round, and unloads it.
+        served = planned_adapter(Path(adapter), run_id(run.parents[1]), number) if adapter else None
+        policy = PolicyConfig(
+            name="openai",
+            base_url=settings.base_url,
+            model=settings.model,
+            adapter=Path(adapter) if adapter else None,
+            served_adapter=served,
+            tokenizer=tokenizer_file(settings.model),
+            max_new_tokens=settings.max_new_tokens,
+            temperature=settings.temperature,
+        )
+    config = EvalConfig(
+        policy=policy,
+        episode=EpisodeConfig(max_steps=settings.max_steps, seed=settings.seed + number),
+        split="train",
+        limit=settings.limit,
+        samples=settings.samples,
+    )
+    run_eval(run, config, corpus, resume=(run / "manifest.json").exists(), reporter=reporter)
+    return run
+
+
+def _served(manifest) -> dict:
+    """The name and path the round's adapter was served under, as its sampling run recorded them."""
+    served = manifest.config.policy.served_adapter
+    return {"served_name": served.name, "served_path": served.path} if served is not None else {}
+
+
+def _train(run: Path, data: Path, settings: ImproveSettings, corpus) -> TrainingSummary:
+    """The round's training run; one an earlier try left (even with only a checkpoint a kill cut off) is resumed."""
+    if (run / SUMMARY).exists():
+        return TrainingSummary.model_validate_json((run / SUMMARY).read_text())
+    config = TrainConfig(
+        model=settings.model,
+        quantization=settings.quantization,
+        seed=settings.seed,
+        validation_episodes=settings.validation_episodes,
+        validation_max_steps=settings.max_steps,
+        max_steps=settings.train_max_steps or -1,
+    )  # -1: the recipe's epochs
+    return train(config, data=data, out=run, corpus=corpus, log=lambda *_: None, resume=run.is_dir() and any(run.iterdir()))
+
+
+def _finish(path: Path, record: RoundRecord) -> RoundRecord:
+    with atomic_file(path) as handle:
+        handle.write(record.model_dump_json(indent=2))
+    return record
