@@ -285,7 +285,9 @@ class Run:
         try:
             import pandas
         except ImportError:
-            raise EvaluationError("Run.to_pandas needs the pandas package, which is not installed: pip install pandas") from None
+            raise EvaluationError(
+                "Run.to_pandas needs the pandas package (a dependency of paper-explorer) and it is missing: pip install 'pandas>=2.1,<4'"
+            ) from None
         episodes = {trajectory.episode_id: trajectory for trajectory in self.trajectories}
         return pandas.DataFrame([self._row(score, episodes.get(score.episode_id)) for score in self.scores])
 

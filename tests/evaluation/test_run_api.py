@@ -77,7 +77,7 @@ def test_a_run_is_a_data_frame(finished):
 def test_without_pandas_to_pandas_is_one_line_saying_how_to_install_it(finished, monkeypatch):
     run, _ = finished
     monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now raises ImportError
-    with pytest.raises(EvaluationError, match="pip install pandas"):
+    with pytest.raises(EvaluationError, match="pip install 'pandas"):
         run.to_pandas()
 
 
