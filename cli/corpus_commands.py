@@ -125,12 +125,26 @@ def search(
 @corpus_app.command("generate")
 def generate_command(
     out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write."),
-    papers: int = typer.Option(DemoConfig.papers, "--papers", min=1, help="Number of papers."),
-    seed: int = typer.Option(DemoConfig.seed, "--seed", help="Random seed; the same seed gives the same bytes."),
-    unanswerable_ratio: float = typer.Option(
-        DemoConfig.unanswerable_ratio, "--unanswerable-ratio", min=0.0, max=1.0, help="Share of unanswerable questions."
+    papers: int = typer.Option(DemoConfig.papers, "--papers", min=1, rich_help_panel="Demo corpus", help="Number of papers."),
+    seed: int = typer.Option(
+        DemoConfig.seed, "--seed", rich_help_panel="Demo corpus", help="Random seed; the same seed gives the same bytes."
     ),
-    questions_per_paper: int = typer.Option(DemoConfig.questions_per_paper, "--questions-per-paper", min=1, max=6),
+    unanswerable_ratio: float = typer.Option(
+        DemoConfig.unanswerable_ratio,
+        "--unanswerable-ratio",
+        min=0.0,
+        max=1.0,
+        rich_help_panel="Demo corpus",
+        help="Share of unanswerable questions.",
+    ),
+    questions_per_paper: int = typer.Option(
+        DemoConfig.questions_per_paper,
+        "--questions-per-paper",
+        min=1,
+        max=6,
+        rich_help_panel="Demo corpus",
+        help="Questions asked of each paper.",
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
     as_json: bool = JsonOption,
 ) -> None:

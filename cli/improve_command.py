@@ -37,7 +37,14 @@ def improve_command(
     train_max_steps: int | None = typer.Option(
         None, "--train-max-steps", min=1, help="Optimizer steps per round (default: the recipe's epochs)."
     ),
-    validation_episodes: int = typer.Option(16, "--validation-episodes", min=0, help="Greedy validation episodes per checkpoint."),
+    validation_episodes: int = typer.Option(
+        16,
+        "--validation-episodes",
+        min=0,
+        metavar="<int>",
+        rich_help_panel="Validation",
+        help="Greedy validation episodes per checkpoint (>= 0).",
+    ),
     quantization: str = typer.Option("auto", "--quantization", help="auto, 4bit or none (as explorer train)."),
     base_url: str | None = typer.Option(
         None, "--base-url", help="Sample on a vLLM server with runtime LoRA loading instead of in-process."

@@ -34,15 +34,28 @@ def preregister_command(
     split_of_values: list[str] | None = SplitOfOption,
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
     min_correct_abstentions: int = typer.Option(
-        ..., "--min-correct-abstentions", min=0, help="Pass only with at least this many abstentions on unanswerable questions."
+        ...,
+        "--min-correct-abstentions",
+        metavar="<int>",
+        rich_help_panel="Pass rule",
+        help="Pass only with at least this many abstentions on unanswerable questions (>= 0).",
     ),
     max_false_abstentions: int = typer.Option(
-        ..., "--max-false-abstentions", min=0, help="Pass only with at most this many abstentions on answerable questions."
+        ...,
+        "--max-false-abstentions",
+        metavar="<int>",
+        rich_help_panel="Pass rule",
+        help="Pass only with at most this many abstentions on answerable questions (>= 0).",
     ),
     comparison: Path | None = typer.Option(
-        None, "--comparison", help="A finished run directory to Fisher-test against (as you would name it here)."
+        None,
+        "--comparison",
+        rich_help_panel="Comparison",
+        help="A finished run directory to Fisher-test against (as you would name it here).",
     ),
-    alpha: float = typer.Option(0.05, "--alpha", min=0.0001, max=0.5, help="Significance level of the comparison."),
+    alpha: float = typer.Option(
+        0.05, "--alpha", min=0.0001, max=0.5, rich_help_panel="Comparison", help="Significance level of the comparison."
+    ),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
     """Freeze the corpus and question hashes of a future run, with its pass rule, into a TOML file."""
@@ -52,6 +65,9 @@ def preregister_command(
 
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    for flag, value in (("--min-correct-abstentions", min_correct_abstentions), ("--max-false-abstentions", max_false_abstentions)):
+        if value < 0:  # checked here, not by a typer range, whose bounds would crowd the option's name out of 80 columns
+            raise UsageError(f"{flag} {value}: a count of abstentions; give 0 or more")
     if comparison is not None:
         comparison = comparison.resolve()  # stored absolute: the file may be read from anywhere
         if not (comparison / "metrics.json").is_file():

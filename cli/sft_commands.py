@@ -91,7 +91,10 @@ def build_command(
         False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."
     ),
     allow_parity_mismatch: bool = typer.Option(
-        False, "--allow-parity-mismatch", help="Build even when a trajectory fails the parity check (recorded in the report)."
+        False,
+        "--allow-parity-mismatch",
+        rich_help_panel="Checks",
+        help="Build even when a trajectory fails the parity check (recorded in the report).",
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
 ) -> None:

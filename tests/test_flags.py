@@ -300,3 +300,26 @@ def test_a_reply_carries_the_trajectory_records_and_writes_the_json_it_always_di
     assert isinstance(reply.generation, Generation)
     old_line = {"prompt_tokens": 12, "generated_tokens": 3, "hit_cap": False, "finish_reason": "stop", "api_retries": 0}
     assert json.loads(generation.model_dump_json()) == old_line == json.loads(Generation.model_validate(old_line).model_dump_json())
+
+
+def every_command() -> list[list[str]]:
+    """Each command and subcommand of explorer, as the words that name it."""
+    import typer
+
+    import cli.main
+
+    found, pending = [], [([], typer.main.get_command(cli.main.app))]
+    while pending:
+        words, command = pending.pop()
+        for name, sub in sorted(getattr(command, "commands", {}).items()):
+            pending.append(([*words, name], sub))
+            found.append([*words, name])
+    return sorted(found)
+
+
+@pytest.mark.parametrize("words", every_command(), ids=" ".join)
+def test_every_commands_help_fits_80_columns_with_option_names_whole(words):
+    done = run_cli(*words, "--help", env={"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout, done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) <= 80
