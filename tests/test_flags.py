@@ -323,3 +323,23 @@ def test_every_commands_help_fits_80_columns_with_option_names_whole(words):
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout, done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize(
+    "flag, value",
+    [
+        ("--wall-seconds", "1e308"),
+        ("--wall-seconds", "3000000"),
+        ("--host-seconds", "1e308"),
+        ("--cpu-seconds", str(2**70)),
+        ("--output-chars", str(2**70)),
+    ],
+)
+def test_a_limit_too_large_to_be_a_limit_is_refused_in_one_line(flag, value, tmp_path):
+    """A wall clock past what poll() can wait crashed the host, and a cap of 2**70 characters was no cap."""
+    action = tmp_path / "a.py"
+    action.write_text("print(1)\n")
+    done = run_cli("exec", flag, value, str(action))
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and flag in line and "at most" in line

@@ -24,6 +24,11 @@ from tools.modules import DEFAULT_MODULES, check_allowed
 
 MAX_MEMORY_BYTES = 2**40
 MIB = 2**20
+# The longest a time limit may be: a day. poll() takes a 32-bit count of milliseconds (about 24.8
+# days), and a limit no one would wait out is no limit; the same cap keeps CPU time a real budget.
+MAX_LIMIT_SECONDS = 86_400
+# Printed characters per action: beyond this an observation could not be kept or shown anyway.
+MAX_OUTPUT_CHARS = 10_000_000
 
 
 class SandboxSettings(BaseModel):
@@ -36,16 +41,23 @@ class SandboxSettings(BaseModel):
     wall_seconds: float = Field(
         10.0,
         gt=0,
+        le=MAX_LIMIT_SECONDS,
         allow_inf_nan=False,
         description="Wall-clock limit per action, in seconds: the worker's time and the host's work for it.",
     )
-    cpu_seconds: int = Field(10, ge=1, description="CPU-time limit per action, in seconds: the worker's and the host's for its tool calls.")
+    cpu_seconds: int = Field(
+        10, ge=1, le=MAX_LIMIT_SECONDS, description="CPU-time limit per action, in seconds: the worker's and the host's for its tool calls."
+    )
     host_seconds: float = Field(
-        5.0, gt=0, allow_inf_nan=False, description="Time the host may spend serving one action's tool calls, in seconds."
+        5.0,
+        gt=0,
+        le=MAX_LIMIT_SECONDS,
+        allow_inf_nan=False,
+        description="Time the host may spend serving one action's tool calls, in seconds.",
     )
     # at most 1 TiB (MAX_MEMORY_BYTES): beyond that, no limit the kernel can set
     memory_mb: int = Field(2_048, ge=64, le=MAX_MEMORY_BYTES // MIB, description="Memory an action may add, in MiB.")
-    output_chars: int = Field(20_000, ge=100, description="Printed characters per action.")
+    output_chars: int = Field(20_000, ge=100, le=MAX_OUTPUT_CHARS, description="Printed characters per action.")
 
 
 _DEFAULT = SandboxSettings()
