@@ -32,9 +32,11 @@ MAX_OUTPUT_CHARS = 10_000_000
 
 
 class SandboxSettings(BaseModel):
-    """The per-action limits a user sets. A breach replaces the worker (the episode's variables are
-    lost), and the step names the budget that ran out (``wall_clock``, ``cpu_time``, ``host_time``,
-    ``memory``, ``output``)."""
+    """The per-action limits a user sets. A breach of a time or output limit replaces the worker
+    (the episode's variables are lost) and the step names the budget (``wall_clock``, ``cpu_time``,
+    ``host_time``, ``output``). Memory is an address-space limit: an allocation past it fails inside
+    the action as ``MemoryError``, recorded as the action's error; only a worker that dies of it
+    is recorded as ``memory``."""
 
     model_config = ConfigDict(extra="forbid")
 
