@@ -26,13 +26,13 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from agent.errors import AgentError
 from agent.trajectory import EpisodeConfig
 from corpus.splits import parse_shard
 
-PolicyName = Literal["scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai"]
+PolicyName = Literal["scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai", "memory-reader"]
 POLICY_NAMES: tuple[str, ...] = get_args(PolicyName)
 Split = Literal["train", "validation", "test", "all"]
 SPLITS: tuple[str, ...] = get_args(Split)
@@ -99,6 +99,34 @@ class PolicyConfig(Config):
         False, description="hf/openai: Qwen3 thinking mode (the model writes a think block before its action; the blocks are kept)."
     )
     thinking_budget: int = Field(1024, ge=1, description="hf/openai: tokens a think block may take (hitting it is recorded).")
+    # The memory reader (agent.memory_reader): the recipe. The defaults are MemAgent's published one.
+    backend: Literal["hf", "openai"] | None = Field(
+        None, description="memory-reader: the model that reads, hf (--model, --adapter) or openai (--base-url, --model, --tokenizer)."
+    )
+    scope: str = Field(
+        "search:3",
+        description="memory-reader: what it reads: search:K (the top K papers a BM25 search for the "
+        "question finds) or paper (the question's own paper: an oracle, reported as such).",
+    )
+    page_tokens: int = Field(5000, ge=16, description="memory-reader: tokens of document text per page.")
+    memory_tokens: int = Field(1024, ge=1, description="memory-reader: tokens a memory update may write (the memory's cap).")
+    answer_tokens: int = Field(256, ge=1, description="memory-reader: tokens the final answer may take (cut: no answer, scored 0).")
+    passes: int = Field(
+        1, ge=1, le=2, description="memory-reader: 1 reads once (ReadAll); 2 reads again from the first memory (ReadTwice)."
+    )
+    outlines: bool = Field(True, description="memory-reader: each page opens with the headings of the sections it holds.")
+    outline_sections: int = Field(24, ge=1, description="memory-reader: sections a page may hold (with outlines).")
+    keep_sentinel: str = Field(
+        "<KEEP_MEMORY>", max_length=100, description="memory-reader: what an update writes to keep its memory as it is (empty: none)."
+    )
+    token_budget: int | None = Field(
+        None,
+        ge=1,
+        description="memory-reader: model tokens (prompts and outputs, every call) an episode may spend; pages past it are left unread, counted.",
+    )
+    preset: Literal["memagent-readall", "memagent-readtwice"] | None = Field(
+        None, description="memory-reader: MemAgent's recipe, memagent-readall or memagent-readtwice (a setting given wins)."
+    )
 
     @field_validator("base_url", mode="before")
     @classmethod
@@ -115,12 +143,59 @@ class PolicyConfig(Config):
             raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICY_NAMES)}")
         return name
 
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, scope: str) -> str:
+        parse_scope(scope)
+        return scope
+
+    @property
+    def serving(self) -> str:
+        """The policy whose model serves this one: the memory reader's backend, else the policy itself."""
+        return self.backend if self.name == "memory-reader" and self.backend is not None else self.name
+
+
+# The memory reader's recipe: a field another policy refuses when it is given.
+READER_FIELDS = (
+    "backend",
+    "scope",
+    "page_tokens",
+    "memory_tokens",
+    "answer_tokens",
+    "passes",
+    "outlines",
+    "outline_sections",
+    "keep_sentinel",
+    "token_budget",
+    "preset",
+)
+MAX_SCOPE_PAPERS = 50  # search() returns at most 50 hits
+
+
+def parse_scope(scope: str) -> int | None:
+    """``search:K`` -> K; ``paper`` -> None; anything else is a ValueError saying what is allowed."""
+    if scope == "paper":
+        return None
+    kind, _, count = scope.partition(":")
+    if kind == "search" and count.isdigit() and 1 <= int(count) <= MAX_SCOPE_PAPERS:
+        return int(count)
+    raise ValueError(f"scope {scope!r}: write search:K (K from 1 to {MAX_SCOPE_PAPERS}) or paper")
+
 
 class RunConfig(Config):
     """``explorer run``: one episode."""
 
     policy: PolicyConfig = PolicyConfig()
     episode: EpisodeConfig = EpisodeConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _memory_reader_defaults(cls, data: Any) -> Any:
+        """The memory reader's preset, then its episode defaults, under what was given (recorded as
+        the values they set, so a manifest or a resume needs neither again)."""
+        from agent.memory_reader.settings import with_reader_defaults
+
+        return with_reader_defaults(data)
 
 
 class EvalConfig(RunConfig):

@@ -14,7 +14,7 @@ from pydantic_core import PydanticSerializationError
 
 from agent.actions import extract_code
 from agent.environment import versions
-from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError
+from agent.policies.base import ContextExceeded, EpisodeStart, NoAnswer, Policy, PolicyError
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
 from agent.served import reply_sha256, served_record
 from agent.trajectory import (
@@ -43,12 +43,18 @@ def sandbox_limits(config: EpisodeConfig) -> Limits:
     )
 
 
-def corpus_hashes(corpus: Corpus) -> Hashes:
-    return Hashes(
-        corpus_sha256=corpus.papers_sha256,
-        questions_sha256=corpus.questions_sha256,
-        prompt_template_sha256=prompt_template_sha256(),
-    )
+def corpus_hashes(corpus: Corpus, policy: Policy | str | None = None) -> Hashes:
+    """The hashes a run records; the prompts' is ``policy``'s own (a policy, or a policy's name as
+    a manifest records it: the memory reader's is its prompts file)."""
+    if isinstance(policy, Policy):
+        prompts = policy.prompt_template_sha256()
+    elif policy == "memory-reader":
+        from agent.memory_reader.prompts import ReaderPrompts
+
+        prompts = ReaderPrompts.load().sha256
+    else:
+        prompts = prompt_template_sha256()
+    return Hashes(corpus_sha256=corpus.papers_sha256, questions_sha256=corpus.questions_sha256, prompt_template_sha256=prompts)
 
 
 def run_episode(
@@ -75,7 +81,7 @@ def run_episode(
     seed = episode_seed(config.seed, question_id or question, sample)
     failed_retries = 0
     try:
-        policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample))
+        policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample, paper_id=paper_id))
     except PolicyError as error:
         outcome = Outcome(status="policy_error", reason=str(error))
     while outcome is None:
@@ -93,6 +99,9 @@ def run_episode(
             reply = policy.act([dict(message) for message in messages])
         except ContextExceeded as error:
             outcome = Outcome(status="context_limit", reason=str(error))
+            break
+        except NoAnswer as error:
+            outcome = Outcome(status="no_answer", reason=str(error))
             break
         except PolicyError as error:
             outcome = Outcome(status="policy_error", reason=str(error))

@@ -11,45 +11,12 @@ leave a record that no longer matches the training sequence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from agent.memory_reader.parity import check_reading
+from agent.mismatch import Mismatch, differing
 from agent.renderer import ChatRenderer
-from agent.served import AlteredRecord, common_prefix, ids_sha256, reply_sha256, served_prompts
+from agent.served import AlteredRecord, ids_sha256, reply_sha256, served_prompts
 from agent.trajectory import Trajectory
 from tools.page import tool_page
-
-CONTEXT_TOKENS = 12
-
-
-@dataclass
-class Mismatch:
-    where: str  # "episode E step N", "example E"
-    what: str
-    position: int | None = None
-    served: str = ""
-    trained: str = ""
-    step: int | None = None  # the step's index, for a trajectory's mismatch
-
-    def __str__(self) -> str:
-        if self.position is None:
-            return f"{self.where}: {self.what}"
-        return f"{self.where}: {self.what} at token {self.position}\n  served:  {self.served!r}\n  trained: {self.trained!r}"
-
-
-def differing(where: str, what: str, served: list[int], trained: list[int], renderer: ChatRenderer) -> Mismatch | None:
-    """None when ``served`` is ``trained``, else the first differing position with the decoded tokens around it."""
-    position = common_prefix(served, trained)
-    if position == len(served) == len(trained):
-        return None
-    start = max(position - CONTEXT_TOKENS, 0)
-    return Mismatch(
-        where,
-        what,
-        position,
-        renderer.decode(served[start : position + CONTEXT_TOKENS]),
-        renderer.decode(trained[start : position + CONTEXT_TOKENS]),
-    )
-
 
 MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt (a chat teacher: with --tokenizer)
 
@@ -58,6 +25,8 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
     """The first place where serving and training disagree for this trajectory, or None.
     ``require_served``: a step without a record of what it was served fails too (otherwise
     only where the record must exist: a model policy's steps, or beside steps that have one)."""
+    if trajectory.policy.name == "memory-reader":
+        return check_reading(trajectory, renderer)  # its model saw its own prompts, never the conversation
     recorded = [step.served is not None for step in trajectory.steps]
     served_by_us = trajectory.policy.name in MODEL_POLICIES and trajectory.policy.settings.get("api") != "chat"
     must = require_served or any(recorded) or (trajectory.schema_version >= 3 and served_by_us)

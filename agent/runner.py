@@ -34,7 +34,7 @@ class EpisodeRunner:
     config: EpisodeConfig
 
     def __post_init__(self) -> None:
-        self.hashes = corpus_hashes(self.corpus)
+        self.hashes = corpus_hashes(self.corpus, self.policy)
         self.limits = sandbox_limits(self.config)
 
     def run(

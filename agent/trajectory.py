@@ -9,9 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-# 4: what each tool call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
+# 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
+# call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 class Record(BaseModel):
@@ -85,6 +86,53 @@ class Drift(Record):
     current: str
 
 
+class MemoryUpdate(Sparse):
+    """One memory update of the memory reader (``agent.memory_reader``): the model read one page
+    with the memory so far and wrote the memory anew (or the keep sentinel)."""
+
+    pass_index: int  # 1; 2 for ReadTwice's second pass over the same pages
+    page: int  # the page's index in the document's paging, from 0
+    start: int  # the page's text is the document's ids [start, end)
+    end: int
+    page_sha256: str  # agent.served.ids_sha256 of the page's text ids (its outline excluded)
+    outline_tokens: int = 0  # the page-local outline served before the page's text
+    memory_tokens_in: int  # the memory the prompt held
+    memory_tokens_out: int  # the memory after this update (memory_tokens_in when kept)
+    hit_cap: bool  # the update was cut at the memory cap (the memory is what was written up to it)
+    kept: bool  # the model answered the keep sentinel: the memory is unchanged
+    memory: str | None = None  # the memory after this update, as the next prompt holds it (None: none yet, kept)
+    served: Served  # the prompt, as ids' digest; reply_sha256 digests the update's text
+    generation: Generation
+
+
+class MemoryAnswer(Sparse):
+    """The memory reader's final call: the problem and the memory, no page text."""
+
+    text: str  # what the model wrote
+    answer: str | None = None  # the answer taken from it; None when invalid
+    invalid: str | None = None  # why there is no answer: empty, or cut at the answer cap (scored zero)
+    memory_tokens_in: int
+    served: Served
+    generation: Generation
+
+
+class Reading(Sparse):
+    """What the memory reader read and spent in one episode."""
+
+    scope: str  # "search:K" (the top K papers of a BM25 search) or "paper" (the question's own: an oracle)
+    papers: list[str]  # the papers read, in reading order
+    document_tokens: int  # the whole document, in the model's tokens
+    read_tokens: int  # the tokens paged (the rest was left unread by the token budget)
+    unread_tokens: int
+    pages: int
+    passes: int
+    updates: list[MemoryUpdate] = Field(default_factory=list)
+    answer: MemoryAnswer | None = None  # None: the episode ended before the final call
+    model_tokens: int = 0  # prompt plus generated tokens over every model call of the episode
+    token_budget: int | None = None  # the model tokens the episode might spend (None: no budget)
+    stopped: str | None = None  # why reading stopped before the document's end (the token budget)
+
+
 class StepPolicyInfo(Sparse):
     """What a policy reported about a step beyond its action (replay: whether the runtime drifted)."""
 
@@ -94,6 +142,7 @@ class StepPolicyInfo(Sparse):
     final_observation_matches: bool | None = None
     final_drift: Drift | None = None
     finish_error: str | None = None  # the policy's finish() failed; the episode is kept
+    reading: Reading | None = None  # the memory reader: its pages, memory updates and answer
 
 
 class Timings(Record):
@@ -156,7 +205,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -201,8 +250,15 @@ def without_timings(trajectory: Trajectory) -> dict:
         for call in step["tool_calls"]:
             call.pop("seconds")
         if step["generation"]:
-            step["generation"] = {k: v for k, v in step["generation"].items() if not k.endswith("seconds")}
+            step["generation"] = _untimed(step["generation"])
+        reading = (step["policy_info"] or {}).get("reading")
+        for call in ((reading or {}).get("updates") or []) + ([reading["answer"]] if reading and reading.get("answer") else []):
+            call["generation"] = _untimed(call["generation"])
     return data
+
+
+def _untimed(generation: dict) -> dict:
+    return {key: value for key, value in generation.items() if not key.endswith("seconds")}
 
 
 __all__ = [
@@ -211,8 +267,11 @@ __all__ = [
     "Evidence",
     "Generation",
     "Hashes",
+    "MemoryAnswer",
+    "MemoryUpdate",
     "Outcome",
     "PolicyInfo",
+    "Reading",
     "Status",
     "Step",
     "StepPolicyInfo",

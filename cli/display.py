@@ -14,10 +14,11 @@ from pathlib import Path
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.syntax import Syntax
+from rich.table import Table
 from rich.text import Text
 
 from agent.terminal_text import untrusted, visible
-from agent.trajectory import Step, Trajectory
+from agent.trajectory import Reading, Step, Trajectory
 
 OBSERVATION_LINES = 12
 OBSERVATION_WIDTH = 300
@@ -110,6 +111,9 @@ def print_outcome(console: Console, trajectory: Trajectory, written_to: Path | N
                 untrusted(f"{item.text[:120]}...", style="dim"),
             )
         )
+    reading = next((s.policy_info.reading for s in reversed(trajectory.steps) if s.policy_info and s.policy_info.reading), None)
+    if reading is not None:
+        print_reading(console, reading)
     tools = sum(len(step.tool_calls) for step in trajectory.steps)
     console.print(
         untrusted(
@@ -118,6 +122,46 @@ def print_outcome(console: Console, trajectory: Trajectory, written_to: Path | N
     )
     if written_to is not None:
         console.print(untrusted(f"trajectory written to {written_to}"))
+
+
+def print_reading(console: Console, reading: Reading) -> None:
+    """The memory reader's updates, one row each, and what it read and spent."""
+    table = Table(title="memory updates", title_justify="left")
+    for column in ("pass", "page", "tokens", "memory in", "memory out", "prompt", "written"):
+        table.add_column(column, justify="right")
+    table.add_column("note")
+    for update in reading.updates:
+        note = "kept (sentinel)" if update.kept else ("cut at the cap" if update.hit_cap else "")
+        table.add_row(
+            str(update.pass_index),
+            str(update.page + 1),
+            f"{update.start}-{update.end}",
+            str(update.memory_tokens_in),
+            str(update.memory_tokens_out),
+            str(update.served.tokens),
+            str(update.generation.generated_tokens if update.generation.generated_tokens is not None else "?"),
+            note,
+        )
+    if reading.updates:
+        console.print(table)
+    last = next((update.memory for update in reversed(reading.updates) if update.memory is not None), None)
+    if last is not None:
+        console.print(Text.assemble(("final memory: ", "dim"), untrusted(_short(last, OBSERVATION_WIDTH))))
+    if reading.answer is not None:
+        said = f" ({reading.answer.invalid})" if reading.answer.invalid else ""
+        console.print(Text.assemble(("model's answer: ", "dim"), untrusted(repr(reading.answer.text)), untrusted(said, style="dim")))
+    oracle = " (an oracle: the question's own paper)" if reading.scope == "paper" else ""
+    papers = ", ".join(reading.papers) or "none"
+    console.print(
+        untrusted(
+            f"read {papers}{oracle}: {reading.document_tokens} document tokens, {reading.unread_tokens} unread; "
+            f"{reading.pages} pages x {reading.passes} pass(es); {reading.model_tokens} model tokens"
+            + (f" of a budget of {reading.token_budget}" if reading.token_budget is not None else ""),
+            style="dim",
+        )
+    )
+    if reading.stopped:
+        console.print(untrusted(f"stopped reading at {reading.stopped}", style="yellow"))
 
 
 def print_episode(console: Console, trajectory: Trajectory) -> None:

@@ -39,7 +39,7 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from agent.config import EvalConfig, PolicyConfig
+from agent.config import READER_FIELDS, EvalConfig, PolicyConfig
 from agent.trajectory import EpisodeBudgets, EpisodeConfig
 from tools.limits import SandboxSettings
 
@@ -65,6 +65,7 @@ FIELD_PANELS: dict[str, str] = {
     "policy.top_p": "Sampling",
     "policy.top_k": "Sampling",
     "episode.record_prompt_ids": "Output",  # what the trajectory keeps (and --no-record-prompt-ids fits 80 columns alone)
+    **{f"policy.{name}": "Memory reader" for name in READER_FIELDS},
     # explorer train (sft.config.TrainConfig; its other fields are in the "Training" panel)
     "model": "Model",
     "quantization": "Model",
@@ -90,7 +91,19 @@ MODEL_PANELS: dict[type[BaseModel], str] = {
     EvalConfig: "Run",
 }
 # The order panels are shown in; a panel not named here follows them.
-PANEL_ORDER = ("Run", "Policy", "Sampling", "Episode", "Sandbox limits", "Output", "Model", "LoRA", "Training", "Checkpoints")
+PANEL_ORDER = (
+    "Run",
+    "Policy",
+    "Sampling",
+    "Memory reader",
+    "Episode",
+    "Sandbox limits",
+    "Output",
+    "Model",
+    "LoRA",
+    "Training",
+    "Checkpoints",
+)
 
 SCALARS = (bool, int, float, str, Path)
 

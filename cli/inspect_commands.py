@@ -113,6 +113,8 @@ def inspect_command(
         if score is not None:
             if score.scored:
                 console.print(f"answer F1 {score.answer_f1:.3f}, exact match {score.exact_match:.0f}, evidence F1 {score.evidence_f1:.3f}")
+            if score.model_tokens is not None:
+                console.print(f"model tokens {score.model_tokens:,} (every prompt and generated token of its model calls)")
             for item in score.flags:
                 step = "" if item.step is None else f" (step {item.step + 1})"
                 console.print(Text.assemble(untrusted(f"flag {item.detector}{step}", style="red"), ": ", untrusted(item.text)))
@@ -133,7 +135,7 @@ def inspect_command(
         return
     print_summary(console, run.metrics)
     ranked = sorted(run.scores, key=lambda s: (s.answer_f1 or 0.0, -len(s.flags)))[:worst]
-    table = Table("episode", "question", "status", "F1", "flags", title=f"worst {len(ranked)} episodes")
+    table = Table("episode", "question", "status", "F1", "model tokens", "flags", title=f"worst {len(ranked)} episodes")
     for score in ranked:
         flags = ", ".join(sorted({f.detector for f in score.flags}))
         table.add_row(
@@ -141,6 +143,7 @@ def inspect_command(
             untrusted(score.question[:50]),
             untrusted(score.status),
             f"{score.answer_f1 or 0:.2f}",
+            _tokens(score.model_tokens),
             untrusted(flags),
         )
     console.print(table)
@@ -190,7 +193,12 @@ def compare_command(
         return
     if result.same_corpus is False:
         console.print("[yellow]warning: the runs used different corpora[/yellow]")
-    console.print(untrusted(f"A: {result.run_a}\nB: {result.run_b}"))
+    console.print(untrusted(f"A: {result.run_a} ({result.setting_a.describe()})\nB: {result.run_b} ({result.setting_b.describe()})"))
+    if result.setting_differs:
+        console.print(
+            f"[yellow]note: the runs differ in {', '.join(result.setting_differs)} besides the policy: "
+            "a paired difference measures that too[/yellow]"
+        )
     console.print(
         f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, except the unpaired table"
     )
@@ -216,14 +224,37 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
     )
     figures.add_row("exact match", number(em.a), number(em.b), number(em.difference, signed=True), "-")
+    for label, sub in (
+        ("SubEM (whole tokens)", result.sub_exact_match),
+        ("SubEM (substring, LongBench)", result.sub_exact_match_substring),
+    ):
+        figures.add_row(label, number(sub.a), number(sub.b), number(sub.difference, signed=True), "-")
+    tokens, spent = result.model_tokens, result.model_tokens.paired_difference_ci95
+    figures.add_row(
+        f"model tokens per episode ({tokens.pairs} pairs)",
+        _tokens(tokens.a),
+        _tokens(tokens.b),
+        _tokens(spent.mean, signed=True),
+        f"{spent.low:+,.0f} to {spent.high:+,.0f} (paired bootstrap)" if spent.low is not None else "-",
+    )
     rate = result.direct_submit_rate
     figures.add_row("direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-")
 
     abstention = Table(
-        "gold \\ decision", "A answered", "A abstained", "B answered", "B abstained", title=f"abstention on the paired questions (n = {n})"
+        "gold \\ decision",
+        "A answered",
+        "A abstained",
+        "A neither",
+        "B answered",
+        "B abstained",
+        "B neither",
+        title=f"abstention on the paired questions (n = {n}; neither: a limit, a policy error or no_answer)",
     )
     for (row, counts_a), (_, counts_b) in zip(result.abstention.a.rows(), result.abstention.b.rows()):
-        abstention.add_row(row, str(counts_a.answered), str(counts_a.abstained), str(counts_b.answered), str(counts_b.abstained))
+        abstention.add_row(
+            row,
+            *(str(count) for counts in (counts_a, counts_b) for count in (counts.answered, counts.abstained, counts.undecided())),
+        )
 
     mcnemar = Table(
         "outcome (yes/no per question)",
@@ -235,7 +266,7 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         "two-sided p",
         title="exact McNemar on the paired questions (primary test; only A-only and B-only pairs count)",
     )
-    for test in [result.mcnemar_exact_match, *result.mcnemar_abstention]:
+    for test in [result.mcnemar_exact_match, *result.mcnemar_sub_exact_match, *result.mcnemar_abstention]:
         mcnemar.add_row(
             test.outcome, str(test.pairs), str(test.both), str(test.only_a), str(test.only_b), str(test.neither), format_p(test.p_value)
         )
@@ -277,6 +308,10 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         for row in result.largest_differences:
             moves.add_row(untrusted(row.question[:50]), untrusted(row.a[:30]), untrusted(row.b[:30]), f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
     return [figures, abstention, mcnemar, fisher, rest, moves]
+
+
+def _tokens(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+,.0f}" if signed else f"{value:,.0f}")
 
 
 def report_command(

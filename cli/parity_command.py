@@ -29,8 +29,10 @@ def check_parity_command(
     was served (digest, length, ids with --record-prompt-ids, tokenizer fingerprint, the
     server's own count and ids) must be that prompt; a recorded parity warning fails. The
     verdict says on how many steps the server's ids, or only its counts, were compared. With
-    --data, every example's input_ids and labels must be its trajectory's, token by token.
+    --data, every example's input_ids and labels must be its trajectory's, token by token. A memory
+    reader's prompts are rebuilt from its trajectory (document, pages, memories) and compared.
     Exits 1 at the first mismatch, printing where it is and the decoded tokens on both sides."""
+    from agent.memory_reader.parity import reading_of
     from agent.models import file_sha256, tokenizer_file
     from agent.parity import check_trajectory, server_evidence, without_server_ids
     from agent.renderer import ChatRenderer
@@ -62,11 +64,14 @@ def check_parity_command(
     compared = (
         f"ids compared on {evidence.count('ids')} steps, counts only on {evidence.count('counts')}, nothing on {evidence.count('nothing')}"
     )
+    readings = [reading for t in episodes if (reading := reading_of(t)) is not None]
+    rebuilt = sum(len(reading.updates) + (reading.answer is not None) for reading in readings)
+    reader = f", {rebuilt} memory-reader prompts rebuilt and matched" if readings else ""
     typer.echo(
         f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served; "
-        f"the server's record: {compared}){checked}"
+        f"the server's record: {compared}){reader}{checked}"
     )
-    if served == 0:
+    if served == 0 and not readings:
         typer.echo(
             "warning: no step recorded what it was served, so only the re-rendering was checked; "
             "record it with --tokenizer (scripted, replay, sft teach) or a model policy",

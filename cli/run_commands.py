@@ -80,6 +80,8 @@ def run_command(
         raise UsageError("--question is empty; write the question to ask")
     check_episode_log_directory(out)
     config = load_config(RunConfig, config_file, overrides or {})
+    if config.policy.name == "memory-reader" and config.policy.scope == "paper" and question_text is not None:
+        raise UsageError("--scope paper reads the question's own paper, and a --question of your own has none; use --scope search:K")
     policy = make_policy(config.policy, config.episode.max_steps)
     note = policy.preflight()
     if note:

@@ -48,12 +48,27 @@ def best_over_references(metric, prediction: str, question: Question) -> float:
 
 
 def sub_exact_match(prediction: str, reference: str) -> float:
-    """Bidirectional containment after normalisation: the prediction holds the reference or lies
-    inside it. Empty (or empty after normalisation) on either side scores zero."""
+    """SubEM, ours ("SubEM (whole tokens)", key ``sub_exact_match``): bidirectional containment
+    after normalisation, in whole tokens: the prediction holds the reference as a run of whole
+    tokens, or lies inside it so. "1" is not found in "10". Empty (or empty after normalisation)
+    on either side scores zero. Stricter than ``substring_exact_match``, never looser."""
     predicted, gold = normalize_answer(prediction), normalize_answer(reference)
     if not predicted or not gold:
         return 0.0
     return float(_contains(predicted, gold) or _contains(gold, predicted))
+
+
+def substring_exact_match(prediction: str, reference: str) -> float:
+    """SubEM as LongBench and MemAgent score it ("SubEM (substring, LongBench)", key
+    ``sub_exact_match_substring``): after the same normalisation, the prediction contains the
+    reference or is contained in it as a *character* substring, so "1" counts inside "10" and
+    "cat" inside "concatenate". Empty (or empty after normalisation: whitespace or punctuation
+    only) on either side scores zero: their code would find "" inside every reference, but an
+    empty answer is no answer (the issue's rule: empty or invalid answers score zero)."""
+    predicted, gold = normalize_answer(prediction), normalize_answer(reference)
+    if not predicted or not gold:
+        return 0.0
+    return float(gold in predicted or predicted in gold)
 
 
 def _contains(text: str, part: str) -> bool:

@@ -6,9 +6,18 @@ of different question sets differ by their questions as much as by their policie
 one run scored are counted and reported apart, marked as not comparable.
 
 The primary tests are paired: a bootstrap interval of the per-question F1 difference (B - A) and
-exact McNemar tests on per-question correctness and abstention. Fisher's exact test on the two
-abstention tables - the unpaired design a preregistration uses - is kept as a secondary figure, on
-the paired questions' tables; it ignores the pairing, so it is conservative here.
+exact McNemar tests on per-question correctness (exact match and both SubEM variants: ours, whole
+tokens, and LongBench's, substring) and abstention. Fisher's exact test on the two abstention tables -
+the unpaired design a preregistration uses - is kept as a secondary figure, on the paired
+questions' tables; it ignores the pairing, so it is conservative here. An episode that ended
+without a decision (a limit, a policy error, no_answer) is scored zero and counted in every
+correctness figure, and left out of the abstention tests. Tokens spent (``evaluation.tokens``)
+are paired too: the mean per run and a bootstrap interval of the per-question difference, on the
+paired questions whose episodes both made a model call.
+
+Runs of different policies pair as any two runs do (a code agent against a memory reader is the
+point); where they differ in model, adapter, seed or question selection, ``setting_differs`` says
+so, since a difference in F1 then measures that too.
 """
 
 from __future__ import annotations
@@ -42,6 +51,30 @@ class PairedF1(PairedFigure):
 
 class PairedExactMatch(PairedFigure):
     difference: float | None  # B - A
+
+
+class PairedTokens(PairedFigure):
+    """Tokens spent per episode (``evaluation.tokens.model_tokens``): each run's mean over the shared
+    questions whose episode recorded a count (None: none did, as for a policy without a model), and
+    the paired difference over the ``pairs`` of questions where both did."""
+
+    pairs: int
+    paired_difference_ci95: MeanInterval  # mean of B - A per question, seeded BCa bootstrap
+
+
+class RunSetting(Record):
+    """What a run was: its policy, the model it ran, its seed, the questions it selected."""
+
+    policy: str
+    model: str | None  # None: a policy without a model
+    adapter: str | None
+    seed: int
+    selected_questions_sha256: str
+
+    def describe(self) -> str:
+        """In a few words: "policy scripted, model -, seed 0"."""
+        adapter = f", adapter {self.adapter}" if self.adapter else ""
+        return f"policy {self.policy}, model {self.model or '-'}{adapter}, seed {self.seed}"
 
 
 class PairedAbstention(Record):
@@ -101,9 +134,16 @@ class RunComparison(Record):
     paired_questions: int
     answer_f1: PairedF1
     exact_match: PairedExactMatch
+    sub_exact_match: PairedExactMatch  # SubEM (whole tokens), ours
+    sub_exact_match_substring: PairedExactMatch  # SubEM (substring, LongBench)
+    model_tokens: PairedTokens
+    setting_a: RunSetting
+    setting_b: RunSetting
+    setting_differs: list[str]  # of "model", "adapter", "seed", "question selection": what else differs than the policy
     abstention: PairedAbstention
     direct_submit_rate: PairedFigure
     mcnemar_exact_match: McNemarTest
+    mcnemar_sub_exact_match: list[McNemarTest]  # SubEM (whole tokens), then SubEM (substring, LongBench)
     mcnemar_abstention: list[McNemarTest]  # all paired questions, then by gold answerable / unanswerable
     fisher_abstention: list[FisherTest]
     unpaired: Unpaired
@@ -152,6 +192,61 @@ def _corpus_hash(run: Run) -> str | None:
     return run.manifest.hashes.corpus_sha256
 
 
+def run_setting(run: Run) -> RunSetting:
+    config = run.manifest.config
+    return RunSetting(
+        policy=config.policy.name,
+        model=config.policy.model,
+        adapter=None if config.policy.adapter is None else str(config.policy.adapter),
+        seed=config.episode.seed,
+        selected_questions_sha256=config.selected_questions_sha256,
+    )
+
+
+def setting_differences(a: RunSetting, b: RunSetting) -> list[str]:
+    """What differs between two runs besides the policy (which is what a comparison compares)."""
+    fields = (("model", "model"), ("adapter", "adapter"), ("seed", "seed"), ("question selection", "selected_questions_sha256"))
+    return [name for name, field in fields if getattr(a, field) != getattr(b, field)]
+
+
+def _paired_exact(pa: list[EpisodeScore], pb: list[EpisodeScore], metric: str) -> PairedExactMatch:
+    """A 0/1 metric's mean in each run (None for a run scored before the metric existed), and B - A."""
+    a, b = (_metric_mean(scores, metric) for scores in (pa, pb))
+    return PairedExactMatch(a=a, b=b, difference=None if a is None or b is None else b - a)
+
+
+def _metric_mean(scores: list[EpisodeScore], metric: str) -> float | None:
+    values = [getattr(s, metric) for s in scores]
+    return None if not values or any(v is None for v in values) else fmean(values)
+
+
+def _correct(scores: list[EpisodeScore], metric: str) -> list[bool] | None:
+    """Per question, whether the metric scored 1; None when a run was scored before the metric existed."""
+    values = [getattr(s, metric) for s in scores]
+    return None if any(v is None for v in values) else [v >= 1 for v in values]
+
+
+def _sub_exact_mcnemar(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> list[McNemarTest]:
+    tests = []
+    for outcome, metric in (("SubEM (whole tokens)", "sub_exact_match"), ("SubEM (substring, LongBench)", "sub_exact_match_substring")):
+        yes_a, yes_b = _correct(pa, metric), _correct(pb, metric)
+        if yes_a is not None and yes_b is not None:
+            tests.append(mcnemar(outcome, yes_a, yes_b))
+    return tests
+
+
+def paired_tokens(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> PairedTokens:
+    pairs = [(x.model_tokens, y.model_tokens) for x, y in zip(pa, pb) if x.model_tokens is not None and y.model_tokens is not None]
+    counted_a = [x.model_tokens for x in pa if x.model_tokens is not None]
+    counted_b = [y.model_tokens for y in pb if y.model_tokens is not None]
+    return PairedTokens(
+        a=fmean(counted_a) if counted_a else None,
+        b=fmean(counted_b) if counted_b else None,
+        pairs=len(pairs),
+        paired_difference_ci95=MeanInterval.model_validate(bootstrap_mean_ci([y - x for x, y in pairs])),
+    )
+
+
 def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
     """The paired comparison of B with A, and the questions whose F1 moved most."""
     by_a, by_b = scored_by_question(a), scored_by_question(b)
@@ -174,6 +269,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
 
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
     moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
+    setting_a, setting_b = run_setting(a), run_setting(b)
     return RunComparison(
         run_a=str(a.directory),
         run_b=str(b.directory),
@@ -185,9 +281,16 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
             paired_difference_ci95=MeanInterval.model_validate(bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)])),
         ),
         exact_match=PairedExactMatch(a=em_a, b=em_b, difference=None if em_a is None else em_b - em_a),
+        sub_exact_match=_paired_exact(pa, pb, "sub_exact_match"),
+        sub_exact_match_substring=_paired_exact(pa, pb, "sub_exact_match_substring"),
+        model_tokens=paired_tokens(pa, pb),
+        setting_a=setting_a,
+        setting_b=setting_b,
+        setting_differs=setting_differences(setting_a, setting_b),
         abstention=PairedAbstention(a=table_a, b=table_b),
         direct_submit_rate=PairedFigure(a=_mean(pa, _direct_submit), b=_mean(pb, _direct_submit)),
         mcnemar_exact_match=mcnemar("exact match", [s.exact_match >= 1 for s in pa], [s.exact_match >= 1 for s in pb]),
+        mcnemar_sub_exact_match=_sub_exact_mcnemar(pa, pb),
         mcnemar_abstention=abstention_tests,
         fisher_abstention=[
             FisherTest.model_validate(abstention_fisher(table_a.model_dump(), table_b.model_dump(), row))

@@ -23,7 +23,7 @@ the tool calls, outcome, code, action text, generation record and status (host o
 records); ``repeated_prompt`` reads the observations because the observation is what the next
 prompt shows, whoever wrote it.
 
-Why one module of this size: fifteen small detectors, each a function and its docstring; they
+Why one module of this size: sixteen small detectors, each a function and its docstring; they
 share the grounding helpers and are read as one list (``DETECTORS``).
 """
 
@@ -366,6 +366,15 @@ def step_limit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     return []
 
 
+def invalid_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
+    """The policy ended without a valid answer of its own (status no_answer: the memory reader's
+    final answer was empty, or cut at its cap), scored zero. Reads: the outcome's status and reason
+    (set by the loop from the policy's error)."""
+    if trajectory.outcome.status == "no_answer":
+        return [Flag("invalid_answer", len(trajectory.steps) - 1 if trajectory.steps else None, trajectory.outcome.reason or "")]
+    return []
+
+
 def format_errors(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Steps whose text held no action. Reads: the loop's format_error mark and the policy's text."""
     return [Flag("format_errors", step.index, step.action_text[:120]) for step in trajectory.steps if step.format_error]
@@ -461,8 +470,8 @@ def unrecorded_tool_results(trajectory: Trajectory, gold: Question | None) -> li
 
 
 def no_answer(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The episode ended without a submit or an abstain (step limit, context limit, policy error).
-    Reads: the outcome's status and reason."""
+    """The episode ended without a submit or an abstain (step limit, context limit, policy error,
+    or no_answer: the policy's own answer was invalid). Reads: the outcome's status and reason."""
     if trajectory.outcome.status in ENDING_STATUSES:
         return []
     return [
@@ -497,6 +506,7 @@ DETECTORS: dict[str, Detector] = {
         repeated_prompt,
         repeated_actions,
         step_limit,
+        invalid_answer,
         format_errors,
         consecutive_tool_errors,
         hit_generation_cap,

@@ -40,6 +40,7 @@ from evaluation.errors import EvaluationError
 from evaluation.records import RunMetrics
 from evaluation.run_directory import Run, finish_command
 from evaluation.scoring import EpisodeScore
+from evaluation.tokens import readings
 
 if TYPE_CHECKING:
     from inspect_ai.log import EvalLog, EvalSample
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
 INSTALL = "pip install -e '.[export]'"
 TASK = "explorer-eval"
 # The scores each sample carries, in this order; None in scores.jsonl (no gold) leaves one out.
-SCORES = ("answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_strict")
+SCORES = ("answer_f1", "exact_match", "sub_exact_match", "sub_exact_match_substring", "evidence_f1", "evidence_f1_strict")
 DATASET_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk leaves at a dataset's top
 PARQUET = "parquet"  # the folder of an exported dataset that holds its parquet files, one per split
 
@@ -183,7 +184,10 @@ def _sample(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[st
         limit = EvalSampleLimit(type="turn", limit=trajectory.config.max_steps, reason=trajectory.outcome.reason)
     elif trajectory.outcome.status == "context_limit":
         limit = EvalSampleLimit(type="context", limit=trajectory.config.context_chars, reason=trajectory.outcome.reason)
-    usage = _usage(trajectory.steps)
+    elif trajectory.outcome.status == "no_answer" and (cap := _answer_cut_at(trajectory)) is not None:
+        # the memory reader's answer cut at its cap; an empty answer is no limit (its reason is in the status score)
+        limit = EvalSampleLimit(type="token", limit=cap, reason=trajectory.outcome.reason)
+    usage = _usage(trajectory)
     return EvalSample(
         id=trajectory.question_id or trajectory.episode_id,
         epoch=trajectory.sample + 1,
@@ -282,14 +286,27 @@ def _metadata(trajectory: Trajectory, score: EpisodeScore) -> dict[str, Any]:
         "type": score.type,
         "answerable": score.answerable,
         "evidence": [item.model_dump() for item in trajectory.outcome.evidence],
+        "model_tokens": score.model_tokens,
     }
 
 
-def _usage(steps: list[Step]):
-    """Tokens the model policies reported (prompt and generated); None for policies without a model."""
+def _answer_cut_at(trajectory: Trajectory) -> int | None:
+    """The tokens at which the memory reader's final answer was cut (None: it was not cut)."""
+    for reading in readings(trajectory):
+        if reading.answer is not None and reading.answer.generation.hit_cap:
+            return reading.answer.generation.generated_tokens
+    return None
+
+
+def _usage(trajectory: Trajectory):
+    """Tokens the model policies reported (prompt and generated): each step's generation and the
+    memory reader's update and answer calls; None for policies without a model."""
     from inspect_ai.model import ModelUsage
 
-    generations = [step.generation for step in steps if step.generation is not None]
+    generations = [step.generation for step in trajectory.steps if step.generation is not None]
+    for reading in readings(trajectory):
+        generations += [update.generation for update in reading.updates]
+        generations += [reading.answer.generation] if reading.answer is not None else []
     if not generations:
         return None
     prompt = sum(g.prompt_tokens or g.usage_prompt_tokens or 0 for g in generations)
@@ -382,6 +399,7 @@ def trajectory_features():
             "type": text,
             "answerable": Value("bool"),
             **{name: number for name in SCORES},
+            "model_tokens": Value("int64"),  # evaluation.tokens.model_tokens; None for policies without a model
             "flags": List({"detector": text, "step": integer, "text": text}),
             "trajectory": text,  # the whole record: Trajectory.model_validate_json(row["trajectory"])
         }
@@ -431,6 +449,7 @@ def _row(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[str]]
         "type": score.type,
         "answerable": score.answerable,
         **{name: getattr(score, name) for name in SCORES},
+        "model_tokens": score.model_tokens,
         "flags": [flag.to_json() for flag in score.flags],
         "trajectory": trajectory.model_dump_json(),
     }

@@ -18,14 +18,16 @@ class AbstentionRow(Record):
     step_limit: int = 0
     context_limit: int = 0
     policy_error: int = 0
+    no_answer: int = 0  # the policy's own answer was invalid (the memory reader's: empty, or cut at its cap)
 
-    def no_answer(self) -> int:
-        return self.step_limit + self.context_limit + self.policy_error
+    def undecided(self) -> int:
+        """Episodes that neither answered nor abstained (every column but the first two)."""
+        return self.step_limit + self.context_limit + self.policy_error + self.no_answer
 
 
 class AbstentionTable(Record):
     """Gold (answerable or not) against how the episode ended: answered, abstained, or neither
-    (step limit, context limit, policy error - their own columns)."""
+    (step limit, context limit, policy error, no answer - their own columns)."""
 
     answerable: AbstentionRow = Field(default_factory=AbstentionRow)
     unanswerable: AbstentionRow = Field(default_factory=AbstentionRow)
@@ -118,7 +120,9 @@ class RunMetrics(Record):
     answer_f1: float | None
     answer_f1_ci95: MeanInterval
     exact_match: float | None
-    sub_exact_match: float | None
+    sub_exact_match: float | None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
+    # SubEM (substring, LongBench): evaluation.answers.substring_exact_match; None in runs scored before it
+    sub_exact_match_substring: float | None = None
     evidence_f1: float | None  # QASPER's official rule: empty predicted and gold evidence count 1.0
     evidence_f1_text_only: float | None
     evidence_f1_strict: float | None = None  # ours: an episode that never submitted nor abstained earns 0, not that 1.0
@@ -129,6 +133,12 @@ class RunMetrics(Record):
     status: dict[str, int]
     mean_steps: float | None
     mean_tool_calls: float | None
+    # tokens spent (evaluation.tokens): over the episodes that made a model call; None when none did
+    mean_model_tokens: float | None = None
+    median_model_tokens: float | None = None
+    # the memory reader's document and what its token budget left unread; None for runs without reading records
+    mean_document_tokens: float | None = None
+    mean_unread_tokens: float | None = None
     detector_rates: dict[str, float]
     verdict: Verdict
     api_retries: int = 0
@@ -146,6 +156,9 @@ class RunMetrics(Record):
         "answer_f1",
         "exact_match",
         "sub_exact_match",
+        "sub_exact_match_substring",
+        "mean_model_tokens",
+        "median_model_tokens",
         "evidence_f1",
         "evidence_f1_text_only",
         "evidence_f1_strict",
@@ -153,10 +166,43 @@ class RunMetrics(Record):
         "missed_abstention_rate",
         "mean_steps",
         "mean_tool_calls",
+        "mean_document_tokens",
+        "mean_unread_tokens",
     )
 
+    # Shown only for runs that have them (the memory reader's), not as "-" in every other run.
+    READER_FIGURES: ClassVar[tuple[str, ...]] = ("mean_document_tokens", "mean_unread_tokens")
+
     def headline(self) -> list[tuple[str, float | int | None]]:
-        return [(name, getattr(self, name)) for name in self.HEADLINE]
+        figures = [(name, getattr(self, name)) for name in self.HEADLINE]
+        return [(name, value) for name, value in figures if value is not None or name not in self.READER_FIGURES]
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)
+
+
+# What the summary and the reports call a figure besides its metrics.json key, where the key alone
+# would not say which variant it is.
+FIGURE_LABELS = {
+    "sub_exact_match": "SubEM (whole tokens)",
+    "sub_exact_match_substring": "SubEM (substring, LongBench)",
+    "mean_model_tokens": "model tokens per episode, mean",
+    "median_model_tokens": "model tokens per episode, median",
+    "mean_document_tokens": "memory reader: document tokens, mean",
+    "mean_unread_tokens": "memory reader: tokens left unread, mean",
+}
+
+
+def figure_label(name: str) -> str:
+    """A metrics.json key as the summary and the reports show it: the key, then what it means."""
+    label = FIGURE_LABELS.get(name)
+    return f"{name}: {label}" if label else name
+
+
+def figure_text(name: str, value: float | int | None) -> str:
+    """A figure for people: "-" for none, token counts as whole numbers, rates to three decimals."""
+    if value is None:
+        return "-"
+    if name.endswith("_tokens"):
+        return f"{value:,.0f}"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from corpus.collection import Corpus
 from evaluation.detectors import DETECTORS
-from evaluation.records import ReplayDrift, RunMetrics
+from evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
 from evaluation.report_data import ReportEpisode, report_episodes
 from evaluation.report_plots import bar_chart, count_histogram, f1_histogram
 from evaluation.run_directory import Run
@@ -55,10 +55,9 @@ def run_plots(run: Run) -> list[str]:
 
 
 def metrics_rows(metrics: RunMetrics) -> str:
-    headline = metrics.headline()
+    """The headline figures, each under its metrics.json key and what it means (``records.figure_label``)."""
     return "".join(
-        f"<tr><th>{name}</th><td>{'-' if value is None else f'{value:.3f}' if isinstance(value, float) else value}</td></tr>"
-        for name, value in headline
+        f"<tr><th>{html.escape(figure_label(name))}</th><td>{figure_text(name, value)}</td></tr>" for name, value in metrics.headline()
     )
 
 
@@ -66,7 +65,7 @@ def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
     metrics = run.metrics
     abstention = "".join(
         f"<tr><th>{row}</th><td>{counts.answered}</td><td>{counts.abstained}</td>"
-        f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td></tr>"
+        f"<td>{counts.step_limit}</td><td>{counts.context_limit}</td><td>{counts.policy_error}</td><td>{counts.no_answer}</td></tr>"
         for row, counts in metrics.abstention.rows()
     )
     verdict = metrics.verdict
@@ -173,6 +172,7 @@ blockquote { margin: 4px 0; padding: 4px 8px; border-left: 3px solid #c9d3e3; ba
 EPISODE_JS = """
 function el(tag, text, cls) { const node = document.createElement(tag); if (text !== undefined && text !== null) node.textContent = String(text); if (cls) node.className = cls; return node; }
 function f1Text(episode) { return episode.answer_f1 === undefined ? "-" : episode.answer_f1.toFixed(2); }
+function tokensText(episode) { return episode.model_tokens === undefined ? "-" : episode.model_tokens.toLocaleString("en-US"); }
 function goldBox(episode) {
   const box = el("div", null, "gold"); box.appendChild(el("h3", "Gold answers"));
   if (episode.gold === undefined) { box.appendChild(el("p", "none: a question given as free text, without gold", "muted")); return box; }
@@ -191,9 +191,13 @@ function predictionBox(episode, heading) {
   const box = el("div", null, "prediction"); box.appendChild(el("h3", heading));
   const said = episode.status === "submitted" ? episode.answer ?? "" : episode.status === "abstained" ? "abstained" : "no answer";
   box.appendChild(el("div", said, "answer-text"));
+  const substring = episode.sub_exact_match_substring === undefined ? "" : " | SubEM (substring, LongBench) " + episode.sub_exact_match_substring.toFixed(0);
   const scores = episode.answer_f1 === undefined ? "not scored" :
-    "F1 " + f1Text(episode) + " | exact match " + episode.exact_match.toFixed(0) + " | evidence F1 " + episode.evidence_f1.toFixed(2);
-  box.appendChild(el("div", "status: " + episode.status + " | " + scores + (episode.reason ? " | " + episode.reason : ""), "muted"));
+    "F1 " + f1Text(episode) + " | exact match " + episode.exact_match.toFixed(0) + " | SubEM (whole tokens) " + episode.sub_exact_match.toFixed(0) +
+    substring + " | evidence F1 " + episode.evidence_f1.toFixed(2);
+  const tokens = episode.model_tokens === undefined ? "" : " | model tokens " + tokensText(episode) +
+    (episode.document_tokens === undefined ? "" : " (document " + episode.document_tokens.toLocaleString("en-US") + ", unread " + episode.unread_tokens.toLocaleString("en-US") + ")");
+  box.appendChild(el("div", "status: " + episode.status + " | " + scores + tokens + (episode.reason ? " | " + episode.reason : ""), "muted"));
   box.appendChild(el("div", episode.cited.length ? "cited paragraphs:" : "no paragraph cited", "muted"));
   for (const item of episode.cited) {
     box.appendChild(el("div", item.paper_id + " / " + item.section_name + " (section " + item.section + ", paragraph " + item.paragraph + ")", "muted"));
@@ -254,12 +258,12 @@ HEADER = """<h1>{title}</h1>
 
 MAIN = """<section>
 <h2>Metrics</h2><table id="metrics">{rows}</table>
-<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th></tr>{abstention}</table>
+<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th><th>no answer</th></tr>{abstention}</table>
 {replay}<h2>Plots</h2><div id="plots">{plots}</div>
 <h2>Episodes</h2>
 <label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>
 <span id="count" class="muted"></span>
-<table id="episodes" class="list"><thead><tr><th>episode</th><th>question</th><th>status</th><th>F1</th><th>steps</th><th>flags</th></tr></thead><tbody></tbody></table>
+<table id="episodes" class="list"><thead><tr><th>episode</th><th>question</th><th>status</th><th>F1</th><th>model tokens</th><th>steps</th><th>flags</th></tr></thead><tbody></tbody></table>
 </section>
 <section id="detail"><h2>Episode</h2><p class="muted">Choose an episode on the left.</p></section>"""
 
@@ -281,7 +285,7 @@ function showEpisode(id) {
 const renderList = listPage({
   table: "#episodes", name: "episode", total: DATA.episodes.length, id: e => e.episode_id, show: showEpisode,
   items: () => DATA.episodes.filter(e => !select.value || e.flags.some(f => f.detector === select.value)),
-  cells: e => [el("td", e.episode_id), textCell(e.question), el("td", e.status), el("td", f1Text(e)), el("td", e.steps), flagsCell(e)],
+  cells: e => [el("td", e.episode_id), textCell(e.question), el("td", e.status), el("td", f1Text(e)), el("td", tokensText(e)), el("td", e.steps), flagsCell(e)],
 });
 select.addEventListener("change", renderList);
 """

@@ -33,6 +33,8 @@ class PairedQuestion(BaseModel):
     f1_a: float
     f1_b: float
     change: float  # B - A; 0 for a question whose F1 did not move
+    tokens_a: int | None = None  # model tokens the episode spent (None: no model call)
+    tokens_b: int | None = None
 
 
 def paired_questions(a: Run, b: Run, comparison: RunComparison) -> list[PairedQuestion]:
@@ -49,6 +51,8 @@ def paired_questions(a: Run, b: Run, comparison: RunComparison) -> list[PairedQu
             f1_a=by_a[q].answer_f1,
             f1_b=by_b[q].answer_f1,
             change=by_b[q].answer_f1 - by_a[q].answer_f1,
+            tokens_a=by_a[q].model_tokens,
+            tokens_b=by_b[q].model_tokens,
         )
         for q in moved + same
     ]
@@ -95,6 +99,10 @@ def _number(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
 
+def _tokens(value: float | None, signed: bool = False) -> str:
+    return "-" if value is None else (f"{value:+,.0f}" if signed else f"{value:,.0f}")
+
+
 def _table(table_id: str, header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
@@ -109,6 +117,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
         comparison.answer_f1.paired_difference_ci95,
         comparison.direct_submit_rate,
     )
+    tokens, spent = comparison.model_tokens, comparison.model_tokens.paired_difference_ci95
     figures = _table(
         "figures",
         ["figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A"],
@@ -121,14 +130,28 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
                 f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
             ],
             ["exact match", _number(em.a), _number(em.b), _number(em.difference, signed=True), "-"],
+            *(
+                [label, _number(sub.a), _number(sub.b), _number(sub.difference, signed=True), "-"]
+                for label, sub in (
+                    ("SubEM (whole tokens)", comparison.sub_exact_match),
+                    ("SubEM (substring, LongBench)", comparison.sub_exact_match_substring),
+                )
+            ),
+            [
+                f"model tokens per episode ({tokens.pairs} pairs)",
+                _tokens(tokens.a),
+                _tokens(tokens.b),
+                _tokens(spent.mean, signed=True),
+                f"{spent.low:+,.0f} to {spent.high:+,.0f} (paired bootstrap)" if spent.low is not None else "-",
+            ],
             ["direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-"],
         ],
     )
     abstention = _table(
         "paired-abstention",
-        ["gold \\ decision", "A answered", "A abstained", "B answered", "B abstained"],
+        ["gold \\ decision", "A answered", "A abstained", "A neither", "B answered", "B abstained", "B neither"],
         [
-            [row, str(ca.answered), str(ca.abstained), str(cb.answered), str(cb.abstained)]
+            [row, *(str(count) for counts in (ca, cb) for count in (counts.answered, counts.abstained, counts.undecided()))]
             for (row, ca), (_, cb) in zip(comparison.abstention.a.rows(), comparison.abstention.b.rows())
         ],
     )
@@ -137,7 +160,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
         ["outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both", "two-sided p"],
         [
             [t.outcome, str(t.pairs), str(t.both), str(t.only_a), str(t.only_b), str(t.neither), format_p(t.p_value)]
-            for t in [comparison.mcnemar_exact_match, *comparison.mcnemar_abstention]
+            for t in [comparison.mcnemar_exact_match, *comparison.mcnemar_sub_exact_match, *comparison.mcnemar_abstention]
         ],
     )
     fisher = _table(
@@ -169,7 +192,8 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
     tests = (
         f'<h2>Exact McNemar on the paired questions</h2><p class="muted">The primary tests: only the questions '
         f"where one run said yes and the other no count.</p>{mcnemar}"
-        f"<h2>Abstention on the paired questions</h2>{abstention}"
+        f'<h2>Abstention on the paired questions</h2><p class="muted">Neither: a limit, a policy error or no_answer '
+        f"(scored 0, left out of the abstention tests).</p>{abstention}"
         f'<h2>Fisher exact on the abstention tables</h2><p class="muted">The unpaired design, as preregistered; '
         f"secondary here: it ignores the pairing.</p>{fisher}"
         f"<h2>Questions only one run scored</h2>{unpaired}"
@@ -191,8 +215,18 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
     figures, statistics = statistics_tables(comparison)
     names = [f"{run.directory.name} ({run.manifest.config.policy.name})" for run in (a, b)]
     title = html.escape(f"{names[0]} vs {names[1]}")
+    settings = [setting.describe() for setting in (comparison.setting_a, comparison.setting_b)]
+    differs = (
+        f"The runs differ in {', '.join(comparison.setting_differs)} besides the policy: a paired difference measures that too."
+        if comparison.setting_differs
+        else ""
+    )
     header = HEADER.format(
-        title=title, run_a=html.escape(comparison.run_a), run_b=html.escape(comparison.run_b), summary=html.escape(summary)
+        title=title,
+        run_a=html.escape(f"{comparison.run_a} ({settings[0]})"),
+        run_b=html.escape(f"{comparison.run_b} ({settings[1]})"),
+        summary=html.escape(summary),
+        differs=html.escape(differs),
     )
     main = MAIN.format(
         n=comparison.paired_questions, figures=figures, statistics=statistics, plots="".join(comparison_plots(comparison, pairs))
@@ -208,14 +242,15 @@ def write_comparison_report(a: Run, b: Run, comparison: RunComparison, corpus: C
 
 HEADER = """<h1>{title}</h1>
 <div class="muted">A: {run_a}<br>B: {run_b}</div>
-<div id="summary"><strong>{summary}</strong></div>"""
+<div id="summary"><strong>{summary}</strong></div>
+<div id="setting-differs" class="verdict bad">{differs}</div>"""
 
 MAIN = """<section>
 <h2>Paired figures (n = {n})</h2>{figures}
 <h2>Questions</h2>
 <label><input type="checkbox" id="changed-only" checked> only questions whose answer F1 changed</label>
 <span id="count" class="muted"></span>
-<table id="questions" class="list"><thead><tr><th>question</th><th>A</th><th>B</th><th>F1 A</th><th>F1 B</th><th>B - A</th></tr></thead><tbody></tbody></table>
+<table id="questions" class="list"><thead><tr><th>question</th><th>A</th><th>B</th><th>F1 A</th><th>F1 B</th><th>tokens A</th><th>tokens B</th><th>B - A</th></tr></thead><tbody></tbody></table>
 <h2>Plots</h2><div id="plots">{plots}</div>
 {statistics}
 </section>
@@ -223,6 +258,7 @@ MAIN = """<section>
 
 SCRIPT = """const changedOnly = document.getElementById("changed-only");
 function said(episode) { return episode.status === "submitted" ? episode.answer ?? "" : episode.status; }
+function tokens(count) { return count === null ? "-" : count.toLocaleString("en-US"); }
 function signed(value) { return (value > 0 ? "+" : "") + value.toFixed(2); }
 function showQuestion(id) {
   const pair = DATA.pairs.find(p => p.question_id === id);
@@ -239,7 +275,7 @@ const renderList = listPage({
   table: "#questions", name: "question", total: DATA.pairs.length, id: p => p.question_id, show: showQuestion,
   items: () => DATA.pairs.filter(p => !changedOnly.checked || p.change !== 0),
   cells: p => [textCell(p.question), textCell(said(DATA.a[p.episode_a])), textCell(said(DATA.b[p.episode_b])),
-               el("td", p.f1_a.toFixed(2)), el("td", p.f1_b.toFixed(2)),
+               el("td", p.f1_a.toFixed(2)), el("td", p.f1_b.toFixed(2)), el("td", tokens(p.tokens_a)), el("td", tokens(p.tokens_b)),
                el("td", signed(p.change), p.change > 0 ? "up" : p.change < 0 ? "down" : "")],
 });
 changedOnly.addEventListener("change", renderList);

@@ -165,7 +165,7 @@ def run_eval(
     resume command that errors quote."""
     reporter = reporter if reporter is not None else LogReporter()
     run = _Run(out, corpus, resume, retry_errors, replay_other_corpus, questions_file, reporter)
-    if config.policy.name != "openai" or config.policy.adapter is None or config.policy.api == "chat":
+    if config.policy.serving != "openai" or config.policy.adapter is None or config.policy.api == "chat":
         return run.start(config)  # make_policy refuses what does not fit
     from agent.policies.adapters import ServerAdapters, checked_adapter, planned_adapter, run_id
 
@@ -207,7 +207,7 @@ class _Run:
         if prereg is not None:
             prereg = self._checked_preregistration(prereg, config, questions, policy)
         recorded = {**config.model_dump(mode="json"), "questions": len(questions), "selected_questions_sha256": questions_sha256(questions)}
-        hashes = corpus_hashes(self.corpus).model_dump()
+        hashes = corpus_hashes(self.corpus, policy).model_dump()
         if self.resume:
             check_resumable(out, recorded, hashes)
         units = [(q, sample) for q in questions for sample in range(config.samples)]
@@ -245,10 +245,10 @@ class _Run:
         return self._scored(out, config, questions, index, prereg)
 
     def _policy(self, config: EvalConfig) -> Policy:
-        if config.policy.name == "hf" and (config.workers > 1 or config.concurrency > 1):
+        if config.policy.serving == "hf" and (config.workers > 1 or config.concurrency > 1):
             raise EvaluationError(
-                "--policy hf runs one episode at a time (one model in memory); for parallel episodes serve "
-                "the model and use --policy openai"
+                f"--policy {config.policy.name} with its model in this process (hf) runs one episode at a time; "
+                "for parallel episodes serve the model and use openai"
             )
         policy = make_policy(config.policy, config.episode.max_steps)
         if config.samples > 1 and config.policy.temperature == 0:  # allowed: it measures how deterministic a policy is

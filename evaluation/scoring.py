@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from statistics import fmean
+from statistics import fmean, median
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 
@@ -17,15 +17,18 @@ from evaluation.answers import (
     exact_match,
     normalize_answer,
     sub_exact_match,
+    substring_exact_match,
 )
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
 from evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
 from evaluation.stats import bootstrap_mean_ci
+from evaluation.tokens import model_tokens, readings
 
 
 def prediction(trajectory: Trajectory) -> str:
     """What the episode answered: the submitted answer, "Unanswerable" for an abstention, and ""
-    (which scores zero against every reference) when it ended without either."""
+    (which scores zero against every reference) when it ended without either - a limit, a policy
+    error, or no_answer (the policy's own answer was invalid: empty, or cut at its cap)."""
     outcome = trajectory.outcome
     if outcome.status == "submitted":
         return outcome.answer or ""
@@ -58,11 +61,15 @@ class EpisodeScore(BaseModel):
     answerable: bool | None = None
     answer_f1: float | None = None
     exact_match: float | None = None
-    sub_exact_match: float | None = None
+    sub_exact_match: float | None = None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
+    sub_exact_match_substring: float | None = None  # SubEM (substring, LongBench): substring_exact_match
     evidence_f1: float | None = None
     evidence_f1_text_only: float | None = None
     evidence_f1_strict: float | None = None  # 0 for an episode that ended without submitting or abstaining
     abstained: bool | None = None
+    model_tokens: int | None = None  # evaluation.tokens.model_tokens: None when the episode made no model call
+    document_tokens: int | None = None  # the memory reader's document (None for other policies)
+    unread_tokens: int | None = None  # of it, what its token budget left unread
 
     @property
     def scored(self) -> bool:
@@ -85,6 +92,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
             "answer_f1": f1,
             "exact_match": best_over_references(exact_match, predicted, question),
             "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
+            "sub_exact_match_substring": best_over_references(substring_exact_match, predicted, question),
             "evidence_f1": evidence_f1,
             "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
             "evidence_f1_strict": evidence_f1 if trajectory.outcome.status in ENDED_BY_POLICY else 0.0,
@@ -101,8 +109,18 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
         tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
         tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
         flags=detect(trajectory, question),
+        model_tokens=model_tokens(trajectory),
+        **_reading_tokens(trajectory),
         **gold,
     )
+
+
+def _reading_tokens(trajectory: Trajectory) -> dict[str, int]:
+    """The memory reader's document and unread tokens (nothing for an episode without a reading record)."""
+    read = readings(trajectory)
+    if not read:
+        return {}
+    return {"document_tokens": sum(r.document_tokens for r in read), "unread_tokens": sum(r.unread_tokens for r in read)}
 
 
 ENDED_BY_POLICY = ("submitted", "abstained")
@@ -115,7 +133,7 @@ def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
         if not score.scored:
             continue
         row = table.answerable if score.answerable else table.unanswerable
-        column = {"submitted": "answered", "abstained": "abstained"}.get(score.status, score.status)
+        column = {"submitted": "answered", "abstained": "abstained"}.get(score.status, score.status)  # else its own column
         setattr(row, column, getattr(row, column) + 1)
     return table
 
@@ -142,9 +160,10 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
 
     def rate(row: str, column: str) -> float | None:
         counts = getattr(table, row)
-        total = counts.answered + counts.abstained + counts.no_answer()
+        total = counts.answered + counts.abstained + counts.undecided()
         return getattr(counts, column) / total if total else None
 
+    substring = [s.sub_exact_match_substring for s in scored]
     rates = detector_rates([s.flags for s in scores])
     return RunMetrics.model_validate(
         {
@@ -154,6 +173,8 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
             "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
             "exact_match": mean([s.exact_match for s in scored]),
             "sub_exact_match": mean([s.sub_exact_match for s in scored]),
+            # None when an episode was scored before the metric existed (scores.jsonl of an older run)
+            "sub_exact_match_substring": None if any(v is None for v in substring) else mean(substring),
             "evidence_f1": mean([s.evidence_f1 for s in scored]),
             "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
             "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
@@ -164,11 +185,26 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
             "status": dict(sorted(Counter(s.status for s in scores).items())),
             "mean_steps": fmean(s.steps for s in scores) if scores else None,
             "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
+            **token_metrics(scores),
             "detector_rates": rates,
             "verdict": verdict(rates, collapse_threshold),
             "sampling": sample_metrics(scores),
         }
     )
+
+
+def token_metrics(scores: list[EpisodeScore]) -> dict[str, float | None]:
+    """Tokens spent over the episodes that made a model call (all episodes, scored or not), and the
+    memory reader's document and unread tokens over the episodes that recorded them."""
+    spent = [s.model_tokens for s in scores if s.model_tokens is not None]
+    documents = [s.document_tokens for s in scores if s.document_tokens is not None]
+    unread = [s.unread_tokens for s in scores if s.unread_tokens is not None]
+    return {
+        "mean_model_tokens": fmean(spent) if spent else None,
+        "median_model_tokens": float(median(spent)) if spent else None,
+        "mean_document_tokens": fmean(documents) if documents else None,
+        "mean_unread_tokens": fmean(unread) if unread else None,
+    }
 
 
 def pass_at_k(n: int, correct: int, k: int) -> float:

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from agent.terminal_text import untrusted
-from evaluation.records import ReplayDrift, RunMetrics
+from evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
 
 
 def _shown(value) -> str:
@@ -20,7 +20,8 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-NO_ANSWER = ("step_limit", "context_limit", "policy_error")
+# The abstention table's columns for episodes that neither answered nor abstained (AbstentionRow's).
+NO_ANSWER = ("step_limit", "context_limit", "policy_error", "no_answer")
 
 
 def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
@@ -28,10 +29,10 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     headline = metrics.headline()
     ci = metrics.answer_f1_ci95
     for name, value in headline:
-        shown = _shown(value)
+        shown = figure_text(name, value)
         if name == "answer_f1" and ci.low is not None:
             shown += f"  (95% CI {ci.low:.3f}-{ci.high:.3f})"
-        table.add_row(name, shown)
+        table.add_row(figure_label(name), shown)
     for kind, value in metrics.answer_f1_by_type.items():
         table.add_row(f"answer_f1 ({kind})", _shown(value))
     for name, value in metrics.retrieval.items():
@@ -42,11 +43,17 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     for row, counts in metrics.abstention.rows():
         abstention.add_row(row, str(counts.answered), str(counts.abstained), *(str(getattr(counts, n)) for n in NO_ANSWER))
     console.print(abstention)
-    unanswered = sum(counts.no_answer() for _, counts in metrics.abstention.rows())
+    unanswered = sum(counts.undecided() for _, counts in metrics.abstention.rows())
     if unanswered:
         console.print(
             f"[yellow]{unanswered} episodes ended without answering or abstaining (flagged no_answer): "
-            "counted in neither column of the abstention tests[/yellow]"
+            "counted in neither column of the abstention tests; their answer metrics are 0[/yellow]"
+        )
+    invalid = sum(counts.no_answer for _, counts in metrics.abstention.rows())
+    if invalid:
+        console.print(
+            f"[yellow]{invalid} episodes ended in no_answer (the policy's own answer was empty or cut at its cap; "
+            f"flagged invalid_answer): scored 0 and kept in the denominator[/yellow]"
         )
     if metrics.evidence_f1_strict is not None and metrics.evidence_f1 is not None and metrics.evidence_f1_strict != metrics.evidence_f1:
         console.print(

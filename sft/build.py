@@ -62,6 +62,7 @@ def build_dataset(
     found = [t for path in sources for t in read_trajectories(path)]
     if not found:
         raise TrainingError("the trajectory files hold no episodes")
+    refuse_memory_reader(found)
     parity = parity_report(found, renderer, allow_parity_mismatch)
     return _build(config, found, sources, out, tokenizer, renderer, corpus, parity)
 
@@ -115,6 +116,19 @@ def _build(
     )
     write(built, out, report)
     return report
+
+
+def refuse_memory_reader(trajectories: list[Trajectory]) -> None:
+    """The memory reader's actions are fixed code and its model's work is memory updates, which
+    these examples (a code agent's turns) cannot hold: training on them would teach the reader's
+    plan as if a model had written it."""
+    readers = [t for t in trajectories if t.policy.name == "memory-reader"]
+    if readers:
+        raise TrainingError(
+            f"{len(readers)} of {len(trajectories)} episodes are the memory reader's (first {readers[0].episode_id}): "
+            "sft build trains a code agent on the actions its model wrote, and the reader's actions are fixed code; "
+            "build from code-agent runs"
+        )
 
 
 def parity_report(trajectories: list[Trajectory], renderer, allow_mismatch: bool) -> ParityReport:

@@ -8,7 +8,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-Status = Literal["submitted", "abstained", "step_limit", "context_limit", "policy_error"]
+# no_answer: the policy ended without a valid answer of its own (the memory reader's final answer empty
+# or cut at its cap): scored zero, kept in the denominator
+Status = Literal["submitted", "abstained", "step_limit", "context_limit", "policy_error", "no_answer"]
 
 
 class Record(BaseModel):

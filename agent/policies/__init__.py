@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from agent.config import POLICY_NAMES, PolicyConfig
+from agent.config import POLICY_NAMES, READER_FIELDS, PolicyConfig
 from agent.errors import AgentError
-from agent.policies.base import ContextExceeded, EpisodeStart, Policy, PolicyError, Reply, Sampling
+from agent.policies.base import ContextExceeded, EpisodeStart, NoAnswer, Policy, PolicyError, Reply, Sampling
 from agent.policies.baselines import DirectSubmit, ReadAll, SingleShotRag
 from agent.policies.replay import Replay
 from agent.policies.scripted import Scripted
@@ -30,22 +30,46 @@ def require_llm_extra() -> None:
 def make_policy(config: PolicyConfig, max_steps: int = 10) -> Policy:
     """The policy ``config`` names; missing or stray settings are one clear line."""
     name = config.name
+    if name == "memory-reader":
+        return _memory_reader(config, max_steps)
+    # a manifest records every field, so a setting counts as given where it is not the default
+    stray = [field for field in READER_FIELDS if getattr(config, field) != PolicyConfig.model_fields[field].default]
+    if stray:
+        raise AgentError(f"--{stray[0].replace('_', '-')} is for --policy memory-reader, not {name!r}")
     if config.replay is not None and name != "replay":
         raise AgentError(f"--replay is only for --policy replay, not {name!r}")
     if name not in MODEL_POLICIES and (config.model or config.adapter or config.base_url):
-        raise AgentError(f"--model, --adapter and --base-url are for --policy hf or openai, not {name!r}")
-    if config.served_adapter is not None and (name != "openai" or config.adapter is None):
+        raise AgentError(f"--model, --adapter and --base-url are for --policy hf, openai or memory-reader, not {name!r}")
+    if config.served_adapter is not None and (config.serving != "openai" or config.adapter is None):
         raise AgentError("policy.served_adapter is set by explorer eval from --adapter with --policy openai; remove it from the config")
     if config.thinking and name not in MODEL_POLICIES:
         raise AgentError(f"--thinking is for --policy hf or openai, not {name!r}")
     if (config.temperature, config.top_p, config.top_k) != (0.0, 1.0, 0) and name not in MODEL_POLICIES:
-        raise AgentError(f"--temperature, --top-p and --top-k are for --policy hf or openai; {name!r} is deterministic")
+        raise AgentError(f"--temperature, --top-p and --top-k are for --policy hf, openai or memory-reader; {name!r} is deterministic")
     policy = _make(config, max_steps)
     if name not in MODEL_POLICIES and config.tokenizer is not None:
         from agent.renderer import ChatRenderer
 
         policy.renderer = ChatRenderer.from_directory(config.tokenizer)  # records the prompts it would have served
     return policy
+
+
+def _memory_reader(config: PolicyConfig, max_steps: int) -> Policy:
+    """The memory reader around its backend, the hf or openai policy its settings describe."""
+    if config.backend is None:
+        raise AgentError("--policy memory-reader needs --backend: hf (with --model) or openai (with --base-url, --model and --tokenizer)")
+    if config.replay is not None:
+        raise AgentError("--replay is only for --policy replay, not 'memory-reader'")
+    if config.thinking:
+        raise AgentError("--thinking is not for --policy memory-reader: it writes memories and an answer, not actions")
+    if config.api == "chat":
+        raise AgentError("--api chat is not for --policy memory-reader: its prompts are token ids (use the completions API)")
+    if config.served_adapter is not None and (config.backend != "openai" or config.adapter is None):
+        raise AgentError("policy.served_adapter is set by explorer eval from --adapter with --backend openai; remove it from the config")
+    from agent.memory_reader.policy import MemoryReader, Recipe
+
+    backend = _make(config.model_copy(update={"name": config.backend}), max_steps)
+    return MemoryReader(backend, recipe=Recipe.of(config))
 
 
 def _make(config: PolicyConfig, max_steps: int) -> Policy:
@@ -129,6 +153,7 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
 __all__ = [
     "ContextExceeded",
     "EpisodeStart",
+    "NoAnswer",
     "POLICY_NAMES",
     "Policy",
     "PolicyConfig",

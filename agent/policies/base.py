@@ -23,6 +23,7 @@ class EpisodeStart:
     question: str
     question_id: str | None = None
     sample: int = 0  # which of a question's K attempts (explorer eval --samples K)
+    paper_id: str | None = None  # the question's own paper (the memory reader's oracle scope); None for free text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +77,11 @@ class ContextExceeded(Exception):
     """The conversation no longer fits the policy's context; the episode ends with status context_limit."""
 
 
+class NoAnswer(Exception):
+    """The policy ended without a valid answer of its own (the memory reader's final answer was empty
+    or cut at its cap); the episode ends with status no_answer: scored zero, kept in the denominator."""
+
+
 class Policy(ABC):
     """Deterministic given the seed passed to ``start``. Language-model policies implement the same two methods."""
 
@@ -104,6 +110,18 @@ class Policy(ABC):
 
     @abstractmethod
     def act(self, messages: list[dict[str, str]]) -> Reply: ...
+
+    def complete(self, prompt: list[int], *, max_new_tokens: int) -> Reply:
+        """One completion of ``prompt`` (token ids) by the model: for a policy that builds its own
+        prompts around a model policy (the memory reader). Only the model policies have one."""
+        raise NotImplementedError(f"the {self.name} policy has no model to complete a prompt")
+
+    def prompt_template_sha256(self) -> str:
+        """The digest of everything fixed that shapes this policy's prompts (``Hashes``): the code
+        agent's template and tool page, unless the policy builds other prompts."""
+        from agent.prompt import prompt_template_sha256
+
+        return prompt_template_sha256()
 
     def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
         """Called once the episode has ended, with the whole conversation (the last observation

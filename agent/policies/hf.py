@@ -158,13 +158,21 @@ class HFPolicy(Policy):
         self._reset()
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
+        prompt = self.renderer.prompt(messages, thinking=self.thinking)
+        return self._reply(prompt, self.max_new_tokens, thinking=self.thinking)
+
+    def complete(self, prompt: list[int], *, max_new_tokens: int) -> Reply:
+        """One completion of ``prompt`` (ids, non-thinking) of at most ``max_new_tokens``: the memory
+        reader's call (``agent.memory_reader``), with the cache and records of an action."""
+        return self._reply(prompt, max_new_tokens, thinking=False)
+
+    def _reply(self, prompt: list[int], max_new_tokens: int, *, thinking: bool) -> Reply:
         import torch
 
-        prompt = self.renderer.prompt(messages, thinking=self.thinking)
-        budget = self.thinking_budget if self.thinking else 0
-        if len(prompt) + budget + self.max_new_tokens > self.max_context:
+        budget = self.thinking_budget if thinking else 0
+        if len(prompt) + budget + max_new_tokens > self.max_context:
             raise ContextExceeded(
-                f"a prompt of {len(prompt)} tokens plus {budget + self.max_new_tokens} new ones exceeds the context of {self.max_context}"
+                f"a prompt of {len(prompt)} tokens plus {budget + max_new_tokens} new ones exceeds the context of {self.max_context}"
             )
         if not self.reuse_cache:
             self._reset()
@@ -176,11 +184,11 @@ class HFPolicy(Policy):
         with torch.inference_mode():
             logits = self._forward(prompt[keep:])
             prefill_seconds = time.perf_counter() - started
-            generated, thinking = self._generate(logits)
+            generated, thought = self._generate(logits, max_new_tokens, thinking=thinking)
         hit_cap = not generated or generated[-1] not in self.stop_ids
         self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
         text = self.renderer.decode(generated if hit_cap else generated[:-1])
-        reasoning, action, closed = split_thinking(text) if self.thinking else (None, text, True)
+        reasoning, action, closed = split_thinking(text) if thinking else (None, text, True)
         unclosed = not closed and not hit_cap  # it ended its turn without </think>: the whole text is the action (agent.renderer)
         generation = Generation(
             prompt_tokens=len(prompt),
@@ -192,18 +200,18 @@ class HFPolicy(Policy):
             prefill_seconds=prefill_seconds,
             decode_seconds=time.perf_counter() - started - prefill_seconds,
             thinking_unclosed=True if unclosed else None,
-            **thinking,
+            **thought,
         )
-        if not self.thinking or unclosed:
+        if not thinking or unclosed:
             return Reply(text, generation=generation, prompt_ids=prompt)
         return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
 
-    def _generate(self, logits) -> tuple[list[int], dict]:
+    def _generate(self, logits, max_new_tokens: int, *, thinking: bool) -> tuple[list[int], dict]:
         """Tokens up to a stop token (``_choose``). In thinking mode the think block gets its own
         budget: a model still thinking when it is spent has ``</think>\\n\\n`` written for it
         (recorded) and then writes its action with the usual ``max_new_tokens``."""
         generated: list[int] = []
-        thinking = self.thinking
+        thinks = thinking
         thinking_tokens, budget_hit, action_tokens = 0, False, 0
         while True:
             next_id = self._choose(logits[0, -1])
@@ -220,10 +228,10 @@ class HFPolicy(Policy):
                 thinking_tokens += 1
             else:
                 action_tokens += 1
-            if next_id in self.stop_ids or action_tokens >= self.max_new_tokens:
+            if next_id in self.stop_ids or action_tokens >= max_new_tokens:
                 break
             logits = self._forward([next_id])
-        return generated, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if self.thinking else {}
+        return generated, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if thinks else {}
 
     def _choose(self, logits) -> int:
         """The next token: the likeliest, or a draw from the tempered, top-k and top-p cut

@@ -291,7 +291,14 @@ class OpenAIPolicy(Policy):
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
         prompt = self.renderer.prompt(messages, thinking=self.thinking)
-        cap = self.max_new_tokens + (self.thinking_budget if self.thinking else 0)
+        return self._request(prompt, self.max_new_tokens + (self.thinking_budget if self.thinking else 0), thinking=self.thinking)
+
+    def complete(self, prompt: list[int], *, max_new_tokens: int) -> Reply:
+        """One completion of ``prompt`` (ids, non-thinking) of at most ``max_new_tokens``: the memory
+        reader's call (``agent.memory_reader``), through the same request, checks and records as an action."""
+        return self._request(prompt, max_new_tokens, thinking=False)
+
+    def _request(self, prompt: list[int], cap: int, *, thinking: bool) -> Reply:
         room = self.max_context - len(prompt)
         if room < 1:
             raise ContextExceeded(f"a prompt of {len(prompt)} tokens leaves no room for new ones in the context of {self.max_context}")
@@ -310,7 +317,7 @@ class OpenAIPolicy(Policy):
             body["top_p"] = self.sampling.top_p
             if self.sampling.top_k:
                 body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; OpenAI's API has none
-        if self.thinking:
+        if thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
         started = time.perf_counter()
         answer = self._post(body)
@@ -327,7 +334,7 @@ class OpenAIPolicy(Policy):
         text = text.removesuffix(IM_END)
         reasoning: str | None = None
         thought: dict[str, Any] = {}
-        if self.thinking:
+        if thinking:
             reasoning, text, thought = self._thinking(text, finish)
         generation = Generation(
             prompt_tokens=len(prompt),

@@ -128,7 +128,7 @@ def test_tiny_model_and_hf_run_through_the_cli(tmp_path):
     [
         (["--policy", "hf"], "needs --model"),
         (["--policy", "hf", "--model", "./no/such/dir"], "no such model directory"),
-        (["--policy", "scripted", "--model", "x"], "are for --policy hf or openai"),
+        (["--policy", "scripted", "--model", "x"], "are for --policy hf, openai or memory-reader"),
         (["--policy", "openai", "--model", "m"], "needs --base-url"),
     ],
 )

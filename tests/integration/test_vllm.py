@@ -234,3 +234,27 @@ def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finish
     assert resumed.returncode == 0, resumed.stderr
     finished = trajectories(run)
     assert len(finished) == 8 and all(t["outcome"]["status"] != "policy_error" for t in finished), [t["outcome"] for t in finished]
+
+
+def test_the_memory_reader_sends_the_server_the_ids_check_parity_rebuilds(vllm_server, tmp_path):
+    run = tmp_path / "reader"
+    done = run_cli(
+        "eval", "--policy", "memory-reader", "--backend", "openai", "--base-url", vllm_server.url, "--model", vllm_server.model,
+        "--tokenizer", str(vllm_server.model_dir), "--scope", "paper", "--page-tokens", "256", "--memory-tokens", "16",
+        "--answer-tokens", "8", "--limit", "1", "--out", str(run),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (trajectory,) = trajectories(run)
+    assert trajectory["outcome"]["status"] in ("submitted", "no_answer"), trajectory["outcome"]
+    reading = trajectory["steps"][-1]["policy_info"]["reading"]
+    calls = [*reading["updates"], reading["answer"]]
+    assert len(reading["updates"]) == reading["pages"] > 1
+    for call in calls:
+        served, generation = call["served"], call["generation"]
+        # vLLM returned the ids it received: their digest is ours, counted as ours.
+        assert served["server_sha256"] == served["sha256"] and generation["server_prompt_tokens"] == served["tokens"], call
+        assert 1 <= generation["generated_tokens"] <= 16 and generation["api_retries"] == 0, generation
+    assert all(update["memory_tokens_out"] <= 16 for update in reading["updates"])
+    parity = run_cli("check-parity", "--trajectories", str(run / "trajectories.jsonl"), "--tokenizer", str(vllm_server.model_dir))
+    assert parity.returncode == 0, parity.stdout + parity.stderr
+    assert f"{len(calls)} memory-reader prompts rebuilt and matched" in parity.stdout, parity.stdout
