@@ -108,9 +108,11 @@ class PolicyConfig(Config):
         description="memory-reader: what it reads: search:K (the top K papers a BM25 search for the "
         "question finds) or paper (the question's own paper: an oracle, reported as such).",
     )
-    page_tokens: int = Field(5000, ge=16, description="memory-reader: tokens of document text per page.")
-    memory_tokens: int = Field(1024, ge=1, description="memory-reader: tokens a memory update may write (the memory's cap).")
-    answer_tokens: int = Field(256, ge=1, description="memory-reader: tokens the final answer may take (cut: no answer, scored 0).")
+    page_tokens: int = Field(5000, ge=16, le=1_000_000, description="memory-reader: tokens of document text per page.")
+    memory_tokens: int = Field(1024, ge=1, le=1_000_000, description="memory-reader: tokens a memory update may write (the memory's cap).")
+    answer_tokens: int = Field(
+        256, ge=1, le=1_000_000, description="memory-reader: tokens the final answer may take (cut: no answer, scored 0)."
+    )
     passes: int = Field(
         1, ge=1, le=2, description="memory-reader: 1 reads once (ReadAll); 2 reads again from the first memory (ReadTwice)."
     )
@@ -122,6 +124,7 @@ class PolicyConfig(Config):
     token_budget: int | None = Field(
         None,
         ge=1,
+        le=10**12,
         description="memory-reader: model tokens (prompts and outputs, every call) an episode may spend; pages past it are left unread, counted.",
     )
     preset: Literal["memagent-readall", "memagent-readtwice"] | None = Field(
@@ -148,6 +151,13 @@ class PolicyConfig(Config):
     def _scope(cls, scope: str) -> str:
         parse_scope(scope)
         return scope
+
+    @field_validator("keep_sentinel")
+    @classmethod
+    def _sentinel(cls, sentinel: str) -> str:
+        if sentinel != sentinel.strip() or "\n" in sentinel:
+            raise ValueError(f"{sentinel!r}: write the keep sentinel without spaces around it and on one line (empty: none)")
+        return sentinel
 
     @property
     def serving(self) -> str:
@@ -177,8 +187,8 @@ def parse_scope(scope: str) -> int | None:
     if scope == "paper":
         return None
     kind, _, count = scope.partition(":")
-    if kind == "search" and count.isdigit() and 1 <= int(count) <= MAX_SCOPE_PAPERS:
-        return int(count)
+    if kind == "search" and count.isascii() and count.isdigit() and not count.startswith("0") and int(count) <= MAX_SCOPE_PAPERS:
+        return int(count)  # written one way only (no "03", no other scripts' digits), as the manifest records it
     raise ValueError(f"scope {scope!r}: write search:K (K from 1 to {MAX_SCOPE_PAPERS}) or paper")
 
 

@@ -1,4 +1,5 @@
-"""The episode loop: question -> policy -> action -> sandbox -> observation ... -> outcome."""
+"""The episode loop: question -> policy -> action -> sandbox -> observation ... -> outcome, then the
+option probes the config asks for (``agent.probes``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pydantic_core import PydanticSerializationError
 from agent.actions import extract_code
 from agent.environment import versions
 from agent.policies.base import ContextExceeded, EpisodeStart, NoAnswer, Policy, PolicyError
+from agent.probes import after_episode, check_probes
 from agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
 from agent.served import reply_sha256, served_record
 from agent.trajectory import (
@@ -80,6 +82,8 @@ def run_episode(
     last_prompt: list[int] | None = None
     seed = episode_seed(config.seed, question_id or question, sample)
     failed_retries = 0
+    if config.probes:
+        check_probes(config.probes, policy)  # AgentError: the run cannot ask what it asks (eval checks it before anything is written)
     try:
         policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample, paper_id=paper_id))
     except PolicyError as error:
@@ -139,6 +143,8 @@ def run_episode(
         if final:
             earlier = steps[-1].policy_info.model_dump(exclude_none=True) if steps[-1].policy_info else {}
             steps[-1].policy_info = StepPolicyInfo.model_validate({**earlier, **final})
+    # after finish: the whole conversation, the last observation included; each failure is a result's not_measured
+    probes = after_episode(policy, messages, config.probes, submitted=outcome.status == "submitted") if config.probes else []
     return Trajectory(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id,
@@ -152,6 +158,7 @@ def run_episode(
         sample=sample,
         episode_seed=seed,
         failed_request_retries=failed_retries,
+        probes=probes,
         hashes=hashes,
         isolation=sandbox.isolation,
         versions=versions(),

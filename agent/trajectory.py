@@ -9,10 +9,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-# 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
+# 6: option probes (Trajectory.probes); 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 class Record(BaseModel):
@@ -101,6 +101,7 @@ class MemoryUpdate(Sparse):
     hit_cap: bool  # the update was cut at the memory cap (the memory is what was written up to it)
     kept: bool  # the model answered the keep sentinel: the memory is unchanged
     memory: str | None = None  # the memory after this update, as the next prompt holds it (None: none yet, kept)
+    written: str | None = None  # what the model wrote, where it is not the memory: the sentinel, or a text cut to the cap
     served: Served  # the prompt, as ids' digest; reply_sha256 digests the update's text
     generation: Generation
 
@@ -145,6 +146,26 @@ class StepPolicyInfo(Sparse):
     reading: Reading | None = None  # the memory reader: its pages, memory updates and answer
 
 
+class ProbeResult(Sparse):
+    """One option probe (``agent.probes``): a closed question appended to the conversation, and the
+    probability of each option read from the next-token distribution, in one forward pass."""
+
+    probe: str  # its name in the probes file: "answerable" (can the papers answer it?), "correct" (is the answer right?)
+    at_step: int | None = None  # the steps the conversation held; None: at the episode's end
+    options: list[str]  # the options, as the probes file names them ("yes", "no")
+    option_ids: list[int]  # each option's single token
+    logprobs: list[float | None] | None = None  # each option token's log-probability, unnormalised (None: not returned)
+    probabilities: list[float] | None = None  # renormalised over the options; None when not measured
+    mass: float | None = None  # the options' total probability before renormalising
+    source: str | None = None  # "hf" (one forward pass), "server" (the top log-probabilities), "server+fallback"
+    fallback_options: list[str] | None = None  # options outside the server's top-k, read by a second request
+    cached_tokens: int | None = None  # hf: prompt tokens the episode's KV cache already held
+    prompt_tokens: int  # the probe's whole prompt: the conversation, the probe turn, the generation prompt
+    prompt_sha256: str  # agent.served.ids_sha256 of that prompt
+    probes_sha256: str  # the probes file's
+    not_measured: str | None = None  # why there are no probabilities (over the context: recorded, never truncated)
+
+
 class Timings(Record):
     policy_seconds: float = 0.0
     sandbox_seconds: float = 0.0
@@ -185,6 +206,20 @@ class EpisodeBudgets(Record):
     observation_chars: int = Field(4_000, ge=200, description="An observation longer than this is cut, and says so.")
     context_chars: int = Field(100_000, ge=1_000, description="A conversation longer than this ends with context_limit.")
     seed: int = Field(0, description="Seed passed to the policy (every built-in policy is deterministic given it).")
+    # Names are checked against agent/prompts/probes.toml when a run starts (agent.probes.check_probes), not
+    # here: a trajectory must still load after the probes file changes.
+    probes: list[str] = Field(
+        default_factory=list,
+        description="Option probes asked after the episode (agent/prompts/probes.toml: answerable, correct); hf and openai policies.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_no_probes(self, handler):
+        """No probes asked: no key, so the configs of runs recorded before probes existed are written back the same."""
+        data = handler(self)
+        if isinstance(data, dict) and not data.get("probes", True):
+            del data["probes"]
+        return data
 
 
 class EpisodeConfig(SandboxSettings, EpisodeBudgets):
@@ -205,7 +240,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4, 5] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5, 6] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -218,6 +253,7 @@ class Trajectory(Record):
     sample: int = 0  # which of the question's attempts (explorer eval --samples K)
     episode_seed: int | None = None  # the seed the policy got (None in files written before it was recorded)
     failed_request_retries: int = 0  # policy_error: the failed request's retries (a step's own are in its generation)
+    probes: list[ProbeResult] = Field(default_factory=list)  # option probes (agent.probes), when the run asked for them
     hashes: Hashes
     # Which sandbox layers held, as the host verified them: "seccomp[+netns][+uid-drop]" or
     # "language-only" (tools.sandbox); None only in schema-version-1 files, which did not record it.
@@ -271,6 +307,7 @@ __all__ = [
     "MemoryUpdate",
     "Outcome",
     "PolicyInfo",
+    "ProbeResult",
     "Reading",
     "Status",
     "Step",

@@ -49,6 +49,7 @@ FLAG_NAMES: dict[str, tuple[str, ...]] = {
     "policy.model": ("--model", "-m"),
     "workers": ("--workers", "-w"),
     "model": ("--model", "-m"),  # explorer train's base model
+    "episode.probes": ("--probe",),  # repeated: one probe a flag
 }
 
 # Fields without a flag, and why (dotted field -> reason).
@@ -155,7 +156,7 @@ class Flag:
     @property
     def help(self) -> str:
         """The field's description, then its default and its bounds, as typer shows its own."""
-        facts = [f"default: {shown(self.default)}"] if self.default is not None else []
+        facts = [f"default: {shown(self.default)}"] if self.default not in (None, []) else []
         if self.bounds:
             facts.append(bounds_text(self.bounds))
         if self.kind == list[str]:

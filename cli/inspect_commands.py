@@ -207,7 +207,8 @@ def compare_command(
 
 
 def _compare_tables(result: RunComparison) -> list[Table | str]:
-    """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves."""
+    """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves, calibration."""
+    from evaluation.report import CALIBRATION_HEADER, calibration_rows
     from evaluation.stats import format_p
 
     def number(value: float | None, signed: bool = False) -> str:
@@ -307,7 +308,12 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         moves = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
         for row in result.largest_differences:
             moves.add_row(untrusted(row.question[:50]), untrusted(row.a[:30]), untrusted(row.b[:30]), f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
-    return [figures, abstention, mcnemar, fisher, rest, moves]
+    calibration: list[Table] = []
+    if result.calibration is not None:  # each run's figures per probe, on the paired questions
+        calibration = [Table(*CALIBRATION_HEADER, title="calibration of the option probes on the paired questions (95% CI)")]
+        for row in calibration_rows(result.calibration.a, "A") + calibration_rows(result.calibration.b, "B"):
+            calibration[0].add_row(*(untrusted(cell) for cell in row))
+    return [figures, abstention, mcnemar, fisher, rest, moves, *calibration]
 
 
 def _tokens(value: float | None, signed: bool = False) -> str:

@@ -16,6 +16,7 @@ import typer
 
 from agent.errors import AgentError
 from agent.terminal_text import visible
+from cli.calibrate_command import calibrate_app
 from cli.corpus_commands import corpus_app
 from cli.errors import UsageError
 from cli.eval_command import eval_command
@@ -27,6 +28,7 @@ from cli.merge_command import merge_command
 from cli.model_commands import tiny_model_command
 from cli.parity_command import check_parity_command
 from cli.questions_command import questions_app
+from cli.rescore_command import rescore_command
 from cli.run_commands import run_command, show_command
 from cli.schema_command import schema_command
 from cli.sft_commands import sft_app, train_command
@@ -49,6 +51,7 @@ app = typer.Typer(
 app.add_typer(corpus_app, name="corpus")
 app.add_typer(sft_app, name="sft")
 app.add_typer(questions_app, name="questions")
+app.add_typer(calibrate_app, name="calibrate")
 app.command("exec")(exec_command)
 app.command("run")(run_command)
 app.command("show")(show_command)
@@ -64,6 +67,7 @@ app.command("improve")(improve_command)
 app.command("schema")(schema_command)
 app.command("export")(export_command)
 app.command("merge")(merge_command)
+app.command("rescore")(rescore_command)
 
 
 class VisibleFormatter(logging.Formatter):

@@ -15,6 +15,9 @@ correctness figure, and left out of the abstention tests. Tokens spent (``evalua
 are paired too: the mean per run and a bootstrap interval of the per-question difference, on the
 paired questions whose episodes both made a model call.
 
+Calibration (``evaluation.calibration``): each run's figures per probe, on the paired questions,
+when either run measured probes; the runs' probes are not paired episode by episode.
+
 Runs of different policies pair as any two runs do (a code agent against a memory reader is the
 point); where they differ in model, adapter, seed or question selection, ``setting_differs`` says
 so, since a difference in F1 then measures that too.
@@ -27,8 +30,9 @@ from statistics import fmean
 
 from pydantic import BaseModel, ConfigDict
 
+from evaluation.calibration import run_calibration
 from evaluation.errors import EvaluationError
-from evaluation.records import AbstentionTable, MeanInterval
+from evaluation.records import AbstentionTable, MeanInterval, ProbeCalibration
 from evaluation.run_directory import Run
 from evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, abstention_table
 from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
@@ -116,6 +120,13 @@ class Unpaired(Record):
     unscored_b: int
 
 
+class PairedCalibration(Record):
+    """Each run's calibration figures per probe on the paired questions (None: that run measured none)."""
+
+    a: dict[str, ProbeCalibration] | None
+    b: dict[str, ProbeCalibration] | None
+
+
 class QuestionDifference(Record):
     question_id: str
     question: str
@@ -148,6 +159,7 @@ class RunComparison(Record):
     fisher_abstention: list[FisherTest]
     unpaired: Unpaired
     largest_differences: list[QuestionDifference]
+    calibration: PairedCalibration | None = None  # None: neither run measured an option probe
 
 
 def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
@@ -267,6 +279,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         rows = [i for i in decided if bool(pa[i].answerable) is answerable]  # A's gold: the same question in B
         abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [pa[i].abstained for i in rows], [pb[i].abstained for i in rows]))
 
+    calibration_a, calibration_b = run_calibration(pa), run_calibration(pb)
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
     moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
     setting_a, setting_b = run_setting(a), run_setting(b)
@@ -316,4 +329,5 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
             for q in moved
             if by_a[q].answer_f1 != by_b[q].answer_f1
         ],
+        calibration=None if calibration_a is None and calibration_b is None else PairedCalibration(a=calibration_a, b=calibration_b),
     )

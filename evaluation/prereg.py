@@ -13,21 +13,38 @@
     run = "runs/base-model"      # relative to this file
     alpha = 0.05
 
+    [calibration]                # optional: a maximum ECE of an option probe (evaluation.calibration)
+    probe = "answerable"
+    label = "gold-answerable"    # the label definition (default: the probe's)
+    bins = 10
+    binning = "equal-width"      # or "equal-mass"
+    max_ece = 0.1
+    calibration_sha256 = "..."   # optional: judge the probabilities calibrated by this file, not the raw ones
+
 ``explorer preregister`` writes one with the current hashes. ``explorer eval --preregistration``
-checks the hashes before the first episode and reports the rule after the last.
+checks the hashes before the first episode and reports the rule after the last. The
+``[calibration]`` rule is judged by ``eval`` on the run's raw probabilities (a check that fails
+when the run measured no such probe); when it pins a calibration file, by ``explorer calibrate
+apply`` with that file (eval lists it under ``pending``).
 """
 
 from __future__ import annotations
 
 import json
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evaluation.errors import EvaluationError
 from evaluation.records import AbstentionTable, PreregistrationResult
 from evaluation.stats import abstention_fisher
+
+if TYPE_CHECKING:
+    from evaluation.calibration import Observations
+    from evaluation.scoring import EpisodeScore
 
 
 class Strict(BaseModel):
@@ -50,10 +67,29 @@ class Comparison(Strict):
     alpha: float = Field(0.05, gt=0, lt=1)
 
 
+class CalibrationRule(Strict):
+    probe: str = "answerable"
+    label: str | None = None  # evaluation.calibration's label definition; None: the probe's default
+    bins: int = Field(10, ge=2, le=1000)
+    binning: Literal["equal-width", "equal-mass"] = "equal-width"
+    max_ece: float = Field(gt=0, le=1)
+    calibration_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")  # the calibration file's own sha256 field
+
+    def label_name(self) -> str:
+        from evaluation.calibration import default_label
+
+        return self.label or default_label(self.probe)
+
+    def describe(self, calibrated: bool) -> str:
+        after = " after calibration" if calibrated else ""
+        return f"ECE of probe {self.probe}{after} ({self.label_name()}, {self.bins} {self.binning} bins) <= {self.max_ece}"
+
+
 class Preregistration(Strict):
     frozen: Frozen
     rule: Rule
     comparison: Comparison | None = None
+    calibration: CalibrationRule | None = None
 
 
 def load(path: Path) -> Preregistration:
@@ -66,11 +102,19 @@ def load(path: Path) -> Preregistration:
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise EvaluationError(f"{path}: not valid TOML ({error})") from None
     try:
-        return Preregistration.model_validate(data)
+        prereg = Preregistration.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
         raise EvaluationError(f"{path}: field '{where}': {first['msg']}") from None
+    if prereg.calibration is not None and prereg.calibration.label is not None:
+        from evaluation.calibration import parse_label
+
+        try:
+            parse_label(prereg.calibration.label)
+        except EvaluationError as error:
+            raise EvaluationError(f"{path}: field 'calibration.label': {error}") from None
+    return prereg
 
 
 def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questions_sha256: str, questions: int) -> None:
@@ -100,8 +144,12 @@ def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, Abstent
         raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
 
 
-def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> PreregistrationResult:
-    """After the last episode: the rule's verdict and, with a comparison run, Fisher's exact tests."""
+def judge(
+    prereg: Preregistration, path: Path, table: AbstentionTable, scores: Sequence[EpisodeScore] | None = None
+) -> PreregistrationResult:
+    """After the last episode: the rule's verdict and, with a comparison run, Fisher's exact tests;
+    with a ``[calibration]`` rule, its ECE on the run's raw probabilities (``scores``: the run's
+    scored lines), unless the rule pins a calibration file (then it is pending)."""
     correct, false = table.unanswerable.abstained, table.answerable.abstained
     rule = prereg.rule
     checks = [
@@ -112,7 +160,21 @@ def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> Prereg
         },
         {"check": f"false abstentions <= {rule.max_false_abstentions}", "value": false, "pass": false <= rule.max_false_abstentions},
     ]
-    result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks}
+    pending = []
+    rule_of_calibration = prereg.calibration
+    if rule_of_calibration is not None:
+        if rule_of_calibration.calibration_sha256 is not None:
+            pending.append(
+                f"{rule_of_calibration.describe(calibrated=True)}, calibration {rule_of_calibration.calibration_sha256[:12]}...: "
+                "judged by explorer calibrate apply RUN --calibration FILE --preregistration PREREG"
+            )
+        elif scores is None:
+            pending.append(f"{rule_of_calibration.describe(calibrated=False)}: not judged (no scores given)")
+        else:
+            from evaluation.calibration import observations
+
+            checks.append(ece_check(rule_of_calibration, observations(scores, rule_of_calibration.probe, rule_of_calibration.label)))
+    result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks, "pending": pending or None}
     if prereg.comparison is not None:
         other_dir, other = comparison_table(prereg, path)
         tests = [abstention_fisher(table.model_dump(), other.model_dump(), row) for row in ("unanswerable", "answerable")]
@@ -120,6 +182,15 @@ def judge(prereg: Preregistration, path: Path, table: AbstentionTable) -> Prereg
             test["significant"] = test["p_value"] < prereg.comparison.alpha
         result["comparison"] = {"run": str(other_dir), "alpha": prereg.comparison.alpha, "fisher": tests}
     return PreregistrationResult.model_validate(result)
+
+
+def ece_check(rule: CalibrationRule, found: Observations, calibrated: bool = False) -> dict:
+    """The [calibration] rule's check on a probe's observations: fails when none was measured."""
+    from evaluation.calibration import ece
+
+    value = ece(found.confidence, found.labels, rule.bins, equal_mass=rule.binning == "equal-mass") if found.labels.size else None
+    described = rule.describe(calibrated) + ("" if value is not None else f" (no episode measured probe {rule.probe})")
+    return {"check": described, "value": None if value is None else round(value, 6), "pass": value is not None and value <= rule.max_ece}
 
 
 def template(

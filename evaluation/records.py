@@ -53,7 +53,7 @@ class Verdict(Record):
 
 class RuleCheck(Record):
     check: str
-    value: int
+    value: int | float | None  # a count of abstentions; an ECE (the calibration rule); None: nothing to measure
     passed: bool = Field(alias="pass")
 
 
@@ -76,6 +76,54 @@ class PreregistrationResult(Record):
     passed: bool = Field(alias="pass")
     checks: list[RuleCheck]
     comparison: Comparison | None = None
+    # rules this command cannot judge, each with the command that does (a [calibration] rule that
+    # pins a calibration file: explorer calibrate apply); None when there are none
+    pending: list[str] | None = None
+
+
+class Interval(Record):
+    """A seeded percentile bootstrap interval of a figure, resampling episodes."""
+
+    low: float
+    high: float
+    confidence: float = 0.95
+    resamples: int
+
+
+class ReliabilityBin(Record):
+    """One bin of a reliability diagram: the episodes whose probability fell in it, their mean
+    probability (confidence) and how often the label held (accuracy); None for an empty bin."""
+
+    low: float  # the bin's edges: fixed (equal-width), or its least and greatest probability (equal-mass)
+    high: float
+    count: int
+    mean_confidence: float | None
+    accuracy: float | None
+
+
+class ProbeCalibration(Record):
+    """``evaluation.calibration``: how well one probe's probability of its first option (its
+    affirmative, "yes") predicts the label, over the episodes that measured it and have one."""
+
+    probe: str  # "answerable", "correct"
+    label: str  # the label definition (evaluation.calibration.LABELS): "gold-answerable", "answer-f1>=0.5"
+    option: str  # the option whose probability is judged (the probe's first)
+    n: int  # episodes with a probability and a label
+    positives: int  # of them, where the label held
+    not_measured: int  # episodes whose probe was recorded without probabilities (over the context)
+    bins: int
+    ece_equal_width: float
+    ece_equal_width_ci95: Interval
+    ece_equal_mass: float
+    ece_equal_mass_ci95: Interval
+    brier: float
+    brier_ci95: Interval
+    nll: float  # mean negative log-likelihood (natural log), probabilities clipped to [nll_clip, 1 - nll_clip]
+    nll_ci95: Interval
+    nll_clip: float
+    accuracy: float  # the argmax option against the label
+    reliability_equal_width: list[ReliabilityBin]
+    reliability_equal_mass: list[ReliabilityBin]
 
 
 class FirstChange(Record):
@@ -149,6 +197,7 @@ class RunMetrics(Record):
     preregistration: PreregistrationResult | None = None
     replay: ReplayDrift | None = None  # --policy replay only
     sampling: SampleMetrics | None = None  # with --samples K > 1
+    calibration: dict[str, ProbeCalibration] | None = None  # per probe (evaluation.calibration); None: the run measured none
 
     # What the terminal summary and the HTML report lead with, in this order.
     HEADLINE: ClassVar[tuple[str, ...]] = (

@@ -3,21 +3,23 @@ plots with axes and counts, and every episode browsable: its question, status an
 the gold answers and evidence beside the prediction and the paragraphs it cited, then its steps
 and flags. No network: styles, script, data and the SVG plots are all inline. Model-written text
 is inserted with ``textContent`` only, so an action, answer or observation can never become markup
-or script. ``evaluation.report_compare`` builds the two-run page from the same pieces.
+or script. A run with option probes gets a calibration section: the ECE table (``calibration_section``)
+and a reliability diagram per probe. ``evaluation.report_compare`` builds the two-run page from the same pieces.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
 from corpus.collection import Corpus
 from evaluation.detectors import DETECTORS
-from evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
+from evaluation.records import Interval, ProbeCalibration, ReplayDrift, RunMetrics, figure_label, figure_text
 from evaluation.report_data import ReportEpisode, report_episodes
-from evaluation.report_plots import bar_chart, count_histogram, f1_histogram
+from evaluation.report_plots import bar_chart, count_histogram, f1_histogram, reliability_diagram
 from evaluation.run_directory import Run
 
 
@@ -61,6 +63,64 @@ def metrics_rows(metrics: RunMetrics) -> str:
     )
 
 
+def _with_interval(value: float, interval: Interval) -> str:
+    return f"{value:.3f} ({interval.low:.3f}-{interval.high:.3f})"
+
+
+CALIBRATION_HEADER = ["run", "probe", "label", "n", "ECE equal-width", "ECE equal-mass", "Brier", "NLL", "accuracy"]
+
+
+def calibration_rows(figures: dict[str, ProbeCalibration] | None, run: str = "") -> list[list[str]]:
+    """One row per probe: its figures, each with its 95% bootstrap interval."""
+    return [
+        [
+            run,
+            c.probe,
+            c.label,
+            f"{c.n}" + (f" ({c.not_measured} not measured)" if c.not_measured else ""),
+            _with_interval(c.ece_equal_width, c.ece_equal_width_ci95),
+            _with_interval(c.ece_equal_mass, c.ece_equal_mass_ci95),
+            _with_interval(c.brier, c.brier_ci95),
+            _with_interval(c.nll, c.nll_ci95),
+            f"{c.accuracy:.3f}",
+        ]
+        for c in (figures or {}).values()
+    ]
+
+
+def reliability_figures(figures: dict[str, ProbeCalibration] | None, run: str = "") -> str:
+    """A reliability diagram per probe (equal-width bins), each in a div ``#reliability-[A-|B-]PROBE``."""
+    parts = []
+    for c in (figures or {}).values():
+        slug = re.sub(r"[^a-z0-9_-]", "-", c.probe.lower())
+        prefix = f"{run}-" if run else ""
+        title = f"{run + ': ' if run else ''}reliability of probe {c.probe} (P({c.option}))"
+        caption = f"{c.n} episodes, label {c.label}; ECE {c.ece_equal_width:.3f} over {c.bins} equal-width bins"
+        parts.append(
+            f'<div class="reliability" id="reliability-{prefix}{slug}">{reliability_diagram(title, c.reliability_equal_width, caption)}</div>'
+        )
+    return "".join(parts)
+
+
+def calibration_section(runs: list[tuple[str, dict[str, ProbeCalibration] | None]]) -> str:
+    """The ECE table and the reliability diagrams of one run ([("", figures)]) or two ([("A", ...), ("B", ...)]);
+    nothing when no run measured a probe."""
+    if all(figures is None for _, figures in runs):
+        return ""
+    rows = [row for name, figures in runs for row in calibration_rows(figures, name)]
+    header = CALIBRATION_HEADER if len(runs) > 1 else CALIBRATION_HEADER[1:]
+    if len(runs) == 1:
+        rows = [row[1:] for row in rows]
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    note = (
+        '<p class="muted">The probability of each probe\'s first option against its label; 95% bootstrap intervals '
+        "in brackets; NLL with probabilities clipped to [1e-12, 1 - 1e-12].</p>"
+    )
+    diagrams = "".join(reliability_figures(figures, name) for name, figures in runs)
+    return f'<h2>Calibration</h2>{note}<table id="calibration-table"><tr>{head}</tr>{body}</table><div id="calibration">{diagrams}</div>'
+
+
 def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
     metrics = run.metrics
     abstention = "".join(
@@ -81,7 +141,11 @@ def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
         commit=html.escape(str(run.manifest.git_commit)),
     )
     main = MAIN.format(
-        rows=metrics_rows(metrics), abstention=abstention, replay=replay_section(metrics.replay), plots="".join(run_plots(run))
+        rows=metrics_rows(metrics),
+        abstention=abstention,
+        replay=replay_section(metrics.replay),
+        calibration=calibration_section([("", metrics.calibration)]),
+        plots="".join(run_plots(run)),
     )
     return page(title, header, main, data, SCRIPT)
 
@@ -259,7 +323,7 @@ HEADER = """<h1>{title}</h1>
 MAIN = """<section>
 <h2>Metrics</h2><table id="metrics">{rows}</table>
 <h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th><th>no answer</th></tr>{abstention}</table>
-{replay}<h2>Plots</h2><div id="plots">{plots}</div>
+{replay}{calibration}<h2>Plots</h2><div id="plots">{plots}</div>
 <h2>Episodes</h2>
 <label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>
 <span id="count" class="muted"></span>

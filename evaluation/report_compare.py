@@ -1,7 +1,8 @@
 """``explorer report RUN_A RUN_B``: two runs compared on one self-contained HTML page - the
 statistics of ``explorer compare`` (its RunComparison, never recomputed here), the questions whose
 answer F1 changed and by how much, plots with axes and counts, and each paired question opened on
-both episodes side by side under its gold answers. Model-written text goes in through
+both episodes side by side under its gold answers; with option probes, both runs' calibration on
+the paired questions (``RunComparison.calibration``). Model-written text goes in through
 ``textContent`` only, as in ``evaluation.report``."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pydantic import BaseModel, ConfigDict
 
 from corpus.collection import Corpus
 from evaluation.compare import RunComparison, scored_by_question
-from evaluation.report import page, page_data, write_html
+from evaluation.report import calibration_section, page, page_data, write_html
 from evaluation.report_data import report_episodes
 from evaluation.report_plots import bar_chart, column_chart
 from evaluation.run_directory import Run
@@ -228,8 +229,13 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
         summary=html.escape(summary),
         differs=html.escape(differs),
     )
+    paired = comparison.calibration
     main = MAIN.format(
-        n=comparison.paired_questions, figures=figures, statistics=statistics, plots="".join(comparison_plots(comparison, pairs))
+        n=comparison.paired_questions,
+        figures=figures,
+        statistics=statistics,
+        plots="".join(comparison_plots(comparison, pairs)),
+        calibration="" if paired is None else calibration_section([("A", paired.a), ("B", paired.b)]),
     )
     data = page_data({"pairs": [p.model_dump(mode="json") for p in pairs], "a": episodes[0], "b": episodes[1], "names": names})
     return page(title, header, main, data, SCRIPT)
@@ -252,7 +258,7 @@ MAIN = """<section>
 <span id="count" class="muted"></span>
 <table id="questions" class="list"><thead><tr><th>question</th><th>A</th><th>B</th><th>F1 A</th><th>F1 B</th><th>tokens A</th><th>tokens B</th><th>B - A</th></tr></thead><tbody></tbody></table>
 <h2>Plots</h2><div id="plots">{plots}</div>
-{statistics}
+{calibration}{statistics}
 </section>
 <section id="detail"><h2>Question</h2><p class="muted">Choose a question on the left.</p></section>"""
 

@@ -133,3 +133,55 @@ def f1_histogram(title: str, values: list[float]) -> str:
         [(label, counts[i]) for i, label in enumerate(labels)],
         caption=f"{len(values)} scored episodes; bins include their lower edge, the last also 1.0",
     )
+
+
+def reliability_diagram(title: str, bins: list, caption: str = "") -> str:
+    """A reliability diagram: x the probability the policy gave, y how often the label held. Each
+    non-empty bin is a bar over its edges as high as its accuracy, a dot at (mean probability,
+    accuracy) and its count above; the dashed diagonal is perfect calibration. ``bins`` are
+    ``records.ReliabilityBin`` (equal-width: fixed edges)."""
+    left, right, size = 52, 10, 220
+    top_y = TITLE_HEIGHT + 14
+    base_y = top_y + size
+    width = left + size + right + 150  # room on the right for the legend
+
+    def x_of(value: float) -> float:
+        return left + size * value
+
+    def y_of(value: float) -> float:
+        return base_y - size * value
+
+    body = []
+    for mark in (0.0, 0.2, 0.4, 0.6, 0.8, 1.0):
+        body.append(f'<line x1="{left}" x2="{left + size}" y1="{y_of(mark):.1f}" y2="{y_of(mark):.1f}" class="grid"/>')
+        body.append(_text(left - 6, y_of(mark) + 4, f"{mark:.1f}", "end", "tick"))
+        body.append(_text(x_of(mark), base_y + 14, f"{mark:.1f}", "middle", "tick"))
+    body.append(
+        f'<line x1="{x_of(0):.1f}" y1="{y_of(0):.1f}" x2="{x_of(1):.1f}" y2="{y_of(1):.1f}" class="diagonal" '
+        'stroke="#8a93a3" stroke-dasharray="4 3"/>'
+    )
+    for b in bins:
+        if not b.count:
+            continue
+        x0, x1, height = x_of(b.low), x_of(b.high), size * b.accuracy
+        tip = f"{b.low:.2f}-{b.high:.2f}: {b.count} episodes, mean probability {b.mean_confidence:.3f}, accuracy {b.accuracy:.3f}"
+        body.append(
+            f'<rect x="{x0 + 1:.1f}" y="{base_y - height:.1f}" width="{max(1.0, x1 - x0 - 2):.1f}" height="{height:.1f}" '
+            f'class="bar"><title>{html.escape(tip)}</title></rect>'
+        )
+        body.append(f'<circle cx="{x_of(b.mean_confidence):.1f}" cy="{y_of(b.accuracy):.1f}" r="3" class="point" fill="#b3261e"/>')
+        body.append(_text((x0 + x1) / 2, base_y - height - 4, str(b.count), "middle", "count"))
+    body.append(f'<line x1="{left}" x2="{left + size}" y1="{base_y}" y2="{base_y}" class="axis"/>')
+    body.append(f'<line x1="{left}" x2="{left}" y1="{top_y}" y2="{base_y}" class="axis"/>')
+    body.append(_text(left + size / 2, base_y + 30, "probability given (bin)", "middle", "axis-label"))
+    middle = top_y + size / 2
+    body.append(
+        f'<text x="14" y="{middle:.1f}" text-anchor="middle" transform="rotate(-90 14 {middle:.1f})" class="axis-label">accuracy</text>'
+    )
+    legend_x = left + size + 16
+    body.append(_text(legend_x, top_y + 10, "bar: accuracy in the bin"))
+    body.append(_text(legend_x, top_y + 26, "dot: at the bin's mean"))
+    body.append(_text(legend_x, top_y + 40, "probability"))
+    body.append(_text(legend_x, top_y + 56, "number: episodes"))
+    body.append(_text(legend_x, top_y + 72, "dashed: calibrated"))
+    return _figure(title, width, base_y + AXIS_SPACE + 4, body, caption)

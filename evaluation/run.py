@@ -17,6 +17,9 @@ the metrics, ``evaluate`` the ``Run``; Ctrl-C raises ``EvaluationInterrupted`` (
 kept; ``resume`` runs the rest); a run that measured nothing, stopped on policy errors or failed
 its preregistered rule raises ``EvaluationFailed``; bad input is one ``EvaluationError``,
 ``AgentError`` or ``CorpusError`` line.
+
+Why one module of this size: its steps are one procedure whose order is the guarantee (the
+manifest before any episode, the log before the scores); split, that order would live nowhere.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from agent.engine import EpisodeProcesses, EpisodeThreads, raise_descriptor_limi
 from agent.loop import corpus_hashes
 from agent.policies import Policy, make_policy
 from agent.policies.replay import Replay
+from agent.probes import check_probes
 from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog
@@ -203,6 +207,7 @@ class _Run:
         check_out(out, self.resume)
         prereg = _load_preregistration(config)
         policy = self._policy(config)
+        check_probes(config.episode.probes, policy)  # an unknown probe, or a policy without a model: before anything is written
         config, questions = self._selected(config, policy)
         if prereg is not None:
             prereg = self._checked_preregistration(prereg, config, questions, policy)

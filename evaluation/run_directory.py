@@ -371,7 +371,7 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
     if prereg is not None:
         from evaluation.prereg import judge
 
-        metrics = metrics.model_copy(update={"preregistration": judge(prereg[0], prereg[1], metrics.abstention)})
+        metrics = metrics.model_copy(update={"preregistration": judge(prereg[0], prereg[1], metrics.abstention, scores)})
     with atomic_file(out / SCORES) as handle:
         handle.writelines(score.model_dump_json() + "\n" for score in scores)
     with atomic_file(out / METRICS) as handle:

@@ -19,6 +19,7 @@ from evaluation.answers import (
     sub_exact_match,
     substring_exact_match,
 )
+from evaluation.calibration import run_calibration
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
 from evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
 from evaluation.stats import bootstrap_mean_ci
@@ -39,6 +40,36 @@ def question_type(question: Question) -> str:
     """The first annotator's answer type (used when no annotator has a reference answer)."""
     kinds = [answer.kind for answer in question.answers if answer.kind]
     return kinds[0] if kinds else "empty"
+
+
+class ProbeScore(BaseModel):
+    """An episode's option probe at its end (``Trajectory.probes``, at_step None), as calibration
+    reads it: the options and their probabilities, or why there are none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probe: str
+    options: list[str]
+    probabilities: list[float] | None = None  # renormalised over the options; None: not measured
+    not_measured: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+def probe_scores(trajectory: Trajectory) -> list[ProbeScore] | None:
+    """The probes asked at the episode's end (the last of each name), or None when there are none:
+    the line of scores.jsonl of a run without probes stays as it was."""
+    final = {probe.probe: probe for probe in trajectory.probes if probe.at_step is None}
+    if not final:
+        return None
+    return [
+        ProbeScore(probe=p.probe, options=p.options, probabilities=p.probabilities, not_measured=p.not_measured or None)
+        if p.probabilities is not None
+        else ProbeScore(probe=p.probe, options=p.options, not_measured=p.not_measured or "no probabilities recorded")
+        for p in final.values()
+    ]
 
 
 class EpisodeScore(BaseModel):
@@ -70,6 +101,7 @@ class EpisodeScore(BaseModel):
     model_tokens: int | None = None  # evaluation.tokens.model_tokens: None when the episode made no model call
     document_tokens: int | None = None  # the memory reader's document (None for other policies)
     unread_tokens: int | None = None  # of it, what its token budget left unread
+    probes: list[ProbeScore] | None = None  # option probes at the episode's end (evaluation.calibration reads them)
 
     @property
     def scored(self) -> bool:
@@ -110,6 +142,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
         tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
         flags=detect(trajectory, question),
         model_tokens=model_tokens(trajectory),
+        probes=probe_scores(trajectory),
         **_reading_tokens(trajectory),
         **gold,
     )
@@ -189,6 +222,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
             "detector_rates": rates,
             "verdict": verdict(rates, collapse_threshold),
             "sampling": sample_metrics(scores),
+            "calibration": run_calibration(scores),
         }
     )
 

@@ -93,6 +93,11 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     ):
         if value:
             console.print(f"[yellow]{name}: {value}[/yellow]")
+    if metrics.calibration:
+        from evaluation.calibration import calibration_summary
+
+        for line in calibration_summary(metrics.calibration):
+            console.print(untrusted(line))
     if metrics.replay is not None:
         print_replay_drift(console, metrics.replay)
     prereg = metrics.preregistration
@@ -103,6 +108,8 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         )
         for check in prereg.checks:
             console.print(untrusted(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})"))
+        for pending in prereg.pending or []:
+            console.print(untrusted(f"  pending: {pending}"))
         for test in prereg.comparison.fisher if prereg.comparison else []:
             console.print(
                 untrusted(

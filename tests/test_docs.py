@@ -43,6 +43,7 @@ PARSE_ONLY = {
     "hub": "downloads a model from the Hugging Face hub",
     "qasper": "needs QASPER's official files",
     "setup": "sets up the checkout itself",
+    "qwen3": "needs a Qwen3 tokenizer, in which each probe option is one token",
 }
 SLOW = "slow"
 FILE_NAME = re.compile(r"^[\w-]+(/[\w-]+)*\.\w+$")  # the tag of a block that is a file to save

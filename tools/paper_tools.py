@@ -271,7 +271,7 @@ class PaperTools:
         pages = _pages(entries, PAGE_CHARS)
         if args.page >= len(pages):
             raise ToolError(f"section {number} of {paper.id!r} has {len(pages)} page(s); pages are numbered from 0")
-        heading = f"{paper.id} / section {number}: {section.name or '(untitled)'} (page {args.page + 1} of {len(pages)})"
+        heading = f"{paper.id} / section {number}: {one_line(section.name) or '(untitled)'} (page {args.page + 1} of {len(pages)})"
         body = "\n\n".join(pages[args.page]) if pages[args.page] else "(this section has no text)"
         more = f"\n\n... more: read({paper.id!r}, section={number}, page={args.page + 1})" if args.page + 1 < len(pages) else ""
         return f"{heading}\n\n{body}{more}"
@@ -632,11 +632,17 @@ def _id_table(ids: tuple[str, ...]) -> _IdTable:
     return _IdTable(lengths, columns, counts, characters)
 
 
+def one_line(text: str | None) -> str:
+    """A title or section name as one line: a line break inside one would make the outline and a
+    page's heading say more lines (sections, pages) than the paper has."""
+    return " ".join((text or "").split())
+
+
 def _outline(paper: Paper) -> str:
-    lines = [f"{paper.id}: {paper.title}", "", paper.abstract or "(no abstract)", "", "Sections:"]
+    lines = [f"{paper.id}: {one_line(paper.title)}", "", paper.abstract or "(no abstract)", "", "Sections:"]
     for number, section in enumerate(paper.sections):
         count = sum(1 for text in section.paragraphs if text)
-        lines.append(f"  {number}. {section.name or '(untitled)'} ({count} paragraph{'s' if count != 1 else ''})")
+        lines.append(f"  {number}. {one_line(section.name) or '(untitled)'} ({count} paragraph{'s' if count != 1 else ''})")
     lines += ["", f"read({paper.id!r}, section=N) shows a section's paragraphs."]
     return "\n".join(lines)
 

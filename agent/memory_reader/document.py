@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from agent.memory_reader.paging import Section
 from agent.policies.base import PolicyError, action
+from agent.prompt import EMPTY_OBSERVATION
 
 SEARCH_HITS = 50  # search()'s most: enough hits to find K distinct papers
 QUERY_CHARS = 500  # search()'s longest query
@@ -57,28 +58,30 @@ def top_papers(value: object, count: int) -> list[str]:
 
 
 def outlines_action(paper_ids: list[str]) -> str:
-    return action(f"for paper_id in {paper_ids!r}:\n    print(repr(read(paper_id)))")
+    listed = ", ".join(literal(paper_id) for paper_id in paper_ids)
+    return action(f"for paper_id in [{listed}]:\n    print(repr(read(paper_id)))")
 
 
 def paper_action(paper_id: str, sections: int) -> str:
-    """Every page of every section of one paper, each printed as one repr() line; a page says
-    when another follows (its last line names it)."""
+    """Every page of every section of one paper, each printed as one repr() line. How many pages a
+    section has is read from its first page's heading line, "... (page 1 of N)": the tool writes
+    names on one line, so no paper text can stand in that line's place."""
     code = (
         f"for section in range({sections}):\n"
-        "    page = 0\n"
-        "    while True:\n"
-        f"        text = read({paper_id!r}, section=section, page=page)\n"
-        "        print(repr(text))\n"
-        '        if not text.endswith(", page=%d)" % (page + 1)):\n'
-        "            break\n"
-        "        page += 1"
+        f"    first = read({literal(paper_id)}, section=section)\n"
+        "    print(repr(first))\n"
+        "    pages = int(first.split('\\n', 1)[0].rsplit(' of ', 1)[1][:-1])\n"
+        "    for page in range(1, pages):\n"
+        f"        print(repr(read({literal(paper_id)}, section=section, page=page)))"
     )
     return action(code)
 
 
 def printed_strings(observation: str, what: str) -> list[str]:
-    """The strings an action printed one repr() per line; an observation that is not that (cut,
-    an error, a limit hit) ends the episode saying what it was."""
+    """The strings an action printed one repr() per line (none: the loop's "no output"); an
+    observation that is not that (cut, an error, a limit hit) ends the episode saying what it was."""
+    if observation == EMPTY_OBSERVATION:
+        return []
     strings = []
     for line in observation.split("\n"):
         try:
@@ -88,8 +91,9 @@ def printed_strings(observation: str, what: str) -> list[str]:
         if not isinstance(value, str):
             tail = observation[-300:].strip()
             raise PolicyError(
-                f"{what}: the observation is not the printed pages (ends {tail!r}); a cut observation means "
-                "--observation-chars or --output-chars is below a paper's length (leave them unset)"
+                f"{what}: the observation is not the pages the read action prints (it ends {tail!r}): the action "
+                "failed on this paper, or the observation was cut (--observation-chars or --output-chars below "
+                "a paper's length; leave them unset)"
             )
         strings.append(value)
     return strings
@@ -103,14 +107,20 @@ def parse_outlines(observation: str, paper_ids: list[str]) -> list[Outline]:
 
 
 def parse_outline(text: str, paper_id: str) -> Outline:
-    """The title, abstract and section count of ``read(paper_id)``'s outline."""
+    """The title, abstract and section count of ``read(paper_id)``'s outline. The listing is the
+    last "Sections:" block (an abstract may quote one), one line per section, numbered from 0: the
+    tool writes titles and names on one line."""
     head = f"{paper_id}: "
-    before, marker, listing = text.rpartition("\n\nSections:\n")
-    if not text.startswith(head) or not marker:
+    before, marker, after = text.rpartition("\n\nSections:\n")
+    listing, trailer, _ = ("\n" + after).partition("\n\nread(")  # no sections: the trailer follows at once
+    if not text.startswith(head) or not marker or not trailer:
         raise PolicyError(f"paper {paper_id!r}: its outline is not in the read tool's format")
+    lines = listing[1:].split("\n") if listing else []
+    numbered = [OUTLINE_SECTION.match(line) for line in lines]
+    if not all(match is not None and int(match.group(1)) == n for n, match in enumerate(numbered)):
+        raise PolicyError(f"paper {paper_id!r}: its outline's sections are not numbered 0 to {len(lines) - 1}, one a line")
     title, _, abstract = before[len(head) :].partition("\n\n")
-    count = sum(1 for line in listing.split("\n") if OUTLINE_SECTION.match(line))
-    return Outline(paper_id, title, "" if abstract == "(no abstract)" else abstract, count)
+    return Outline(paper_id, title, "" if abstract == "(no abstract)" else abstract, len(lines))
 
 
 def parse_paper(observation: str, outline: Outline) -> list[Section]:

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.config import parse_scope
 from agent.memory_reader import document
 from agent.memory_reader.paging import encode_document, page_document
-from agent.memory_reader.prompts import ReaderPrompts, final_prompt, memory_ids, update_prompt
+from agent.memory_reader.policy import capped, written_tokens
+from agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
 from agent.mismatch import Mismatch
-from agent.policies.base import PolicyError
+from agent.policies.base import PolicyError, last_value
 from agent.renderer import ChatRenderer
-from agent.served import ids_sha256
+from agent.served import ids_sha256, reply_sha256
 from agent.trajectory import Generation, Reading, Served, Trajectory
 
 
@@ -51,6 +53,9 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
             f"served with the tokenizer {str(settings.get('tokenizer_sha256'))[:12]}, checked with {renderer.fingerprint[:12]}: "
             "name the tokenizer the run used",
         )
+    mismatch = _scope(where, trajectory, reading, settings)
+    if mismatch is not None:
+        return mismatch
     try:
         sections = _sections(trajectory, reading)
     except PolicyError as error:
@@ -105,11 +110,18 @@ def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, An
     problem = renderer.text(trajectory.question)
     cap = settings["memory_tokens"]
     sentinel = settings.get("keep_sentinel") or None
+    planned = [(number, page) for number in range(1, settings["passes"] + 1) for page in range(len(paging.pages))]
+    done = [(update.pass_index, update.page) for update in reading.updates]
+    if reading.passes != settings["passes"] or done != planned[: len(done)] or (len(done) < len(planned) and reading.stopped is None):
+        return Mismatch(
+            where,
+            f"the updates are not the plan's pages in order ({settings['passes']} pass(es) of {len(paging.pages)} pages"
+            f"{', then a stop' if reading.stopped else ''}): an update was added, removed or moved",
+        )
+    spent = 0
     memory: str | None = None
     for number, update in enumerate(reading.updates, 1):
         at = f"{where} memory update {number} (pass {update.pass_index}, page {update.page + 1})"
-        if not 0 <= update.page < len(paging.pages):
-            return Mismatch(at, f"no page {update.page + 1} in the document's {len(paging.pages)}")
         page = paging.pages[update.page]
         ids = page.ids(rebuilt)
         if (update.start, update.end, update.page_sha256) != (page.start, page.end, ids_sha256(ids)):
@@ -122,15 +134,77 @@ def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, An
         prompt = update_prompt(
             renderer, prompts, problem_ids=problem, memory_ids=held, outline_ids=page.outline_ids, page_ids=ids, sentinel=sentinel
         )
-        mismatch = _served(at, update.served, update.generation, prompt)
+        mismatch = _served(at, update.served, update.generation, prompt) or _written(at, update, memory, renderer, prompts, cap, sentinel)
         if mismatch is not None:
             return mismatch
+        spent += len(prompt) + written_tokens(
+            renderer, update.written if update.written is not None else update.memory or "", update.generation
+        )
         memory = update.memory
-    if reading.answer is None:
-        return None
-    held = memory_ids(renderer, prompts, memory, cap)
-    prompt = final_prompt(renderer, prompts, problem_ids=problem, memory_ids=held)
-    return _served(f"{where} final answer", reading.answer.served, reading.answer.generation, prompt)
+    answer = reading.answer
+    if answer is not None:
+        held = memory_ids(renderer, prompts, memory, cap)
+        prompt = final_prompt(renderer, prompts, problem_ids=problem, memory_ids=held)
+        mismatch = _served(f"{where} final answer", answer.served, answer.generation, prompt) or _answer(
+            f"{where} final answer", answer, renderer, settings["answer_tokens"]
+        )
+        if mismatch is not None:
+            return mismatch
+        spent += len(prompt) + written_tokens(renderer, answer.text, answer.generation)
+    if spent != reading.model_tokens:
+        return Mismatch(where, f"the reader recorded {reading.model_tokens} model tokens; its calls add up to {spent}")
+    budget = settings.get("token_budget")
+    if reading.token_budget != budget or (budget is not None and spent > budget):
+        return Mismatch(where, f"the token budget recorded ({reading.token_budget}) is not the settings' ({budget}) or was exceeded")
+    return None
+
+
+def _written(at: str, update, before: str | None, renderer, prompts, cap: int, sentinel: str | None) -> Mismatch | None:
+    """What the update wrote, against its digest, and the memory, keep and cap it made of that."""
+    text = update.written if update.written is not None else update.memory
+    if text is None or update.served.reply_sha256 != reply_sha256(text, None):
+        return Mismatch(at, "what the update wrote is not what the model sent back (its digest differs): the record was altered")
+    kept = is_keep(text, sentinel)
+    after = before if kept else capped(renderer, text, cap)
+    cut = bool(update.generation.hit_cap) or (not kept and after != text)
+    out = len(memory_ids(renderer, prompts, after, cap))
+    if (update.kept, update.memory, update.hit_cap, update.memory_tokens_out) != (kept, after, cut, out):
+        return Mismatch(
+            at,
+            f"the recorded update (kept {update.kept}, cut {update.hit_cap}, {update.memory_tokens_out} memory tokens out) is not "
+            f"what its text makes (kept {kept}, cut {cut}, {out} tokens)",
+        )
+    return None
+
+
+def _answer(at: str, answer, renderer, answer_tokens: int) -> Mismatch | None:
+    """The answer taken from what the model wrote, and whether it was cut or empty."""
+    if answer.served.reply_sha256 != reply_sha256(answer.text, None):
+        return Mismatch(at, "the answer's text is not what the model sent back (its digest differs): the record was altered")
+    taken, _ = parse_answer(answer.text)
+    cut = bool(answer.generation.hit_cap) or len(renderer.text(answer.text)) > answer_tokens
+    invalid = f"cut at the answer cap of {answer_tokens} tokens" if cut else None if taken else "empty"
+    if (answer.answer, answer.invalid) != (None if invalid else taken, invalid):
+        return Mismatch(at, f"the recorded answer ({answer.answer!r}, {answer.invalid}) is not what its text makes ({taken!r}, {invalid})")
+    return None
+
+
+def _scope(where: str, trajectory: Trajectory, reading: Reading, settings: dict[str, Any]) -> Mismatch | None:
+    """The papers read are the scope's: the question's own (an oracle), or the top K of the search the first step ran."""
+    scope = settings.get("scope")
+    if reading.scope != scope or settings.get("oracle") != (scope == "paper"):
+        return Mismatch(where, f"the recorded scope ({reading.scope}, oracle {settings.get('oracle')}) is not the settings' ({scope})")
+    wanted = parse_scope(scope) if isinstance(scope, str) else None
+    if scope == "paper":
+        expected = [trajectory.paper_id] if trajectory.paper_id is not None else None
+    elif wanted is not None and trajectory.steps and trajectory.steps[0].action_text == document.search_action(trajectory.question):
+        found = last_value([{"role": "user", "content": trajectory.steps[0].observation}])
+        expected = document.top_papers(found, wanted) if isinstance(found, list) else None
+    else:
+        expected = None
+    if expected != reading.papers:
+        return Mismatch(where, f"the papers read ({', '.join(reading.papers)}) are not the {scope} scope's ({expected})")
+    return None
 
 
 def _served(at: str, served: Served, generation: Generation, prompt: list[int]) -> Mismatch | None:

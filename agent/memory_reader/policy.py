@@ -188,12 +188,12 @@ class Reader:
         memory: str | None = None
         for pass_index in range(1, self.recipe.passes + 1):
             for page in self.paging.pages:
-                if not self._affordable(page):
+                if not self._affordable(pass_index, page):
                     return self._final(memory)
                 memory = self._update(pass_index, page, memory)
         return self._final(memory)
 
-    def _affordable(self, page) -> bool:
+    def _affordable(self, pass_index: int, page) -> bool:
         """Whether the update of ``page`` and the final answer, both at their largest, fit the budget."""
         budget = self.recipe.token_budget
         if budget is None:
@@ -212,7 +212,7 @@ class Reader:
         if self.reading.model_tokens + cost <= budget:
             return True
         self.reading.stopped = (
-            f"the token budget of {budget}: page {page.index + 1} of {len(self.paging.pages)} would bring the episode to "
+            f"the token budget of {budget}: pass {pass_index}, page {page.index + 1} of {len(self.paging.pages)} would bring the episode to "
             f"{self.reading.model_tokens + cost} tokens at most"
         )
         return False
@@ -235,7 +235,7 @@ class Reader:
         )
         reply = self.policy.backend.complete(prompt, max_new_tokens=self.recipe.memory_tokens)
         kept = is_keep(reply.text, self.recipe.keep_sentinel or None)
-        after = memory if kept else reply.text
+        after = memory if kept else capped(self.tokens, reply.text, self.recipe.memory_tokens)
         self.reading.updates.append(
             MemoryUpdate(
                 pass_index=pass_index,
@@ -246,9 +246,10 @@ class Reader:
                 outline_tokens=page.outline_tokens,
                 memory_tokens_in=len(held),
                 memory_tokens_out=len(memory_ids(self.tokens, self.prompts, after, self.recipe.memory_tokens)),
-                hit_cap=bool(reply.generation and reply.generation.hit_cap),
+                hit_cap=bool(reply.generation and reply.generation.hit_cap) or after != reply.text and not kept,
                 kept=kept,
                 memory=after,
+                written=reply.text if kept or after != reply.text else None,
                 served=self._served(prompt, reply),
                 generation=reply.generation,
             )
@@ -272,7 +273,8 @@ class Reader:
         prompt = final_prompt(self.tokens, self.prompts, problem_ids=self.problem, memory_ids=held)
         reply = self.policy.backend.complete(prompt, max_new_tokens=self.recipe.answer_tokens)
         answer, _ = parse_answer(reply.text)
-        cut = bool(reply.generation and reply.generation.hit_cap)
+        # a server may write past max_tokens and say it did not: the text itself is counted too
+        cut = bool(reply.generation and reply.generation.hit_cap) or len(self.tokens.text(reply.text)) > self.recipe.answer_tokens
         invalid = f"cut at the answer cap of {self.recipe.answer_tokens} tokens" if cut else None if answer else "empty"
         self.reading.answer = MemoryAnswer(
             text=reply.text,
@@ -298,9 +300,21 @@ class Reader:
         )
 
     def _spent(self, reply: Reply, prompt: list[int]) -> None:
-        """The call's prompt and output; a server that did not count its output has it counted here."""
-        generated = reply.generation.generated_tokens if reply.generation is not None else None
-        self.reading.model_tokens += len(prompt) + (generated if generated is not None else len(self.tokens.text(reply.text)))
+        self.reading.model_tokens += len(prompt) + written_tokens(self.tokens, reply.text, reply.generation)
+
+
+def written_tokens(tokens, text: str, generation) -> int:
+    """What a call wrote, in tokens: the backend's count, or the text's own where that is more (a
+    server that did not count, or that wrote past max_tokens and said less)."""
+    claimed = generation.generated_tokens if generation is not None and generation.generated_tokens is not None else 0
+    return max(claimed, len(tokens.text(text)))
+
+
+def capped(tokens, text: str, cap: int) -> str:
+    """An update's text as the memory: itself, or, when its tokens run past the cap (a server that
+    ignored max_tokens), the text of its first ``cap`` tokens, so the record stays bounded too."""
+    ids = tokens.text(text)
+    return text if len(ids) <= cap else tokens.decode(ids[:cap])
 
 
 __all__ = ["MemoryReader", "Recipe"]

@@ -68,7 +68,11 @@ def _memory_reader(config: PolicyConfig, max_steps: int) -> Policy:
         raise AgentError("policy.served_adapter is set by explorer eval from --adapter with --backend openai; remove it from the config")
     from agent.memory_reader.policy import MemoryReader, Recipe
 
-    backend = _make(config.model_copy(update={"name": config.backend}), max_steps)
+    try:
+        backend = _make(config.model_copy(update={"name": config.backend}), max_steps)
+    except AgentError as error:  # what the backend lacks, said as this policy's settings
+        said = str(error).replace(f"--policy {config.backend}", f"--policy memory-reader --backend {config.backend}")
+        raise AgentError(said) from None
     return MemoryReader(backend, recipe=Recipe.of(config))
 
 

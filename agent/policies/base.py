@@ -64,6 +64,18 @@ class Reply:
     server_prompt_tokens: int | None = None  # openai: the server's count of them
 
 
+@dataclass(frozen=True)
+class ProbeReading:
+    """What a model policy read for an option probe (``agent.probes``): each option token's
+    log-probability under the whole vocabulary (log-softmax of one forward pass, or a server's)."""
+
+    logprobs: list[float | None]  # per option, in the order asked; None: the server did not return it
+    source: str  # "hf" (one forward pass), "server" (the top log-probabilities), "server+fallback"
+    cached_tokens: int | None = None  # hf: prompt tokens the episode's KV cache already held
+    fallback: tuple[int, ...] = ()  # openai: the positions of the options read by a second request
+    not_measured: str | None = None  # why these log-probabilities are no measurement (a refused or lying answer)
+
+
 class PolicyError(Exception):
     """The policy could not produce an action; the episode ends with status policy_error.
     ``retries``: requests retried before giving up (counted in the run's api_retries)."""
@@ -115,6 +127,15 @@ class Policy(ABC):
         """One completion of ``prompt`` (token ids) by the model: for a policy that builds its own
         prompts around a model policy (the memory reader). Only the model policies have one."""
         raise NotImplementedError(f"the {self.name} policy has no model to complete a prompt")
+
+    def probe_unavailable(self) -> str | None:
+        """Why this policy cannot answer option probes (``agent.probes``), or None when it can."""
+        return f"the {self.name} policy has no model to probe (--probe is for --policy hf or openai)"
+
+    def probe(self, prompt_ids: list[int], option_ids: list[int]) -> ProbeReading:
+        """The log-probability of each option token as the next token after ``prompt_ids``, read in
+        one forward pass; only the model policies have one (``probe_unavailable``)."""
+        raise NotImplementedError(self.probe_unavailable())
 
     def prompt_template_sha256(self) -> str:
         """The digest of everything fixed that shapes this policy's prompts (``Hashes``): the code

@@ -11,6 +11,9 @@
   prefills about its final length once instead of the O(steps^2) sum of re-encoding every
   prompt. When the renderer's re-encoding of an action differs from the ids the model
   generated, the cache is cut back to the shared prefix (counted as ``cache_cut_tokens``).
+* Option probes (``probe``, ``agent.probes``) read the next-token distribution after the episode
+  from the same cache, and leave it as they found it (up to the prefix they shared), so that
+  cached and uncached probes can be compared (the reload check).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model
-from agent.policies.base import ContextExceeded, EpisodeStart, Policy, Reply, Sampling
+from agent.policies.base import ContextExceeded, EpisodeStart, Policy, ProbeReading, Reply, Sampling
 from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer, split_thinking
 from agent.served import common_prefix
 from agent.trajectory import Generation
@@ -180,6 +183,7 @@ class HFPolicy(Policy):
         cut = len(self.cached_ids) - keep
         if cut:
             crop(self.cache, keep)
+        self.cached_ids = prompt[:keep]  # true of the cache even if this step fails half-way (a probe reads it after)
         started = time.perf_counter()
         with torch.inference_mode():
             logits = self._forward(prompt[keep:])
@@ -251,9 +255,38 @@ class HFPolicy(Policy):
             probabilities = probabilities.scatter(0, order, ordered.masked_fill(outside, 0.0))
         return int(torch.multinomial(probabilities, 1, generator=self.generator))
 
+    def probe_unavailable(self) -> str | None:
+        return None
+
+    def probe(self, prompt_ids: list[int], option_ids: list[int], *, use_cache: bool = True) -> ProbeReading:
+        """Each option's log-probability (log-softmax over the whole vocabulary, in float32) as the
+        token after ``prompt_ids``, from one forward pass. With the cache: the longest prefix it
+        shares with the episode's cache is reused, and the cache is cropped back to that prefix
+        afterwards, so a second probe reuses it too. Without (the reload check): a forward pass of
+        the whole prompt with no cache at all."""
+        import torch
+
+        with torch.inference_mode():
+            if use_cache:
+                keep = min(common_prefix(self.cached_ids, prompt_ids), len(prompt_ids) - 1)  # feed at least one token
+                crop(self.cache, keep)
+                self.cached_ids = self.cached_ids[:keep]
+                try:
+                    logits = self._forward(prompt_ids[keep:])
+                finally:
+                    crop(self.cache, keep)
+            else:
+                keep = 0
+                input_ids = torch.tensor([prompt_ids], device=self.device)
+                logits = self.model(input_ids=input_ids, use_cache=False, logits_to_keep=1).logits
+            logprobs = torch.log_softmax(logits[0, -1].float(), dim=-1)
+            return ProbeReading([float(logprobs[token]) for token in option_ids], source="hf", cached_tokens=keep)
+
     def _forward(self, ids: list[int]):
+        """The logits of the last of ``ids``, fed after the cache: every caller reads only those, and
+        a prefill's logits over the whole vocabulary would be large (32k tokens of Qwen3: ~10 GB)."""
         import torch
 
         input_ids = torch.tensor([ids], device=self.device)
-        output = self.model(input_ids=input_ids, use_cache=True, **{self.cache_argument: self.cache})
+        output = self.model(input_ids=input_ids, use_cache=True, logits_to_keep=1, **{self.cache_argument: self.cache})
         return output.logits

@@ -35,8 +35,16 @@ request; stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
 retried with exponential backoff; each retry is counted on the step, and a request that still
 fails ends the episode as ``policy_error`` (counted in the run's metrics).
 
+Option probes (``probe``, ``agent.probes``): one request of the probe's prompt for one token with
+the top ``PROBE_TOP_LOGPROBS`` log-probabilities labelled by token id (vLLM's
+``return_tokens_as_token_ids``: "token_id:N"); an option outside them is read by a second request
+of the prompt followed by that option, with ``prompt_logprobs`` (the log-probability of each prompt
+token), recorded as a fallback. An answer that omits them or holds what is not a log-probability
+is recorded as not measured, with the reason.
+
 Why one module of this size: the request, its retries and the parity checks of what the server
-saw are one exchange; split, a reader of one would miss what the other checks.
+saw are one exchange, and a probe is one more request through them; split, a reader of one would
+miss what the other checks.
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
-from agent.policies.base import ContextExceeded, Policy, PolicyError, Reply, Sampling
+from agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
 from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
 from agent.renderer import IM_END, ChatRenderer, split_thinking
 from agent.trajectory import Generation
@@ -60,6 +68,8 @@ DEFAULT_MAX_CONTEXT = 32_768  # without --max-context: lowered to a server's max
 PROBE_TEXT = "Hello"  # preflight's prompt: a few tokens, one generated
 REFUSED_PROMPT_STATUS = {400, 422}  # what vLLM, SGLang and transformers serve answer a prompt they cannot take
 NO_COMPLETIONS_STATUS = {404, 405, 501}
+PROBE_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs: the most a probe may ask for without a server flag
+TOKEN_ID_LABEL = re.compile(r"token_id:(\d+)")
 CONTEXT_REFUSAL = re.compile(r"HTTP 400\b.*(context length|context window|input_tokens)", re.IGNORECASE | re.DOTALL)
 
 __all__ = ["OpenAIPolicy", "api_base", "read_capped"]
@@ -95,6 +105,49 @@ def label(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
     return "".join("\ufffd" if 0xD800 <= ord(character) <= 0xDFFF else character for character in value[:64])
+
+
+def number(value: Any) -> float | None:
+    """A log-probability as the server sent it, or None when it is not a number at all."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def top_logprobs(response: Any) -> tuple[dict[int, float], str | None]:
+    """The first generated position's top log-probabilities by token id, or why the answer holds
+    none: no logprobs, labels that are not "token_id:N" (a server that ignores
+    return_tokens_as_token_ids labels tokens as text, which no id can be read from), or values that
+    are not numbers."""
+    choice = response["choices"][0]
+    logprobs = choice.get("logprobs")
+    tops = logprobs.get("top_logprobs") if isinstance(logprobs, dict) else None
+    first = tops[0] if isinstance(tops, list) and tops else None
+    if not isinstance(first, dict) or not first:
+        return {}, "the server returned no top log-probabilities for the next token"
+    found: dict[int, float] = {}
+    for key, value in first.items():
+        matched = TOKEN_ID_LABEL.fullmatch(key)
+        if matched is None:
+            return {}, f"the server labelled a token {label(key)!r}, not token_id:N (does it take return_tokens_as_token_ids?)"
+        logprob = number(value)
+        if logprob is None:
+            return {}, f"the server gave token {matched[1]} the log-probability {label(str(value)[:40])!r}, not a number"
+        found[int(matched[1])] = logprob
+    return found, None
+
+
+def last_prompt_logprob(response: Any, prompt_length: int, token: int) -> tuple[float | None, str | None]:
+    """The log-probability of ``token``, the last of a prompt of ``prompt_length`` ids, from vLLM's
+    ``prompt_logprobs`` (one entry per prompt token, keyed by token id), or why there is none."""
+    entries = response["choices"][0].get("prompt_logprobs")
+    if not isinstance(entries, list) or len(entries) != prompt_length:
+        shown = f"{len(entries)} entries" if isinstance(entries, list) else "none"
+        return None, f"the server returned prompt log-probabilities for a prompt of {prompt_length} tokens as {shown}"
+    entry = entries[-1]
+    value = entry.get(str(token), entry.get(f"token_id:{token}")) if isinstance(entry, dict) else None
+    logprob = number(value.get("logprob") if isinstance(value, dict) else value)
+    if logprob is None:
+        return None, f"the server's prompt log-probabilities hold no number for token {token}"
+    return logprob, None
 
 
 class ReplicaDown(Exception):
@@ -357,6 +410,53 @@ class OpenAIPolicy(Policy):
             server_prompt_ids=server_ids,
             server_prompt_tokens=server_tokens,
         )
+
+    def probe_unavailable(self) -> str | None:
+        if self.endpoint != "/completions":
+            return "the chat API returns no log-probabilities of token ids; probe through the completions API (no --api chat)"
+        return None
+
+    def probe(self, prompt_ids: list[int], option_ids: list[int]) -> ProbeReading:
+        """Each option's log-probability after ``prompt_ids``: from the top log-probabilities of one
+        token, and for an option outside them from a second request with ``prompt_logprobs``. A
+        request that fails or an answer that omits or lies: a reading that says why, never a crash."""
+        body = {
+            "model": self.model,
+            "max_tokens": 1,
+            "temperature": 0,
+            "logprobs": PROBE_TOP_LOGPROBS,
+            "return_tokens_as_token_ids": True,
+        }
+        try:
+            answer = self._post({**body, "prompt": self._probe_prompt(prompt_ids)})
+        except (ContextExceeded, PolicyError) as error:
+            return ProbeReading([None] * len(option_ids), source="server", not_measured=f"the probe's request failed: {error}")
+        top, problem = top_logprobs(answer.body)
+        logprobs: list[float | None] = [top.get(token) for token in option_ids]
+        missing = tuple(position for position, value in enumerate(logprobs) if value is None)
+        if problem is not None or not missing:
+            return ProbeReading(logprobs, source="server", not_measured=problem)
+        for position in missing:
+            logprobs[position], problem = self._fallback_logprob(prompt_ids, option_ids[position])
+            if problem is not None:
+                break
+        return ProbeReading(logprobs, source="server+fallback", fallback=missing, not_measured=problem)
+
+    def _fallback_logprob(self, prompt_ids: list[int], token: int) -> tuple[float | None, str | None]:
+        """``token``'s log-probability after ``prompt_ids``, read as the last prompt token's
+        (vLLM's ``prompt_logprobs``): for an option outside the top log-probabilities."""
+        prompt = [*prompt_ids, token]
+        if len(prompt) + 1 > self.max_context:
+            return None, f"the fallback's prompt of {len(prompt)} tokens leaves no room in the context of {self.max_context}"
+        body = {"model": self.model, "max_tokens": 1, "temperature": 0, "prompt_logprobs": 1}
+        try:
+            answer = self._post({**body, "prompt": self._probe_prompt(prompt)})
+        except (ContextExceeded, PolicyError) as error:
+            return None, f"the fallback request for token {token} failed: {error}"
+        return last_prompt_logprob(answer.body, len(prompt), token)
+
+    def _probe_prompt(self, prompt: list[int]) -> list[int] | str:
+        return prompt if self.prompt_format == "ids" else self._text_prompt(prompt)
 
     def _post(self, body: dict):
         """The request; a server that refuses the prompt as longer than its context ends the

@@ -14,7 +14,7 @@ from agent.policies import PolicyConfig, make_policy
 from agent.policies.base import last_value
 from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
-from agent.served import ids_sha256
+from agent.served import ids_sha256, reply_sha256
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
 from tests.agent.test_openai_policy import FakeServer
@@ -125,6 +125,9 @@ def test_an_edited_memory_page_or_answer_prompt_fails_the_parity_check(small_dem
     edited = trajectory.model_copy(deep=True)
     reading_of(edited).updates[1].memory = "notes 9"  # was "notes 1": as many tokens, other ones
     mismatch = check_reading(edited, renderer)
+    assert mismatch is not None and "memory update 2" in mismatch.where and "digest differs" in mismatch.what
+    reading_of(edited).updates[1].served.reply_sha256 = reply_sha256("notes 9", None)  # a forger who knows the digest
+    mismatch = check_reading(edited, renderer)
     assert mismatch is not None and "memory update 3" in mismatch.where and "not the one the trajectory rebuilds" in mismatch.what
     edited = trajectory.model_copy(deep=True)
     reading_of(edited).updates[0].page_sha256 = "0" * 64
@@ -132,6 +135,7 @@ def test_an_edited_memory_page_or_answer_prompt_fails_the_parity_check(small_dem
     assert mismatch is not None and "memory update 1" in mismatch.where and "recorded page" in mismatch.what
     edited = trajectory.model_copy(deep=True)
     reading_of(edited).updates[-1].memory = "notes 0"
+    reading_of(edited).updates[-1].served.reply_sha256 = reply_sha256("notes 0", None)
     mismatch = check_reading(edited, renderer)
     assert mismatch is not None and "final answer" in mismatch.where
     edited = trajectory.model_copy(deep=True)
@@ -185,7 +189,7 @@ def test_read_twice_starts_its_second_pass_from_the_first_pass_memory(small_demo
 
 def test_a_boxed_answer_is_submitted(small_demo, index, serve, tiny_tokenizer):
     server = serve(final=lambda text: "From my notes the rate was \\boxed{3e-5}, I think.")
-    trajectory = read(small_demo, index, server, tiny_tokenizer)
+    trajectory = read(small_demo, index, server, tiny_tokenizer, answer_tokens=256)  # the fake server writes whole texts
     answer = reading_of(trajectory).answer
     assert trajectory.outcome.status == "submitted" and trajectory.outcome.answer == "3e-5"
     assert answer.answer == "3e-5" and answer.invalid is None and answer.text.startswith("From my notes")
@@ -236,7 +240,7 @@ def test_a_budget_below_the_final_call_ends_no_answer_without_calling_the_model(
 
 def test_an_answer_or_question_holding_a_code_fence_is_submitted_whole(small_demo, index, serve, tiny_tokenizer):
     fenced = "use ```python\nprint(1)\n``` then 3e-5"  # a fence inside the action would end its code block early
-    trajectory = read(small_demo, index, serve(final=lambda text: fenced), tiny_tokenizer)
+    trajectory = read(small_demo, index, serve(final=lambda text: fenced), tiny_tokenizer, answer_tokens=256)
     assert trajectory.outcome.status == "submitted" and trajectory.outcome.answer == fenced
     asked = small_demo.questions[0].model_copy(update={"text": "Which ```rate``` is used?"})
     config = PolicyConfig(

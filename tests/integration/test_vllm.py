@@ -195,7 +195,7 @@ def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finish
         "--tokenizer",
         str(vllm_server.model_dir),
         "--limit",
-        "8",
+        "32",  # enough that, however slow the machine, most episodes are still to run when the server dies
         "--max-steps",
         "2",
         "--max-new-tokens",
@@ -233,7 +233,7 @@ def test_a_server_killed_mid_run_ends_episodes_as_policy_error_and_resume_finish
         resumed = run_cli("eval", "--out", str(run), "--resume", "--retry-errors")
     assert resumed.returncode == 0, resumed.stderr
     finished = trajectories(run)
-    assert len(finished) == 8 and all(t["outcome"]["status"] != "policy_error" for t in finished), [t["outcome"] for t in finished]
+    assert len(finished) == 32 and all(t["outcome"]["status"] != "policy_error" for t in finished), [t["outcome"] for t in finished]
 
 
 def test_the_memory_reader_sends_the_server_the_ids_check_parity_rebuilds(vllm_server, tmp_path):
@@ -258,3 +258,44 @@ def test_the_memory_reader_sends_the_server_the_ids_check_parity_rebuilds(vllm_s
     parity = run_cli("check-parity", "--trajectories", str(run / "trajectories.jsonl"), "--tokenizer", str(vllm_server.model_dir))
     assert parity.returncode == 0, parity.stdout + parity.stderr
     assert f"{len(calls)} memory-reader prompts rebuilt and matched" in parity.stdout, parity.stdout
+
+
+def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small_demo, tmp_path, monkeypatch):
+    """One episode with an option probe against the real server: its top log-probabilities labelled
+    by token id, or the prompt_logprobs fallback for an option outside them, give the probabilities
+    one hf forward pass of the same prompt gives. The served tiny model's tokenizer (trained on the
+    demo corpus) makes two tokens of "Yes", so the probe is asked from a file whose options are one
+    token of it."""
+    import torch
+
+    import agent.probes
+    from agent.policies.hf import HFPolicy
+
+    probes_file = tmp_path / "probes.toml"
+    probes_file.write_text('[answerable]\ntext = "Can the papers answer the question? Reply A (yes) or B (no)."\noptions = ["A", "B"]\n')
+    load_probes = agent.probes.load_probes
+    monkeypatch.setattr(agent.probes, "load_probes", lambda path=probes_file: load_probes(path))
+    policy = make_policy(
+        PolicyConfig(name="openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir, max_new_tokens=16)
+    )
+    policy.preflight()
+    question = small_demo.questions[0]
+    config = EpisodeConfig(max_steps=1, probes=["answerable"])
+    trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, config).run(question.text, question)
+    assert trajectory.outcome.status != "policy_error", trajectory.outcome
+    (result,) = trajectory.probes
+    assert result.not_measured is None and result.source in ("server", "server+fallback"), result
+    assert abs(sum(result.probabilities) - 1) < 1e-9 and 0 < result.mass <= 1
+    assert (result.fallback_options is not None) == (result.source == "server+fallback")
+    local = HFPolicy.load(str(vllm_server.model_dir))
+    prompt = agent.probes.probe_prompt(local.renderer, trajectory.messages(), agent.probes.load_probes().probes["answerable"])
+    assert agent.probes.ids_sha256(prompt) == result.prompt_sha256
+    hf_probabilities, _ = agent.probes.from_logprobs(local.probe(prompt, result.option_ids, use_cache=False).logprobs)
+    assert max(abs(a - b) for a, b in zip(hf_probabilities, result.probabilities, strict=True)) < 1e-3, (hf_probabilities, result)
+    # The likeliest token is in the top log-probabilities: read from its "token_id:N" label, with no fallback.
+    with torch.inference_mode():
+        logits = local.model(input_ids=torch.tensor([prompt]), use_cache=False, logits_to_keep=1).logits[0, -1]
+    likeliest = int(logits.argmax())
+    reading = policy.probe(prompt, [likeliest])
+    assert reading.not_measured is None and reading.source == "server" and reading.fallback == (), reading
+    assert abs(reading.logprobs[0] - float(torch.log_softmax(logits.float(), dim=-1)[likeliest])) < 1e-3, reading

@@ -1,0 +1,316 @@
+"""Calibration measured and fitted (``evaluation.calibration``, ``evaluation.calibration_fit``,
+``explorer calibrate``): ECE, Brier and NLL against hand-worked values, equal-mass bins, the
+temperature fit recovering a known temperature, the argmax kept, and the commands on real runs.
+
+The runs are real scripted runs (``explorer eval``) on the validation and test splits of a generated
+corpus, whose trajectories are then given the option probes a model policy records
+(``Trajectory.probes``: synthetic probabilities, overconfident by a known temperature) and rescored
+as ``explorer eval`` scores them."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from agent.trajectory import ProbeResult
+from agent.writer import read_trajectories
+from corpus.loading import load
+from evaluation.calibration import (
+    brier,
+    ece,
+    equal_mass_bins,
+    fit_temperature,
+    nll,
+    observations,
+    reliability,
+    run_calibration,
+    scaled,
+)
+from evaluation.prereg import CalibrationRule, Preregistration, judge
+from evaluation.records import RunMetrics
+from evaluation.run_directory import Run
+from evaluation.scoring import model_metrics, run_metrics, score_episode
+from tests.conftest import run_cli
+from tests.evaluation.test_report_browser import browser, console_errors, ink, screenshot  # noqa: F401 (browser: a fixture)
+
+WIDE = {"COLUMNS": "200"}
+TRUE_TEMPERATURE = 2.5
+
+
+# -- the figures by hand ------------------------------------------------------------------------
+
+
+def test_ece_brier_and_nll_equal_hand_computed_values():
+    p = np.array([0.1, 0.2, 0.3, 0.9])
+    y = np.array([False, False, True, True])
+    # equal-width, 2 bins: [0, 0.5) holds 0.1, 0.2, 0.3: mean 0.2, accuracy 1/3, |1/3 - 0.2| = 0.1333, weight 3/4 -> 0.1;
+    # [0.5, 1] holds 0.9: accuracy 1, |1 - 0.9| = 0.1, weight 1/4 -> 0.025. ECE = 0.125.
+    assert ece(p, y, bins=2) == pytest.approx(0.125)
+    # equal-mass, 2 bins of 2: {0.1, 0.2}: mean 0.15, accuracy 0 -> 0.15 x 1/2 = 0.075;
+    # {0.3, 0.9}: mean 0.6, accuracy 1 -> 0.4 x 1/2 = 0.2. ECE = 0.275.
+    assert ece(p, y, bins=2, equal_mass=True) == pytest.approx(0.275)
+    # Brier: (0.1^2 + 0.2^2 + 0.7^2 + 0.1^2) / 4 = (0.01 + 0.04 + 0.49 + 0.01) / 4 = 0.1375
+    assert brier(p, y) == pytest.approx(0.1375)
+    # NLL: -(ln 0.9 + ln 0.8 + ln 0.3 + ln 0.9) / 4
+    assert nll(p, y) == pytest.approx(-(math.log(0.9) + math.log(0.8) + math.log(0.3) + math.log(0.9)) / 4)
+    # ten bins: a probability of exactly 1 falls in the last, closed bin; a perfect forecaster scores 0
+    assert ece(np.array([0.0, 1.0]), np.array([False, True])) == 0.0
+    assert nll(np.array([0.0, 1.0]), np.array([True, False])) == pytest.approx(-math.log(1e-12))  # clipped, not infinite
+
+
+def test_equal_mass_bins_hold_equal_counts_and_the_bins_report_them():
+    rng = np.random.default_rng(1)
+    p, y = rng.random(50), rng.random(50) < 0.5
+    assert [len(members) for members in equal_mass_bins(p, 10)] == [5] * 10
+    bins = reliability(p, y, 10, equal_mass=True)
+    assert [b.count for b in bins] == [5] * 10
+    assert all(b.low <= b.mean_confidence <= b.high for b in bins)
+    assert [b.low for b in bins] == sorted(b.low for b in bins)
+    # 53 episodes: sizes differ by at most one
+    assert {len(members) for members in equal_mass_bins(rng.random(53), 10)} == {5, 6}
+
+
+# -- temperature scaling ------------------------------------------------------------------------
+
+
+def synthetic(n: int, seed: int, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """Labels drawn from calibrated logits z; the recorded probabilities are sigmoid(temperature x z)."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0.0, 1.5, n)
+    labels = rng.random(n) < 1 / (1 + np.exp(-z))
+    yes = 1 / (1 + np.exp(-temperature * z))
+    return np.stack([yes, 1 - yes], axis=1), labels
+
+
+def test_the_fit_recovers_a_known_temperature():
+    probabilities, labels = synthetic(5000, seed=0, temperature=TRUE_TEMPERATURE)
+    fitted = fit_temperature(probabilities, labels)
+    assert abs(fitted - TRUE_TEMPERATURE) / TRUE_TEMPERATURE < 0.05
+    before, after = ece(probabilities[:, 0], labels), ece(scaled(probabilities, fitted)[:, 0], labels)
+    assert after < before / 3
+
+
+def test_scaling_never_changes_which_option_wins():
+    rng = np.random.default_rng(2)
+    three = rng.dirichlet([0.5, 0.5, 0.5], size=400)
+    for temperature in (0.05, 0.3, 1.0, 2.5, 20.0):
+        assert (np.argmax(scaled(three, temperature), axis=1) == np.argmax(three, axis=1)).all()
+    two, _ = synthetic(200, seed=3, temperature=1.0)
+    logit = np.log(two[:, 0] / two[:, 1])
+    assert scaled(two, 2.5)[:, 0] == pytest.approx(1 / (1 + np.exp(-logit / 2.5)))  # two options: sigmoid(logit / T)
+
+
+# -- runs with probes ---------------------------------------------------------------------------
+
+
+def with_probes(run, questions, seed: int) -> None:
+    """Give each episode an ``answerable`` probe at its end, overconfident by TRUE_TEMPERATURE, and
+    rescore the run as explorer eval does (scores.jsonl, metrics.json)."""
+    by_id = {q.id: q for q in questions}
+    rng = np.random.default_rng(seed)
+    trajectories = []
+    for trajectory in read_trajectories(run / "trajectories.jsonl"):
+        answerable = by_id[trajectory.question_id].answerable
+        z = (0.8 if answerable else -0.8) + rng.normal(0.0, 1.0)
+        yes = float(1 / (1 + math.exp(-TRUE_TEMPERATURE * z)))
+        probe = ProbeResult(
+            probe="answerable",
+            options=["yes", "no"],
+            option_ids=[9693, 2152],
+            logprobs=[math.log(yes * 0.9), math.log((1 - yes) * 0.9)],
+            probabilities=[yes, 1 - yes],
+            mass=0.9,
+            source="hf",
+            prompt_tokens=100,
+            prompt_sha256="0" * 64,
+            probes_sha256="1" * 64,
+        )
+        trajectories.append(trajectory.model_copy(update={"probes": [probe]}))
+    (run / "trajectories.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in trajectories))
+    scores = [score_episode(t, by_id[t.question_id]) for t in trajectories]
+    metrics = run_metrics(scores).model_copy(update=model_metrics(trajectories))
+    (run / "scores.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in scores))
+    (run / "metrics.json").write_text(metrics.to_json())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """validation and test: scripted runs with probes; plain: the validation run as eval wrote it."""
+    directory = tmp_path_factory.mktemp("calibration")
+    corpus = directory / "small.jsonl"
+    assert run_cli("corpus", "generate", "--papers", "40", "--seed", "5", "--out", str(corpus)).returncode == 0
+    for split in ("validation", "test"):
+        done = run_cli("eval", "--corpus", str(corpus), "--split", split, "--policy", "scripted", "--out", str(directory / split))
+        assert done.returncode == 0, done.stderr
+    shutil.copytree(directory / "validation", directory / "plain")
+    questions = load(corpus).questions
+    with_probes(directory / "validation", questions, seed=0)
+    with_probes(directory / "test", questions, seed=1)
+    return directory
+
+
+def test_metrics_gain_calibration_only_when_the_run_has_probes(runs):
+    plain = json.loads((runs / "plain" / "metrics.json").read_text())
+    assert plain["calibration"] is None
+    assert all("probes" not in json.loads(line) for line in (runs / "plain" / "scores.jsonl").read_text().splitlines())
+    figures = RunMetrics.model_validate_json((runs / "validation" / "metrics.json").read_text()).calibration
+    answerable = figures["answerable"]
+    scored = [json.loads(line) for line in (runs / "validation" / "scores.jsonl").read_text().splitlines()]
+    assert answerable.n == len(scored) and answerable.label == "gold-answerable" and answerable.option == "yes"
+    assert answerable.positives == sum(s["answerable"] for s in scored)
+    assert (
+        sum(b.count for b in answerable.reliability_equal_width) == answerable.n == sum(b.count for b in answerable.reliability_equal_mass)
+    )
+    assert answerable.ece_equal_width_ci95.low <= answerable.ece_equal_width <= answerable.ece_equal_width_ci95.high
+    assert answerable.nll_clip == 1e-12
+    again = run_calibration(Run.load(runs / "validation").scores)  # seeded: the same figures twice
+    assert again["answerable"] == answerable
+
+
+def test_fit_refuses_a_run_of_the_test_split(runs, tmp_path):
+    done = run_cli("calibrate", "fit", str(runs / "test"), "--out", str(tmp_path / "c.json"))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "test split" in done.stderr and "--split validation" in done.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_fit_then_apply_writes_calibrated_json_with_mcnemar(runs, tmp_path):
+    out = tmp_path / "calibration.json"
+    done = run_cli("calibrate", "fit", str(runs / "validation"), "--probe", "answerable", "--out", str(out), env=WIDE)
+    assert done.returncode == 0, done.stderr
+    calibration = json.loads(out.read_text())
+    assert calibration["probe"] == "answerable" and calibration["label"] == "gold-answerable"
+    assert calibration["temperature"] > 1  # the probabilities were overconfident
+    assert calibration["validation"]["split"] == "validation" and len(calibration["validation"]["trajectories_sha256"]) == 64
+    assert calibration["after"]["nll"] <= calibration["before"]["nll"]
+    assert f"temperature {calibration['temperature']:.4f}" in done.stdout and "ece_equal_width" in done.stdout
+    assert f"< {calibration['threshold']['threshold']:.4f}" in done.stdout
+
+    done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out), env=WIDE)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((runs / "test" / "calibrated.json").read_text())
+    scores = [json.loads(line) for line in (runs / "test" / "scores.jsonl").read_text().splitlines()]
+    assert len(result["episodes"]) == len(scores) and result["calibration_sha256"] == calibration["sha256"]
+    for episode in result["episodes"]:
+        # the same winner before and after; the threshold's decision recorded beside the policy's own
+        assert (episode["raw"] >= 0.5) == (episode["calibrated"] >= 0.5)
+        assert episode["threshold_abstains"] == (episode["calibrated"] < calibration["threshold"]["threshold"])
+        assert episode["policy_abstained"] == (episode["policy_status"] == "abstained")
+    tests = {test["outcome"]: test for test in result["mcnemar"]}
+    right = tests["abstention decision right (abstain exactly on unanswerable gold)"]
+    assert right["pairs"] == result["decided"] and right["both"] + right["only_a"] + right["only_b"] + right["neither"] == right["pairs"]
+    assert 0 <= right["p_value"] <= 1
+    assert result["raw"]["n"] == result["calibrated"]["n"] == len(scores)
+    assert "exact McNemar" in done.stdout and "ece_equal_width" in done.stdout
+
+
+def test_an_edited_calibration_file_is_refused(runs, tmp_path):
+    out = tmp_path / "calibration.json"
+    assert run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out)).returncode == 0
+    edited = json.loads(out.read_text())
+    edited["temperature"] = 1.0
+    out.write_text(json.dumps(edited, indent=2))
+    done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "edited or damaged" in done.stderr
+
+
+def test_the_preregistered_calibration_rule(runs, tmp_path):
+    scores = Run.load(runs / "validation").scores
+    found = observations(scores, "answerable")
+    raw_ece = ece(found.confidence, found.labels, 10)
+    frozen = {"corpus_sha256": "0" * 64, "questions_sha256": "0" * 64}
+    rule = {"min_correct_abstentions": 0, "max_false_abstentions": 100}
+
+    def judged(calibration: dict, with_scores=scores):
+        prereg = Preregistration.model_validate({"frozen": frozen, "rule": rule, "calibration": calibration})
+        metrics = RunMetrics.model_validate_json((runs / "validation" / "metrics.json").read_text())
+        return judge(prereg, tmp_path / "p.toml", metrics.abstention, with_scores)
+
+    passing = judged({"max_ece": min(1.0, raw_ece + 0.01)})
+    assert passing.passed and passing.checks[-1].value == pytest.approx(raw_ece, abs=1e-6)
+    assert not judged({"max_ece": raw_ece / 2}).passed
+    no_probe = judged({"probe": "correct", "max_ece": 0.5})
+    assert not no_probe.passed and no_probe.checks[-1].value is None  # a preregistered probe the run did not measure fails
+    pinned = judged({"max_ece": 0.5, "calibration_sha256": "a" * 64})
+    assert pinned.passed and "calibrate apply" in pinned.pending[0]  # judged by apply, with the file
+
+    # apply judges a pinned rule: the file must be the pinned one
+    out = tmp_path / "calibration.json"
+    assert run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out)).returncode == 0
+    sha = json.loads(out.read_text())["sha256"]
+    for pin, code in ((sha, 0), ("b" * 64, 1)):
+        toml = tmp_path / "prereg.toml"
+        toml.write_text(
+            f'[frozen]\ncorpus_sha256 = "{"0" * 64}"\nquestions_sha256 = "{"0" * 64}"\n'
+            "[rule]\nmin_correct_abstentions = 0\nmax_false_abstentions = 100\n"
+            f'[calibration]\nprobe = "answerable"\nmax_ece = 0.9\ncalibration_sha256 = "{pin}"\n'
+        )
+        done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out), "--preregistration", str(toml), env=WIDE)
+        assert done.returncode == code, done.stderr
+        assert ("PASS" if code == 0 else "FAIL") in done.stdout
+    assert CalibrationRule(max_ece=0.1).label_name() == "gold-answerable"
+
+
+def test_fit_under_preregistered_abstention_bounds(runs, tmp_path):
+    toml = tmp_path / "prereg.toml"
+    toml.write_text(
+        f'[frozen]\ncorpus_sha256 = "{"0" * 64}"\nquestions_sha256 = "{"0" * 64}"\n[rule]\nmin_correct_abstentions = 2\nmax_false_abstentions = 100\n'
+    )
+    out = tmp_path / "calibration.json"
+    done = run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out), "--preregistration", str(toml))
+    assert done.returncode == 0, done.stderr
+    threshold = json.loads(out.read_text())["threshold"]
+    assert threshold["correct_abstentions"] >= 2 and threshold["chosen_by"].startswith("preregistered bounds")
+    toml.write_text(toml.read_text().replace("max_false_abstentions = 100", "max_false_abstentions = 0").replace("= 2", "= 1000"))
+    done = run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out), "--force", "--preregistration", str(toml))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no threshold meets" in done.stderr
+
+
+def test_the_reports_and_compare_show_calibration(runs, tmp_path):
+    report = tmp_path / "report.html"
+    done = run_cli("report", str(runs / "validation"), "--out", str(report))
+    assert done.returncode == 0, done.stderr
+    text = report.read_text()
+    assert 'id="reliability-answerable"' in text and 'id="calibration-table"' in text and 'class="diagonal"' in text
+    figures = RunMetrics.model_validate_json((runs / "validation" / "metrics.json").read_text()).calibration["answerable"]
+    assert f"{figures.ece_equal_width:.3f}" in text
+    plain = tmp_path / "plain.html"
+    assert run_cli("report", str(runs / "plain"), "--out", str(plain)).returncode == 0
+    assert "reliability" not in plain.read_text()  # a run without probes: no section
+
+    both = tmp_path / "both.html"
+    done = run_cli("report", str(runs / "plain"), str(runs / "validation"), "--out", str(both))
+    assert done.returncode == 0, done.stderr
+    assert 'id="reliability-B-answerable"' in both.read_text() and "reliability-A-" not in both.read_text()
+
+    done = run_cli("compare", str(runs / "plain"), str(runs / "validation"), "--json")
+    assert done.returncode == 0, done.stderr
+    paired = json.loads(done.stdout)["calibration"]
+    assert paired["a"] is None and paired["b"]["answerable"]["n"] > 0
+    done = run_cli("compare", str(runs / "plain"), str(runs / "validation"), env=WIDE)
+    assert done.returncode == 0 and "calibration of the option probes" in done.stdout
+
+
+def test_the_reliability_diagram_renders_in_the_browser(runs, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    report = tmp_path / "report.html"
+    assert run_cli("report", str(runs / "validation"), "--out", str(report)).returncode == 0
+    browser.get(report.as_uri())
+    diagram = browser.find_element(By.CSS_SELECTOR, "#reliability-answerable svg")
+    figures = RunMetrics.model_validate_json((runs / "validation" / "metrics.json").read_text()).calibration["answerable"]
+    filled = [b for b in figures.reliability_equal_width if b.count]
+    assert len(diagram.find_elements(By.CSS_SELECTOR, "rect.bar")) == len(diagram.find_elements(By.CSS_SELECTOR, "circle")) == len(filled)
+    assert "accuracy" in diagram.text and "probability given (bin)" in diagram.text
+    box = browser.execute_script(
+        "const r = document.querySelector('#reliability-answerable svg').getBoundingClientRect(); "
+        "return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY];"
+    )
+    dark, bars = ink(screenshot(browser), tuple(round(v) for v in box))
+    assert dark > 200 and bars > 200  # axes and labels drawn, and bars of the bar colour
+    assert not console_errors(browser)
