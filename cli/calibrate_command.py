@@ -43,7 +43,7 @@ def fit_command(
     label: str | None = typer.Option(
         None, "--label", help="Label definition: gold-answerable, answer-f1>=X (default: the probe's own; answerable: gold-answerable)."
     ),
-    bins: int = typer.Option(10, "--bins", help="Bins of the ECE figures (2 or more)."),
+    bins: int = typer.Option(10, "--bins", help="Bins of the ECE figures (2 to 1000, as a preregistration's)."),
     preregistration: Path | None = PreregistrationOption,
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
@@ -54,8 +54,8 @@ def fit_command(
     from evaluation.calibration_fit import fit
     from evaluation.run_directory import Run
 
-    if bins < 2:
-        raise UsageError(f"--bins {bins}: give 2 or more")
+    if not 2 <= bins <= 1000:
+        raise UsageError(f"--bins {bins}: give 2 to 1000")
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it")
     calibration = fit(Run.load(run_dir), probe, out, label, bins, _prereg(preregistration))
@@ -66,6 +66,10 @@ def fit_command(
             f"{calibration.validation.split} run {calibration.validation.run}): temperature {calibration.temperature:.4f}"
         )
     )
+    if calibration.at_bound:
+        from evaluation.calibration_fit import bound_note
+
+        console.print(f"[bold yellow]note:[/] {bound_note(calibration.temperature)}")
     console.print(f"figures on the validation run, before and after ({calibration.bins} bins):")
     table = Table("figure", "before", "after")
     for name in ("ece_equal_width", "ece_equal_mass", "brier", "nll"):
@@ -108,16 +112,21 @@ def apply_command(
     for name in ("ece_equal_width", "ece_equal_mass", "brier", "nll", "accuracy"):
         table.add_row(name, f"{getattr(raw, name):.4f}", f"{getattr(cal, name):.4f}")
     console.print(table)
-    if result.threshold is not None:
+    for note in result.notes:
+        console.print(Text.assemble(("note: ", "bold yellow"), untrusted(note)))
+    if result.threshold is not None and result.decided == 0:
+        console.print(f"exact McNemar: no decided episodes (the policy neither answered nor abstained on any of the {raw.n})")
+    elif result.threshold is not None:
         tests = Table(
-            "outcome (yes/no per episode)",
+            "outcome",
             "pairs",
-            "yes in both",
-            "policy only",
-            "threshold only",
-            "no in both",
+            "both yes",
+            "A only",
+            "B only",
+            "both no",
             "two-sided p",
-            title=f"exact McNemar: the policy's decisions (A) against abstaining when P < {result.threshold:.4f} (B)",
+            title=f"exact McNemar: the policy's decisions (A) against abstaining when P < {result.threshold:.4f} (B); "
+            "decision right: abstained exactly on unanswerable gold",
         )
         for test in result.mcnemar:
             tests.add_row(

@@ -21,7 +21,10 @@ def rescore_command(
         None, "--quantization", help="auto, 4bit or none (default: what the run recorded for --policy hf, else auto)."
     ),
     tolerance: float = typer.Option(
-        1e-5, "--tolerance", min=0.0, help="Largest probability difference allowed (1e-5: CPU float32; measure a GPU's and pass it)."
+        # no min=: evaluation.rescore refuses inf, 1e400 and a negative number as one line (typer's min lets inf through)
+        1e-5,
+        "--tolerance",
+        help="Largest difference allowed: of a probability, the mass, and a log-probability on the log scale (1e-5: CPU float32).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the figures and every probe's values as JSON."),
 ) -> None:
@@ -31,7 +34,9 @@ def rescore_command(
     first. Then the model reads it without any cache (compared with the record) and with a cache
     warmed on the conversation (compared with the uncached reading: flips are reported). Exits 0
     only when every decision agrees (agreement 1.0000) and the largest probability difference is
-    within --tolerance; exits 1 naming the first mismatch (episode, probe, both values). Exact on
+    within --tolerance (and so are each option's log-probability, on the log scale, and the
+    options' mass; a recorded nan fails); every probe the run asked for must be there, and one
+    recorded as not measured must really overflow the recorded context; exits 1 naming the first mismatch (episode, probe, both values). Exact on
     CPU float32; on a GPU in 4-bit it is unmeasured here: expect larger differences and pass a
     --tolerance you measured."""
     from evaluation.rescore import rescore
@@ -62,7 +67,10 @@ def _print(report) -> None:
     )
     agreeing = sum(c.agrees for c in report.comparisons)
     typer.echo(f"agreement: {report.agreement:.4f} ({agreeing} of {len(report.comparisons)} decisions)")
-    typer.echo(f"largest difference: {report.largest_difference:.3g} (tolerance {report.tolerance:g})")
+    typer.echo(
+        f"largest difference: {report.largest_difference:.3g} (tolerance {report.tolerance:g}); log-probabilities "
+        f"{report.largest_logprob_difference:.3g} (log scale), mass {report.largest_mass_difference:.3g}"
+    )
     typer.echo(
         f"cached vs uncached: {report.cached_flips} flips, largest difference {report.largest_cached_difference:.3g} "
         "(cache warmed on each conversation before its probe turn)"

@@ -21,7 +21,7 @@ def canonical_json(record) -> str:
 def _digest(lines: Iterator[str]) -> str:
     sha = hashlib.sha256()
     for line in lines:
-        sha.update(line.encode("utf-8"))
+        sha.update(line.encode("utf-8", "surrogatepass"))  # a lone surrogate (JSON's "\ud800") hashes too
         sha.update(b"\n")
     return sha.hexdigest()
 

@@ -10,41 +10,66 @@ max_false_abstentions on answerable ones, counted on the validation run); withou
 smallest that maximises the decisions' accuracy (abstain exactly on the unanswerable). Candidates
 are 0, every calibrated probability of the run, and 1.
 
-The calibration file (JSON) holds the probe, its options, the label definition, the temperature,
-the threshold, the validation run's path, split and trajectories.jsonl sha256, the figures before
-and after, and ``sha256``: the sha256 of the canonical JSON of everything else (keys sorted, no
-spaces). A file whose hash does not match its contents - edited or damaged - is refused in one
-line; a preregistration pins a file by that hash.
+The calibration file (JSON) holds the probe, its options, the label definition, the temperature
+(and whether the search stopped at its bound), the threshold, the validation run's path, split,
+policy and model, the sha256 of its trajectories.jsonl, scores.jsonl and probes file, the figures
+before and after, and ``sha256``: the sha256 of the canonical JSON of everything else (keys sorted,
+no spaces). A file whose hash does not match its contents - edited or damaged - is refused in one
+line; so is one whose values are out of range (a temperature not finite and > 0, bins outside
+2..1000, a threshold outside [0, 1], a validation split of test or all); a preregistration pins a
+file by that hash.
+
+The probabilities are the trajectories' (``Trajectory.probes``, the record of what the model
+said): scores.jsonl's copy is checked against them and a disagreement is refused, naming the
+episode. The labels are scores.jsonl's (gold answerability, answer F1), as ``explorer eval`` wrote.
 
 ``apply`` writes RUN/calibrated.json: per episode the raw and calibrated probability, the
 threshold's decision beside the policy's own (answered or abstained), ECE raw against calibrated,
 and exact McNemar tests (``evaluation.compare.mcnemar``) of the policy's decisions against the
 threshold's on the same questions - is the decision right (abstain exactly on unanswerable gold),
-and did it abstain - over the episodes where the policy made a decision.
+and did it abstain - over the episodes where the policy made a decision. It refuses the very run
+the file was fitted on, notes a run of another policy or model, and with a preregistration checks
+its [frozen] corpus and questions hashes against the run's manifest first.
 
 Not protected: a file rewritten whole with a freshly computed hash is accepted (the hash finds
 edits, it is not a signature; a preregistration that pins the hash is what fixes a file in advance).
+The labels are scores.jsonl's, not recomputed from the gold answers.
+
+Why one module of this size: fitting and applying share the file, its checks and the run's
+checked probabilities; split, the check that makes a file trustworthy would sit apart from both
+of its readers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 from typing import Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from corpus.atomic import atomic_file
-from evaluation.calibration import DEFAULT_BINS, Observations, ece, fit_temperature, nll, observations, probe_calibration, scaled
+from evaluation.calibration import (
+    DEFAULT_BINS,
+    TEMPERATURE_BOUNDS,
+    Observations,
+    ece,
+    fit_temperature,
+    nll,
+    observations,
+    probe_calibration,
+    scaled,
+)
 from evaluation.calibration import brier as brier_score
 from evaluation.compare import McNemarTest, mcnemar
 from evaluation.errors import EvaluationError
-from evaluation.prereg import Preregistration, Rule, ece_check
+from evaluation.prereg import Preregistration, Rule, check_frozen, ece_check
 from evaluation.records import PreregistrationResult, ProbeCalibration
-from evaluation.run_directory import TRAJECTORIES, Run
-from evaluation.scoring import ENDED_BY_POLICY
+from evaluation.run_directory import SCORES, TRAJECTORIES, Run
+from evaluation.scoring import ENDED_BY_POLICY, probe_scores
 
 FORMAT: Final = "explorer-calibration/1"
 CALIBRATED = "calibrated.json"
@@ -71,7 +96,7 @@ class Figures(Record):
 class Threshold(Record):
     """The abstention threshold on calibrated P(answerable) and what it did on the validation run."""
 
-    threshold: float  # abstain when the calibrated probability is below it
+    threshold: float = Field(ge=0, le=1, allow_inf_nan=False)  # abstain when the calibrated probability is below it
     chosen_by: str  # "preregistered bounds (...)" or "highest decision accuracy"
     correct_abstentions: int  # on unanswerable gold
     false_abstentions: int  # on answerable gold
@@ -84,6 +109,18 @@ class ValidationRun(Record):
     split: str
     trajectories_sha256: str
     episodes: int  # measured and labelled
+    # Older files (before these were recorded) load without them.
+    scores_sha256: str | None = None
+    probes_sha256: str | None = None  # the probes file the trajectories record for the probe
+    policy: str | None = None  # the validation run's manifest: --policy and --model
+    model: str | None = None
+
+    @field_validator("split")
+    @classmethod
+    def _not_the_test_split(cls, split: str) -> str:
+        if split in REFUSED_SPLITS:
+            raise ValueError(f"{split!r} is {REFUSED_SPLITS[split]}, never a validation run")
+        return split
 
 
 class CalibrationFile(Record):
@@ -91,8 +128,9 @@ class CalibrationFile(Record):
     probe: str
     options: list[str]
     label: str
-    bins: int
-    temperature: float
+    bins: int = Field(ge=2, le=1000)
+    temperature: float = Field(gt=0, allow_inf_nan=False)
+    at_bound: bool = False  # the NLL search stopped at a bound of TEMPERATURE_BOUNDS
     threshold: Threshold | None  # only the answerable probe sets one
     validation: ValidationRun
     before: Figures
@@ -194,6 +232,49 @@ def choose_threshold(calibrated: np.ndarray, answerable: np.ndarray, bounds: Rul
     )
 
 
+def checked_scores(run: Run, probe: str) -> list:
+    """scores.jsonl's lines, each with ``probe`` as its trajectory recorded it: a line whose copy
+    disagrees with the trajectory's (a scores.jsonl edited after the run) is refused, naming the
+    episode, and so is a line without a trajectory."""
+    recorded = {trajectory.episode_id: trajectory for trajectory in run.trajectories}
+    scores = []
+    for score in run.scores:
+        trajectory = recorded.get(score.episode_id)
+        if trajectory is None:
+            raise EvaluationError(f"{run.directory / SCORES}: episode {score.episode_id} is not in {TRAJECTORIES}; rescore the run")
+        truth = probe_scores(trajectory)
+        if _named(score.probes, probe) != _named(truth, probe):
+            raise EvaluationError(
+                f"{run.directory / SCORES}: episode {score.episode_id}'s probe {probe!r} disagrees with {TRAJECTORIES}; "
+                "the scores were edited after the run: rescore it"
+            )
+        scores.append(score.model_copy(update={"probes": truth}))
+    return scores
+
+
+def _named(probes, probe: str):
+    found = next((p for p in probes or [] if p.probe == probe), None)
+    return None if found is None else (found.options, found.probabilities)
+
+
+def probes_file_sha256(run: Run, probe: str) -> str | None:
+    """The probes file the run's trajectories record for ``probe`` (the first; one file per run)."""
+    return next((p.probes_sha256 for t in run.trajectories for p in t.probes or [] if p.probe == probe), None)
+
+
+def at_bound(temperature: float) -> bool:
+    """Did the bounded search stop at (within 1e-3 of) an end of TEMPERATURE_BOUNDS?"""
+    return any(math.isclose(temperature, bound, abs_tol=1e-3) for bound in TEMPERATURE_BOUNDS)
+
+
+def bound_note(temperature: float) -> str:
+    """What a temperature at the search's bound means: not an estimate, the end of the search."""
+    low, high = TEMPERATURE_BOUNDS
+    if temperature >= (low + high) / 2:
+        return f"T hit the search bound {high:g}: the probabilities carry almost no information about the label"
+    return f"T hit the search bound {low:g}: the probabilities separate the labels so well that the fit would sharpen them further"
+
+
 def refuse_test_split(run: Run) -> str:
     split = run.manifest.config.split
     if split in REFUSED_SPLITS:
@@ -213,7 +294,8 @@ def fit(
 ) -> CalibrationFile:
     """Fit ``probe``'s temperature on ``run`` (not of the test split) and write the calibration file."""
     split = refuse_test_split(run)
-    found = observations(run.scores, probe, label)
+    scores = checked_scores(run, probe)
+    found = observations(scores, probe, label)
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {probe!r}; run explorer eval with --probe {probe}")
     if found.labels.all() or not found.labels.any():
@@ -225,7 +307,7 @@ def fit(
     calibrated = scaled(found.probabilities, temperature)
     threshold = None
     if probe == "answerable":
-        answerable = observations(run.scores, probe, "gold-answerable").labels
+        answerable = observations(scores, probe, "gold-answerable").labels
         bounds = prereg[0].rule if prereg else None
         threshold = choose_threshold(calibrated[:, 0], answerable, bounds, str(prereg[1]) if prereg else None)
     content = {
@@ -235,12 +317,17 @@ def fit(
         "label": found.label,
         "bins": bins,
         "temperature": temperature,
+        "at_bound": at_bound(temperature),
         "threshold": None if threshold is None else threshold.model_dump(),
         "validation": {
             "run": str(run.directory.resolve()),
             "split": split,
             "trajectories_sha256": file_sha256(run.directory / TRAJECTORIES),
             "episodes": int(found.labels.size),
+            "scores_sha256": file_sha256(run.directory / SCORES),
+            "probes_sha256": probes_file_sha256(run, probe),
+            "policy": run.manifest.config.policy.name,
+            "model": run.manifest.config.policy.model,
         },
         "before": figures(found, found.probabilities, bins).model_dump(),
         "after": figures(found, calibrated, bins).model_dump(),
@@ -278,13 +365,19 @@ class Calibrated(Record):
     decided: int  # episodes where the policy answered or abstained: the McNemar pairs
     mcnemar: list[McNemarTest]  # A: the policy's own decision; B: the threshold's
     preregistration: PreregistrationResult | None = None
+    notes: list[str] = []  # e.g. the run was made by another policy or model than the validation run
     episodes: list[CalibratedEpisode]
 
 
 def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None) -> Calibrated:
     """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json."""
     calibration = load_calibration(path)
-    found = observations(run.scores, calibration.probe, calibration.label)
+    refuse_the_fitted_run(run, calibration, path)
+    if prereg is not None:
+        config = run.manifest.config
+        check_frozen(prereg[0], prereg[1], run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
+    scores = checked_scores(run, calibration.probe)
+    found = observations(scores, calibration.probe, calibration.label)
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {calibration.probe!r}, which {path} calibrates")
     if found.options != calibration.options:
@@ -293,7 +386,7 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
         )
     calibrated = scaled(found.probabilities, calibration.temperature)
     after = Observations(found.probe, found.label, found.options, calibrated, found.labels, found.episode_ids, found.not_measured)
-    by_id = {score.episode_id: score for score in run.scores}
+    by_id = {score.episode_id: score for score in scores}
     t = None if calibration.threshold is None else calibration.threshold.threshold
     episodes = []
     for index, episode_id in enumerate(found.episode_ids):
@@ -316,7 +409,7 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
     if t is not None:
         tests = [
             mcnemar(
-                "abstention decision right (abstain exactly on unanswerable gold)",
+                "decision right",  # abstain exactly on unanswerable gold (short: the table fits 80 columns)
                 [e.policy_abstained != e.answerable for e in decided],
                 [e.threshold_abstains != e.answerable for e in decided],
             ),
@@ -335,11 +428,33 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
         decided=len(decided),
         mcnemar=tests,
         preregistration=None if prereg is None else judge_calibrated(prereg, calibration, after),
+        notes=other_policy_notes(run, calibration, path),
         episodes=episodes,
     )
     with atomic_file(run.directory / CALIBRATED) as handle:
         handle.write(result.model_dump_json(indent=2, by_alias=True) + "\n")
     return result
+
+
+def refuse_the_fitted_run(run: Run, calibration: CalibrationFile, path: Path) -> None:
+    """Applying a calibration to the run it was fitted on measures the fit, not calibration."""
+    fitted = calibration.validation
+    same_log = (run.directory / TRAJECTORIES).is_file() and file_sha256(run.directory / TRAJECTORIES) == fitted.trajectories_sha256
+    if str(run.directory.resolve()) == fitted.run or same_log:
+        raise EvaluationError(f"{path}: was fitted on {run.directory} itself; apply it to another run (e.g. of the test split)")
+
+
+def other_policy_notes(run: Run, calibration: CalibrationFile, path: Path) -> list[str]:
+    """A note when the run was made by another policy or model than the validation run (a
+    temperature fitted on one model's probabilities need not fit another's): noted, not refused."""
+    fitted, policy = calibration.validation, run.manifest.config.policy
+    notes = []
+    if fitted.policy is None:  # a file from before they were recorded
+        return notes
+    for what, then, now in (("policy", fitted.policy, policy.name), ("model", fitted.model, policy.model)):
+        if then != now:
+            notes.append(f"{path} was fitted on a run of {what} {then}; this run's {what} is {now}")
+    return notes
 
 
 def judge_calibrated(prereg: tuple[Preregistration, Path], calibration: CalibrationFile, after: Observations) -> PreregistrationResult:
@@ -364,5 +479,7 @@ def judge_calibrated(prereg: tuple[Preregistration, Path], calibration: Calibrat
             "pass": (calibration.probe, calibration.label) == (rule.probe, rule.label_name()),
         }
     )
+    if rule.probe != calibration.probe:  # the temperature is another probe's: this one was not measured calibrated
+        after = Observations(rule.probe, rule.label_name(), [], np.empty((0, 0)), np.empty(0, dtype=bool), [], 0)
     checks.append(ece_check(rule, after, calibrated=True))
     return PreregistrationResult.model_validate({"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks})

@@ -7,8 +7,18 @@ file's SHA-256, the prompt's, the options' tokens) before anything is loaded; th
 reads it twice: once with no cache at all (compared with the record), and once with a cache warmed
 on the conversation before the probe turn (compared with the uncached reading: a flip there is a
 cache bug, not a reload one). The check holds when every decision (the likeliest option) agrees
-with the record (agreement 1.0000) and the largest |difference| of any option's probability is
-within the tolerance; otherwise the first mismatch is named (episode, probe, both values).
+with the record (agreement 1.0000), the largest |difference| of any option's probability is
+within the tolerance, and so are each option's log-probability (compared on the log scale: an
+option the tiny model gives 1e-5 of the vocabulary's mass would hide any edit as a probability)
+and the options' mass; otherwise the first mismatch is named (episode, probe, both values). A
+recorded value that is not a number (NaN) is a mismatch and is reported as nan, never as 0.
+
+Before anything is loaded the record is also checked for completeness: every episode holds each
+probe the run's config asked for (``episode.probes`` in the manifest; ``correct`` only when the
+episode submitted), and each ``prompt_tokens`` is the rebuilt prompt's length, exactly. A probe
+recorded as ``not_measured`` is re-checked: the only reason rescore accepts is the context's (its
+rebuilt prompt leaves no room for an option in the ``max_context`` the run's policy recorded);
+any other is a mismatch, since the model on disk can measure it.
 
 The tolerance. On a CPU in float32 (``--quantization none``, what ``auto`` picks on a CPU) the
 reload is exact in practice: the same weights and the same prompt give the same logits up to the
@@ -28,42 +38,39 @@ What is protected: a prompt that cannot be rebuilt from the trajectory as it was
 changed probes file, a changed renderer, an edited log) stops before the model is loaded; a model
 whose tokenizer is not the run's, an adapter whose files are not the run's, or an adapter missing
 or extra are refused as one ``EvaluationError`` line. What is not: that the probabilities mean
-anything (``evaluation.calibration`` measures that), or probes recorded as ``not_measured``
-(counted, skipped: there is nothing to compare).
+anything (``evaluation.calibration`` measures that); a probe an openai run recorded as
+``not_measured`` because its server failed is refused (exit 1) rather than trusted, so such a run
+does not pass until it is recorded again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.models import file_hashes, load_renderer
-from agent.probes import from_logprobs, load_probes, option_ids, probe_prompt
-from agent.served import common_prefix, ids_sha256
-from agent.trajectory import ProbeResult, Trajectory
+from agent.models import load_renderer
+from agent.probes import from_logprobs, load_probes
+from agent.served import common_prefix
 from evaluation.errors import EvaluationError
+from evaluation.rescore_checks import (
+    Recorded,
+    check_adapter,
+    check_not_measured,
+    check_tokenizer,
+    missing_probe,
+    nothing_to_rescore,
+    rebuilt_prompt,
+    recorded_probes,
+)
 from evaluation.run_directory import Run
 
 if TYPE_CHECKING:
     from agent.policies.hf import HFPolicy
-    from agent.probes import ProbeSet
-    from agent.renderer import ChatRenderer
 
 DEFAULT_TOLERANCE = 1e-5  # CPU float32; see the module docstring for a GPU
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """One recorded probe that holds probabilities, with its episode."""
-
-    trajectory: Trajectory
-    result: ProbeResult
-
-    def where(self) -> str:
-        t = self.trajectory
-        return f"episode {t.episode_id} (question {t.question_id}, sample {t.sample}), probe {self.result.probe}"
 
 
 @dataclass(frozen=True)
@@ -79,6 +86,10 @@ class Comparison:
     uncached: list[float]
     cached: list[float]
     cached_tokens: int  # the conversation prefix the warmed cache held
+    recorded_logprobs: list[float | None]
+    uncached_logprobs: list[float]
+    recorded_mass: float | None
+    uncached_mass: float
 
     @property
     def difference(self) -> float:
@@ -89,6 +100,16 @@ class Comparison:
         return largest_difference(self.cached, self.uncached)
 
     @property
+    def logprob_difference(self) -> float:
+        """On the log scale; a missing recorded log-probability is nan (a mismatch)."""
+        recorded = [math.nan if value is None else value for value in self.recorded_logprobs]
+        return largest_difference(recorded, self.uncached_logprobs) if len(recorded) == len(self.uncached_logprobs) else math.nan
+
+    @property
+    def mass_difference(self) -> float:
+        return math.nan if self.recorded_mass is None else largest_difference([self.recorded_mass], [self.uncached_mass])
+
+    @property
     def agrees(self) -> bool:
         return decision(self.recorded) == decision(self.uncached)
 
@@ -97,15 +118,26 @@ class Comparison:
         return decision(self.cached) != decision(self.uncached)
 
     def mismatch(self, tolerance: float) -> str | None:
-        """Why this probe fails the check, naming it and both values; None when it holds."""
-        if self.agrees and self.difference <= tolerance:
-            return None
-        why = "decides otherwise" if not self.agrees else f"differs by {self.difference:.3g} (tolerance {tolerance:g})"
-        return (
-            f"episode {self.episode_id} (question {self.question_id}, sample {self.sample}), probe {self.probe} {why}: "
-            f"recorded {_values(self.recorded)} ({self.options[decision(self.recorded)]}), "
-            f"recomputed {_values(self.uncached)} ({self.options[decision(self.uncached)]})"
-        )
+        """Why this probe fails the check, naming it and both values; None when it holds.
+        Written as ``not <=`` so that a nan (a recorded value that is no number) fails."""
+        where = f"episode {self.episode_id} (question {self.question_id}, sample {self.sample}), probe {self.probe}"
+        if not self.agrees or not self.difference <= tolerance:
+            why = "decides otherwise" if not self.agrees else f"differs by {self.difference:.3g} (tolerance {tolerance:g})"
+            return (
+                f"{where} {why}: recorded {_values(self.recorded)} ({self.options[decision(self.recorded)]}), "
+                f"recomputed {_values(self.uncached)} ({self.options[decision(self.uncached)]})"
+            )
+        if not self.logprob_difference <= tolerance:
+            return (
+                f"{where}: its log-probabilities differ by {self.logprob_difference:.3g} (tolerance {tolerance:g}, log scale): "
+                f"recorded {_values(self.recorded_logprobs)}, recomputed {_values(self.uncached_logprobs)}"
+            )
+        if not self.mass_difference <= tolerance:
+            return (
+                f"{where}: its options' mass differs by {self.mass_difference:.3g} (tolerance {tolerance:g}): "
+                f"recorded {self.recorded_mass}, recomputed {self.uncached_mass:.8f}"
+            )
+        return None
 
 
 @dataclass
@@ -129,7 +161,15 @@ class Rescore:
 
     @property
     def largest_difference(self) -> float:
-        return max((c.difference for c in self.comparisons), default=0.0)
+        return _largest(c.difference for c in self.comparisons)
+
+    @property
+    def largest_logprob_difference(self) -> float:
+        return _largest(c.logprob_difference for c in self.comparisons)
+
+    @property
+    def largest_mass_difference(self) -> float:
+        return _largest(c.mass_difference for c in self.comparisons)
 
     @property
     def cached_flips(self) -> int:
@@ -137,7 +177,7 @@ class Rescore:
 
     @property
     def largest_cached_difference(self) -> float:
-        return max((c.cached_difference for c in self.comparisons), default=0.0)
+        return _largest(c.cached_difference for c in self.comparisons)
 
     @property
     def holds(self) -> bool:
@@ -148,6 +188,8 @@ class Rescore:
             "probes_compared": len(self.comparisons),
             "agreement": self.agreement,
             "largest_difference": self.largest_difference,
+            "largest_logprob_difference": self.largest_logprob_difference,
+            "largest_mass_difference": self.largest_mass_difference,
             "cached_flips": self.cached_flips,
             "largest_cached_difference": self.largest_cached_difference,
             "holds": self.holds,
@@ -161,107 +203,22 @@ def decision(probabilities: list[float]) -> int:
 
 
 def largest_difference(a: list[float], b: list[float]) -> float:
-    return max(abs(x - y) for x, y in zip(a, b, strict=True))
+    return _largest(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
-def _values(probabilities: list[float]) -> str:
-    return "[" + ", ".join(f"{p:.8f}" for p in probabilities) + "]"
+def _largest(differences) -> float:
+    """The largest, nan when any is (max() keeps or drops a nan by its place in the list)."""
+    values = list(differences)
+    if any(math.isnan(value) for value in values):
+        return math.nan
+    return max(values, default=0.0)
+
+
+def _values(values: list[float | None]) -> str:
+    return "[" + ", ".join("None" if v is None else f"{v:.8f}" for v in values) + "]"
 
 
 # -- the checks made before the model is loaded -------------------------------------------------
-
-
-def recorded_probes(run: Run) -> tuple[list[Recorded], int]:
-    """The counted episodes' probes that hold probabilities, and how many were not measured; a
-    run with none to compare is one EvaluationError line."""
-    measured, skipped = [], 0
-    for trajectory in run.trajectories:
-        for result in trajectory.probes:
-            if result.probabilities is None:
-                skipped += 1
-            else:
-                measured.append(Recorded(trajectory, result))
-    if not measured:
-        what = f"only probes recorded as not measured ({skipped})" if skipped else "no probes"
-        raise EvaluationError(f"{run.directory}: {what}, so nothing to rescore; record them with explorer eval --probe answerable")
-    return measured, skipped
-
-
-def check_tokenizer(renderer: ChatRenderer, recorded: list[Recorded], model: str) -> list[str]:
-    """A model whose tokenizer is not the run's is refused; a run that did not record its
-    tokenizer's digest is said (notes)."""
-    unrecorded = 0
-    for item in recorded:
-        fingerprint = item.trajectory.policy.settings.get("tokenizer_sha256")
-        if fingerprint is None:
-            unrecorded += 1
-        elif fingerprint != renderer.fingerprint:
-            raise EvaluationError(
-                f"--model {model}: its tokenizer ({renderer.fingerprint[:12]}) is not the one episode "
-                f"{item.trajectory.episode_id} was served with ({fingerprint[:12]}); name the run's model"
-            )
-    return [f"{unrecorded} probes' episodes recorded no tokenizer digest: not checked"] if unrecorded else []
-
-
-def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> None:
-    """The adapter given must be the one the run used, file for file (hf: each file's SHA-256 in the
-    policy settings; openai: the one digest of the adapter eval loaded into the server)."""
-    settings = recorded[0].trajectory.policy.settings
-    served = run.manifest.config.policy.served_adapter
-    used = settings.get("adapter") or (served.path if served is not None else None) or run.manifest.config.policy.adapter
-    if adapter is None:
-        if used is not None:
-            raise EvaluationError(f"the run's policy used the adapter {used}; pass it as --adapter")
-        return
-    if used is None:
-        raise EvaluationError(f"--adapter {adapter}: the run used no adapter; rescore it without one")
-    if not (adapter / "adapter_config.json").is_file():
-        raise EvaluationError(f"--adapter {adapter}: not a LoRA adapter directory (no adapter_config.json)")
-    hashes = settings.get("adapter_sha256")
-    if isinstance(hashes, dict):
-        _same_files(adapter, hashes)
-    elif served is not None:
-        from agent.policies.adapters import adapter_sha256
-
-        now = adapter_sha256(adapter)
-        if now != served.sha256:
-            raise EvaluationError(f"--adapter {adapter}: its files are not the run's (SHA-256 {now[:12]}, the run's {served.sha256[:12]})")
-
-
-def _same_files(adapter: Path, recorded: dict[str, str]) -> None:
-    now = file_hashes(adapter)
-    for name in sorted(set(recorded) | set(now)):
-        if name not in now:
-            raise EvaluationError(f"--adapter {adapter}: has no {name}, which the run's adapter had")
-        if name not in recorded:
-            raise EvaluationError(f"--adapter {adapter}: has {name}, which the run's adapter did not")
-        if now[name] != recorded[name]:
-            raise EvaluationError(
-                f"--adapter {adapter}: {name} is not the run's (SHA-256 {now[name][:12]}, the run's {recorded[name][:12]})"
-            )
-
-
-def rebuilt_prompt(renderer: ChatRenderer, probes: ProbeSet, item: Recorded) -> tuple[list[int], str | None]:
-    """The probe's prompt rebuilt from the trajectory, and why it is not the recorded one (None: it is)."""
-    result = item.result
-    if result.probes_sha256 != probes.sha256:
-        now = f"{probes.path} is {probes.sha256[:12]} now"
-        return [], f"{item.where()}: recorded with a probes file of SHA-256 {result.probes_sha256[:12]}; {now}"
-    probe = probes.probes.get(result.probe)
-    if probe is None or list(probe.options) != result.options:
-        return [], f"{item.where()}: the probes file holds no probe of that name and options {result.options}"
-    if option_ids(renderer, probe) != result.option_ids:
-        return [], f"{item.where()}: the options' tokens are {option_ids(renderer, probe)}, recorded {result.option_ids}"
-    prompt = probe_prompt(renderer, item.trajectory.messages(), probe)
-    if ids_sha256(prompt) != result.prompt_sha256:
-        return prompt, (
-            f"{item.where()}: its prompt rebuilt from the trajectory ({len(prompt)} tokens, SHA-256 "
-            f"{ids_sha256(prompt)[:12]}) is not the recorded one ({result.prompt_tokens} tokens, {result.prompt_sha256[:12]})"
-        )
-    return prompt, None
-
-
-# -- recomputing --------------------------------------------------------------------------------
 
 
 def rescore(
@@ -276,23 +233,33 @@ def rescore(
     loaded from disk. ``quantization``: None for what the run recorded (hf), else auto. Bad input
     (no such run, no probes, another tokenizer or adapter) is one EvaluationError line; a failed
     check is the returned ``Rescore``'s ``mismatch``."""
-    if not tolerance >= 0:
-        raise EvaluationError(f"--tolerance {tolerance}: give a number of 0 or more")
+    if not (math.isfinite(tolerance) and tolerance >= 0):
+        raise EvaluationError(f"--tolerance {tolerance}: give a finite number of 0 or more")
     run = Run.load(run_dir)
-    recorded, skipped = recorded_probes(run)
-    policy_name = recorded[0].trajectory.policy.name
-    settings = recorded[0].trajectory.policy.settings
+    recorded, unmeasured = recorded_probes(run)
+    first = (recorded or unmeasured)[0].trajectory.policy
+    policy_name, settings = first.name, first.settings
     chosen = quantization or (settings.get("quantization") if policy_name == "hf" else None) or "auto"
+    report = Rescore(
+        str(run.directory), model, str(adapter) if adapter else None, chosen, tolerance, policy_name, not_measured=len(unmeasured)
+    )
+    probes = load_probes()
+    report.mismatch = missing_probe(run, probes)
+    if report.mismatch is not None:
+        return report
     renderer = load_renderer(model)
-    report = Rescore(str(run.directory), model, str(adapter) if adapter else None, chosen, tolerance, policy_name, not_measured=skipped)
-    report.notes += check_tokenizer(renderer, recorded, model)
-    check_adapter(adapter, run, recorded)
+    report.notes += check_tokenizer(renderer, recorded + unmeasured, model)
+    check_adapter(adapter, run, recorded + unmeasured)
+    report.mismatch = next((why for item in unmeasured if (why := check_not_measured(renderer, probes, item)) is not None), None)
+    if report.mismatch is not None:
+        return report
+    if not recorded:
+        raise nothing_to_rescore(run, len(unmeasured))
     if policy_name == "openai":
         report.notes.append(
             f"recorded by --policy openai (served model {settings.get('model')}): rescored with the hf model {model}, the same "
             "weights; a server's log-probabilities come from its own kernels, so expect differences beyond CPU float32's"
         )
-    probes = load_probes()
     prompts = []
     for item in recorded:
         prompt, why = rebuilt_prompt(renderer, probes, item)
@@ -329,7 +296,8 @@ def _setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str)
 
 def _compare(policy: HFPolicy, item: Recorded, prompt: list[int]) -> Comparison:
     ids = item.result.option_ids
-    uncached = _probabilities(policy.probe(prompt, ids, use_cache=False).logprobs, item)
+    uncached_logprobs = policy.probe(prompt, ids, use_cache=False).logprobs
+    uncached, uncached_mass = _probabilities(uncached_logprobs, item)
     conversation = policy.renderer.render(item.trajectory.messages()).ids
     prefix = min(common_prefix(conversation, prompt), len(prompt) - 1)
     if prefix > 0:
@@ -337,7 +305,7 @@ def _compare(policy: HFPolicy, item: Recorded, prompt: list[int]) -> Comparison:
         # is never fed), as an episode's steps leave it; probe() then reuses it and crops back to it
         policy.complete(prompt[:prefix], max_new_tokens=1)
     reading = policy.probe(prompt, ids)
-    cached = _probabilities(reading.logprobs, item)
+    cached, _ = _probabilities(reading.logprobs, item)
     return Comparison(
         item.trajectory.episode_id,
         item.trajectory.question_id,
@@ -348,12 +316,16 @@ def _compare(policy: HFPolicy, item: Recorded, prompt: list[int]) -> Comparison:
         uncached,
         cached,
         reading.cached_tokens or 0,
+        list(item.result.logprobs or []),
+        [float(value) for value in uncached_logprobs if value is not None],
+        item.result.mass,
+        uncached_mass,
     )
 
 
-def _probabilities(logprobs: list[float | None], item: Recorded) -> list[float]:
+def _probabilities(logprobs: list[float | None], item: Recorded) -> tuple[list[float], float]:
     try:
-        return from_logprobs(logprobs)[0]
+        return from_logprobs(logprobs)
     except ValueError as error:  # not seen with a model in memory; said, not hidden, if it happens
         raise EvaluationError(f"{item.where()}: the reloaded model gives no probabilities ({error})") from None
 

@@ -205,3 +205,74 @@ def test_a_run_without_probes_and_a_missing_directory_are_one_line(tmp_path, sma
     assert (status, err) == (2, f"error: {plain}: no probes, so nothing to rescore; record them with explorer eval --probe answerable\n")
     status, _, err = rescore_cli(str(tmp_path / "nowhere"), "--model", str(qwen3_model))
     assert (status, err) == (2, f"error: {tmp_path / 'nowhere'}: no such run directory\n")
+
+
+# -- every recorded field is checked (attack 25) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("field", "change", "said"),
+    [
+        ("logprob", lambda probe: probe["logprobs"].__setitem__(0, probe["logprobs"][0] + 1e-3), "its log-probabilities differ by 0.001"),
+        ("mass", lambda probe: probe.__setitem__("mass", 0.9), "its options' mass differs by"),
+        ("prompt_tokens", lambda probe: probe.__setitem__("prompt_tokens", probe["prompt_tokens"] + 1), "is not the recorded one"),
+    ],
+)
+def test_a_tampered_logprob_mass_or_prompt_length_is_named(run_dir, qwen3_model, tmp_path, field, change, said):
+    copy, episode = tampered(run_dir, tmp_path, lambda record: change(record["probes"][0]))
+    status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 1 and "rescore holds" not in out, field
+    assert f"rescore broken: episode {episode} " in err and "probe answerable" in err and said in err
+
+
+def test_a_dropped_probe_is_named_before_the_model_loads(run_dir, qwen3_model, tmp_path):
+    copy, episode = tampered(run_dir, tmp_path, lambda record: record.__setitem__("probes", []))
+    status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 1 and "probes compared" not in out
+    assert err.startswith(f"rescore broken: episode {episode} (question ") and err.count("\n") == 1
+    assert err.endswith("has no probe answerable, which the run's config asked for\n")
+
+
+def test_a_probe_recorded_as_not_measured_is_rechecked(run_dir, qwen3_model, tmp_path):
+    def forge(reason):
+        def change(record):
+            probe = record["probes"][0]
+            for key in ("logprobs", "probabilities", "mass", "source", "cached_tokens"):
+                probe.pop(key, None)
+            probe["not_measured"] = reason.format(tokens=probe["prompt_tokens"])
+            return record
+
+        return change
+
+    copy, episode = tampered(run_dir, tmp_path, forge("forged"))
+    status, _, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 1 and f"episode {episode} " in err and "recorded as not measured (forged), but it is measurable" in err
+    shutil.rmtree(copy)
+    context_reason = "the probe's prompt of {tokens} tokens leaves no room for an option in the context of 32768"
+    copy, episode = tampered(run_dir, tmp_path, forge(context_reason))
+    status, _, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 1 and f"episode {episode} " in err and "fits the recorded max_context of" in err
+    shutil.rmtree(copy)
+
+    def overflowing(record):  # the same record, as a policy of a context too small for its prompt would have left it
+        forge(context_reason)(record)
+        record["policy"]["settings"]["max_context"] = record["probes"][0]["prompt_tokens"]
+
+    copy, _ = tampered(run_dir, tmp_path, overflowing)
+    report = rescore(copy, str(qwen3_model))
+    assert report.holds and report.not_measured == 1 and len(report.comparisons) == 1, report.mismatch
+
+
+def test_a_nan_probability_is_reported_as_nan(run_dir, qwen3_model, tmp_path):
+    copy, episode = tampered(run_dir, tmp_path, lambda record: record["probes"][0]["probabilities"].__setitem__(0, float("nan")))
+    report = rescore(copy, str(qwen3_model))
+    assert not report.holds and episode in report.mismatch
+    status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 1 and "largest difference: nan" in out and "largest difference: 0 " not in out
+    assert f"rescore broken: episode {episode} " in err
+
+
+@pytest.mark.parametrize("tolerance", ["inf", "1e400", "-1", "nan"])
+def test_a_tolerance_that_is_not_a_finite_number_of_zero_or_more_is_one_line(run_dir, qwen3_model, tolerance):
+    status, _, err = rescore_cli(str(run_dir), "--model", str(qwen3_model), "--tolerance", tolerance)
+    assert status == 2 and err.count("\n") == 1 and "give a finite number of 0 or more" in err

@@ -69,6 +69,7 @@ PROBE_TEXT = "Hello"  # preflight's prompt: a few tokens, one generated
 REFUSED_PROMPT_STATUS = {400, 422}  # what vLLM, SGLang and transformers serve answer a prompt they cannot take
 NO_COMPLETIONS_STATUS = {404, 405, 501}
 PROBE_TOP_LOGPROBS = 20  # vLLM's default --max-logprobs: the most a probe may ask for without a server flag
+FALLBACK_SLACK = 1e-3  # the two requests run as separate batches: their log-probabilities may differ this much
 TOKEN_ID_LABEL = re.compile(r"token_id:(\d+)")
 CONTEXT_REFUSAL = re.compile(r"HTTP 400\b.*(context length|context window|input_tokens)", re.IGNORECASE | re.DOTALL)
 
@@ -108,8 +109,13 @@ def label(value: Any) -> str | None:
 
 
 def number(value: Any) -> float | None:
-    """A log-probability as the server sent it, or None when it is not a number at all."""
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    """A log-probability as the server sent it, or None when it is not a number a float holds."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except OverflowError:  # an integer past a float's range (JSON allows -10**400)
+        return None
 
 
 def top_logprobs(response: Any) -> tuple[dict[int, float], str | None]:
@@ -440,6 +446,11 @@ class OpenAIPolicy(Policy):
             logprobs[position], problem = self._fallback_logprob(prompt_ids, option_ids[position])
             if problem is not None:
                 break
+        floor = min(top.values()) if top else None
+        beyond = [value for position in missing if (value := logprobs[position]) is not None]
+        if problem is None and floor is not None and any(value > floor + FALLBACK_SLACK for value in beyond):
+            # a token outside the top k cannot be likelier than the least likely token inside it
+            problem = f"the fallback's log-probability ({max(beyond):.4f}) is above the top-{len(top)}'s least ({floor:.4f}): the answers contradict"
         return ProbeReading(logprobs, source="server+fallback", fallback=missing, not_measured=problem)
 
     def _fallback_logprob(self, prompt_ids: list[int], token: int) -> tuple[float | None, str | None]:

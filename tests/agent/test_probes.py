@@ -251,6 +251,16 @@ LIES = {
         lambda body: (200, {"choices": [{"text": "x", "prompt_logprobs": [None]}]}),
         "prompt log-probabilities for a prompt of",
     ),
+    "a fallback above the top k": (  # outside the top 20, yet likelier than one inside it
+        lambda yes, no: (200, probe_answer({f"token_id:{no}": -3.0, "token_id:17": -0.1})),
+        lambda body: (200, fallback_answer(body, {str(body["prompt"][-1]): {"logprob": -1.0}})),
+        "the answers contradict",
+    ),
+    "an integer past a float": (
+        lambda yes, no: (200, probe_answer({f"token_id:{yes}": -(10**400), f"token_id:{no}": -1.0})),
+        None,
+        "not a number",
+    ),
     "fallback without the token": (
         lambda yes, no: (200, probe_answer({f"token_id:{yes}": -0.5})),
         lambda body: (200, fallback_answer(body, {"5": {"logprob": -1.0}})),

@@ -30,6 +30,7 @@ from evaluation.calibration import (
     run_calibration,
     scaled,
 )
+from evaluation.calibration_fit import at_bound, bound_note, content_sha256, file_sha256, judge_calibrated, load_calibration
 from evaluation.prereg import CalibrationRule, Preregistration, judge
 from evaluation.records import RunMetrics
 from evaluation.run_directory import Run
@@ -201,7 +202,7 @@ def test_fit_then_apply_writes_calibrated_json_with_mcnemar(runs, tmp_path):
         assert episode["threshold_abstains"] == (episode["calibrated"] < calibration["threshold"]["threshold"])
         assert episode["policy_abstained"] == (episode["policy_status"] == "abstained")
     tests = {test["outcome"]: test for test in result["mcnemar"]}
-    right = tests["abstention decision right (abstain exactly on unanswerable gold)"]
+    right = tests["decision right"]
     assert right["pairs"] == result["decided"] and right["both"] + right["only_a"] + right["only_b"] + right["neither"] == right["pairs"]
     assert 0 <= right["p_value"] <= 1
     assert result["raw"]["n"] == result["calibrated"]["n"] == len(scores)
@@ -243,10 +244,12 @@ def test_the_preregistered_calibration_rule(runs, tmp_path):
     out = tmp_path / "calibration.json"
     assert run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out)).returncode == 0
     sha = json.loads(out.read_text())["sha256"]
+    test_run = Run.load(runs / "test").manifest  # apply checks the [frozen] hashes against the run's manifest
     for pin, code in ((sha, 0), ("b" * 64, 1)):
         toml = tmp_path / "prereg.toml"
         toml.write_text(
-            f'[frozen]\ncorpus_sha256 = "{"0" * 64}"\nquestions_sha256 = "{"0" * 64}"\n'
+            f'[frozen]\ncorpus_sha256 = "{test_run.hashes.corpus_sha256}"\n'
+            f'questions_sha256 = "{test_run.config.selected_questions_sha256}"\n'
             "[rule]\nmin_correct_abstentions = 0\nmax_false_abstentions = 100\n"
             f'[calibration]\nprobe = "answerable"\nmax_ece = 0.9\ncalibration_sha256 = "{pin}"\n'
         )
@@ -314,3 +317,136 @@ def test_the_reliability_diagram_renders_in_the_browser(runs, browser, tmp_path)
     dark, bars = ink(screenshot(browser), tuple(round(v) for v in box))
     assert dark > 200 and bars > 200  # axes and labels drawn, and bars of the bar colour
     assert not console_errors(browser)
+
+
+# -- a forged file, forged scores, a preregistration of other questions (attack 25) ----------------
+
+
+def fitted(runs, tmp_path, name: str = "calibration.json"):
+    out = tmp_path / name
+    done = run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+def forged(source, out, path: str, value) -> None:
+    """The file with one value changed and its sha256 computed afresh, as a forger would."""
+    content = json.loads(source.read_text())
+    content.pop("sha256")
+    node = content
+    for key in path.split(".")[:-1]:
+        node = node[key]
+    node[path.split(".")[-1]] = value
+    content["sha256"] = content_sha256(content)
+    out.write_text(json.dumps(content))
+
+
+@pytest.mark.parametrize(
+    "path, value, said",
+    [
+        ("temperature", -1, "temperature"),
+        ("temperature", float("nan"), "temperature"),
+        ("temperature", float("inf"), "temperature"),
+        ("bins", 0, "bins"),
+        ("bins", 1_000_000, "bins"),
+        ("threshold.threshold", 1.5, "threshold"),
+        ("threshold.threshold", float("nan"), "threshold"),
+        ("validation.split", "test", "validation.split"),
+        ("validation.split", "all", "validation.split"),
+    ],
+)
+def test_a_rehashed_file_with_values_out_of_range_is_refused(runs, tmp_path, path, value, said):
+    out = tmp_path / "forged.json"
+    forged(fitted(runs, tmp_path), out, path, value)
+    done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("bins", ["1", "1001"])
+def test_fit_bins_are_bounded_like_the_preregistrations(runs, tmp_path, bins):
+    done = run_cli("calibrate", "fit", str(runs / "validation"), "--bins", bins, "--out", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and "2 to 1000" in done.stderr and not (tmp_path / "c.json").exists()
+
+
+def test_forged_scores_are_refused_and_the_file_records_what_it_was_fitted_on(runs, tmp_path):
+    out = fitted(runs, tmp_path)
+    validation = json.loads(out.read_text())["validation"]
+    manifest = Run.load(runs / "validation").manifest
+    assert validation["scores_sha256"] == file_sha256(runs / "validation" / "scores.jsonl")
+    assert validation["probes_sha256"] == "1" * 64  # what with_probes recorded in the trajectories
+    assert (validation["policy"], validation["model"]) == (manifest.config.policy.name, manifest.config.policy.model)
+
+    copy = tmp_path / "forged-run"
+    shutil.copytree(runs / "validation", copy)
+    lines = [json.loads(line) for line in (copy / "scores.jsonl").read_text().splitlines()]
+    for line in lines:  # a perfect probe: exactly the label
+        line["probes"][0]["probabilities"] = [1.0, 0.0] if line["answerable"] else [0.0, 1.0]
+    (copy / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and lines[0]["episode_id"] in done.stderr, done.stderr
+    assert "disagrees with trajectories.jsonl" in done.stderr and not (tmp_path / "c.json").exists()
+
+
+def test_apply_checks_the_preregistrations_frozen_hashes(runs, tmp_path):
+    out = fitted(runs, tmp_path)
+    toml = tmp_path / "prereg.toml"
+    toml.write_text(
+        f'[frozen]\ncorpus_sha256 = "{"0" * 64}"\nquestions_sha256 = "{"0" * 64}"\n'
+        '[rule]\nmin_correct_abstentions = 0\nmax_false_abstentions = 100\n[calibration]\nprobe = "answerable"\nmax_ece = 0.9\n'
+    )
+    done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out), "--preregistration", str(toml))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "corpus_sha256 is pinned" in done.stderr, done.stderr
+
+
+def test_an_ece_rule_of_a_probe_not_calibrated_fails_as_not_measured(runs, tmp_path):
+    calibration = load_calibration(fitted(runs, tmp_path))
+    found = observations(Run.load(runs / "test").scores, "answerable")
+    prereg = Preregistration.model_validate(
+        {
+            "frozen": {"corpus_sha256": "0" * 64, "questions_sha256": "0" * 64},
+            "rule": {"min_correct_abstentions": 0, "max_false_abstentions": 100},
+            "calibration": {"probe": "correct", "max_ece": 1.0},
+        }
+    )
+    result = judge_calibrated((prereg, tmp_path / "p.toml"), calibration, found)
+    ece_line = result.checks[-1]
+    assert not result.passed and not ece_line.passed and ece_line.value is None and "no episode measured probe correct" in ece_line.check
+
+
+def test_a_temperature_at_the_search_bound_is_said(runs, tmp_path):
+    yes = np.array([0.6, 0.6, 0.4, 0.4])
+    labels = np.array([True, False, True, False])  # each probability meets both labels: it carries nothing
+    temperature = fit_temperature(np.column_stack([yes, 1 - yes]), labels)
+    assert at_bound(temperature) and "search bound 20" in bound_note(temperature)
+    assert not at_bound(1.0) and "search bound 0.05" in bound_note(0.05)
+
+    out = tmp_path / "bound.json"
+    forged(fitted(runs, tmp_path), out, "at_bound", True)
+    assert load_calibration(out).at_bound
+    assert json.loads(fitted(runs, tmp_path, "again.json").read_text())["at_bound"] is False  # overconfident: T inside the bounds
+
+
+def test_apply_refuses_the_fitted_run_notes_another_model_and_says_no_decided_episodes(runs, tmp_path):
+    out = fitted(runs, tmp_path)
+    done = run_cli("calibrate", "apply", str(runs / "validation"), "--calibration", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "fitted on" in done.stderr
+
+    done = run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out), env={"COLUMNS": "80"})
+    assert done.returncode == 0 and "decision right" in done.stdout and "abstained" in done.stdout
+    assert not any("\u2026" in line for line in done.stdout.splitlines() if "decision" in line or "abstained" in line)
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())
+
+    copy = tmp_path / "other"
+    shutil.copytree(runs / "test", copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["config"]["policy"]["model"] = "another-model"
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    lines = [json.loads(line) for line in (copy / "scores.jsonl").read_text().splitlines()]
+    for line in lines:  # no episode ended by the policy's own decision
+        line["status"] = "step_limit"
+    (copy / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    done = run_cli("calibrate", "apply", str(copy), "--calibration", str(out), env=WIDE)
+    assert done.returncode == 0, done.stderr
+    assert "no decided episodes" in done.stdout and "p = 1.000" not in done.stdout
+    assert "this run's model is another-model" in done.stdout and json.loads((copy / "calibrated.json").read_text())["notes"]
