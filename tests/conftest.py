@@ -1,6 +1,8 @@
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,17 @@ def qwen3_tokenizer() -> Path:
             pytest.fail(f"CI=true but {reason}")
         pytest.skip(reason)
     return directory
+
+
+def killed_once_logged(command: list[str], log: Path, lines: int) -> int:
+    """Start ``command`` in its own process group, kill -9 the whole group once ``log`` holds
+    ``lines`` lines (bounded by HANG_SECONDS), and return how many lines it holds then."""
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=checkout_environment()
+    )
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < lines):
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(HANG_SECONDS)
+    return log.read_text().count("\n")

@@ -15,7 +15,7 @@ from agent.errors import AgentError
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 from tests.agent.test_openai_policy import FakeServer
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, run_cli_process
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, killed_once_logged, run_cli, run_cli_process
 
 SEARCH = '```python\nhits = search("learning rate")\nprint(hits[:2])\n```'
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
@@ -357,16 +357,8 @@ def test_a_killed_run_in_flight_resumes_with_every_episode_once(tiny_tokenizer, 
         "--out",
         str(out),
     )
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=checkout_environment()
-    )
     log = out / "trajectories.jsonl"
-    deadline = time.monotonic() + HANG_SECONDS
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 10):
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(HANG_SECONDS)
-    written = log.read_text().count("\n")
+    written = killed_once_logged(command, log, 10)
     assert 10 <= written < 60
     done = run_cli("eval", "--out", str(out), "--resume", "--concurrency", "16")  # how episodes run may change on resume
     assert done.returncode == 0, done.stderr

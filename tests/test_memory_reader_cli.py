@@ -6,9 +6,6 @@ run commands around it (merge of shards, compare and report beside a code-agent 
 
 import hashlib
 import json
-import os
-import signal
-import subprocess
 import time
 
 import pytest
@@ -22,7 +19,7 @@ from corpus import DemoConfig, generate
 from evaluation.answers import references
 from tests.agent.test_memory_reader import ReaderServer
 from tests.agent.test_openai_policy import FakeServer
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.conftest import explorer_command, killed_once_logged, run_cli
 
 CAP, ANSWER_CAP = 24, 12
 RECIPE = ("--page-tokens", "256", "--memory-tokens", str(CAP), "--answer-tokens", str(ANSWER_CAP))
@@ -282,16 +279,7 @@ def test_a_run_killed_mid_way_resumes_with_every_question_once(serve, tiny_model
         "--out",
         str(out),
     )
-    process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=checkout_environment()
-    )
-    log = out / "trajectories.jsonl"
-    deadline = time.monotonic() + HANG_SECONDS
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 2):
-        time.sleep(0.05)
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(HANG_SECONDS)
-    written = log.read_text().count("\n")
+    written = killed_once_logged(command, out / "trajectories.jsonl", 2)
     assert 2 <= written < 6
     done = run_cli("eval", "--out", str(out), "--resume")
     assert done.returncode == 0, done.stderr
