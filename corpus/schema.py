@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, NamedTuple, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 T = TypeVar("T")
 # Strict everywhere (a "yes" is not a boolean, 1 is not a string), except that a JSON list
@@ -122,6 +122,16 @@ class Paper(Record):
     sections: Items[Section] = ()
     figures_and_tables: Items[Figure] = ()
     split: Split | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _one_line_id(cls, identifier: str) -> str:
+        """An id is written into outlines, headings and actions as it is: no line break, tab or
+        control character may split or hide it (a space may stand in one)."""
+        odd = next((c for c in identifier if (c.isspace() and c != " ") or not c.isprintable()), None)
+        if odd is not None:
+            raise ValueError(f"paper id {identifier!r} holds {odd!r}: write ids without line breaks, tabs or control characters")
+        return identifier
 
 
 class Paragraph(NamedTuple):

@@ -632,14 +632,20 @@ def _id_table(ids: tuple[str, ...]) -> _IdTable:
     return _IdTable(lengths, columns, counts, characters)
 
 
-def one_line(text: str | None) -> str:
-    """A title or section name as one line: a line break inside one would make the outline and a
-    page's heading say more lines (sections, pages) than the paper has."""
-    return " ".join((text or "").split())
+HEADING_CHARS = 200  # a title or section name as the outline and a page's heading show it: within a page
+
+
+def one_line(text: str | None, limit: int | None = HEADING_CHARS) -> str:
+    """A title, section name or abstract as one line, a heading cut to ``limit`` characters: a line
+    break inside one would make the outline and a page's heading say more lines (sections, pages)
+    than the paper has, and a heading of 300,000 characters would be no page at all."""
+    line = " ".join((text or "").split())
+    return line if limit is None or len(line) <= limit else line[:limit] + " ..."
 
 
 def _outline(paper: Paper) -> str:
-    lines = [f"{paper.id}: {one_line(paper.title)}", "", paper.abstract or "(no abstract)", "", "Sections:"]
+    abstract = one_line(paper.abstract, limit=None) or "(no abstract)"
+    lines = [f"{paper.id}: {one_line(paper.title)}", "", abstract, "", "Sections:"]
     for number, section in enumerate(paper.sections):
         count = sum(1 for text in section.paragraphs if text)
         lines.append(f"  {number}. {one_line(section.name) or '(untitled)'} ({count} paragraph{'s' if count != 1 else ''})")
