@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Table
@@ -46,7 +46,11 @@ def print_question(console: Console, question: str, question_id: str | None, pol
 
 
 def print_step(console: Console, step: Step) -> None:
-    parts = []
+    parts: list[RenderableType] = []
+    if step.reasoning is not None:  # thinking mode: the think block, whole; why the model acted is in it, and nowhere else
+        budget = ", closed for the model at its budget" if step.generation and step.generation.thinking_budget_hit else ""
+        said = untrusted(step.reasoning.strip("\n"), style="italic") if step.reasoning.strip() else Text("(empty)", style="dim")
+        parts.append(Panel(said, title=f"reasoning (think block{budget})", title_align="left", border_style="dim"))
     thought = step.action_text.split("```", 1)[0].strip() if step.code is not None else ""
     if thought:
         parts.append(untrusted(thought, style="italic"))

@@ -193,7 +193,8 @@ class RunMetrics(Record):
     parity_warnings: int = 0
     hit_cap_steps: int = 0
     duplicate_lines: int = 0
-    retrieval: dict[str, float | int | None] = Field(default_factory=dict)  # recall@k and MRR of search on the questions
+    retrieval: dict[str, float | int | None] = Field(default_factory=dict)  # recall@k and MRR of search on the questions' text
+    searched_episodes: int | None = None  # episodes that searched (a search call that ran); None in runs scored before it
     preregistration: PreregistrationResult | None = None
     replay: ReplayDrift | None = None  # --policy replay only
     sampling: SampleMetrics | None = None  # with --samples K > 1

@@ -1,5 +1,9 @@
 """How well the search tool finds the gold evidence: recall@k and MRR for the question text.
 
+The query is each question's own text, never what a policy searched for: the figures belong to the
+questions and the index, and are the same for every policy on them (``searched_episodes`` says
+whether the policy searched at all, so the summary can say so beside them).
+
 Gold evidence is matched by exact paragraph text (QASPER stores evidence as text). A question
 counts when some annotator answered it with text evidence; with several annotators, the best
 annotator's figures count (as answer metrics take the best reference).
@@ -9,6 +13,7 @@ from __future__ import annotations
 
 from statistics import fmean
 
+from agent.trajectory import Trajectory
 from corpus import BM25Index
 from corpus.schema import Question
 from evaluation.answers import reference_evidence
@@ -35,3 +40,8 @@ def retrieval_metrics(index: BM25Index, questions: list[Question], ks: tuple[int
         **{f"recall@{k}": fmean(values) if values else None for k, values in recalls.items()},
         f"mrr@{depth}": fmean(reciprocal_ranks) if reciprocal_ranks else None,
     }
+
+
+def searched_episodes(trajectories: list[Trajectory]) -> int:
+    """Episodes with at least one search call that ran (one refused for its arguments searched nothing)."""
+    return sum(any(call.name == "search" and call.error is None for step in t.steps for call in step.tool_calls) for t in trajectories)

@@ -350,7 +350,7 @@ def drop_superseded_errors(out: Path) -> int:
 def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMetrics:
     """scores.jsonl (one line per counted episode of the selected questions: metrics and flags)
     and metrics.json, both written whole; ``prereg`` is (rule, its file) or None."""
-    from evaluation.retrieval import retrieval_metrics
+    from evaluation.retrieval import retrieval_metrics, searched_episodes
     from evaluation.scoring import model_metrics, run_metrics, score_episode
 
     records, torn = read_log(out)
@@ -366,6 +366,7 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
             **model_metrics(unique),
             "duplicate_lines": len(records) - len(unique),
             "retrieval": retrieval_metrics(index, questions),
+            "searched_episodes": searched_episodes(unique),
         }
     )
     if prereg is not None:

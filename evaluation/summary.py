@@ -20,6 +20,15 @@ def _shown(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def retrieval_label(name: str, searched_episodes: int | None) -> str:
+    """A search figure's row. Its queries were the questions' own texts (``evaluation.retrieval``), so
+    it describes the questions and the index, not the policy: the label says so, and says when the
+    policy never searched, lest a reader credit it with a search it never made (None: a run scored
+    before searches were counted)."""
+    never = "; the policy never searched" if searched_episodes == 0 else ""
+    return f"search {name} (of the questions' BM25 results{never})"
+
+
 # The abstention table's columns for episodes that neither answered nor abstained (AbstentionRow's).
 NO_ANSWER = ("step_limit", "context_limit", "policy_error", "no_answer")
 
@@ -37,7 +46,7 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         table.add_row(f"answer_f1 ({kind})", _shown(value))
     for name, value in metrics.retrieval.items():
         if name != "questions":
-            table.add_row(f"search {name}", _shown(value))
+            table.add_row(retrieval_label(name, metrics.searched_episodes), _shown(value))
     console.print(table)
     abstention = Table("gold \\ ended", "answered", "abstained", *NO_ANSWER, title="how episodes ended")
     for row, counts in metrics.abstention.rows():

@@ -1,6 +1,7 @@
 """preregister, eval --preregistration, inspect, compare and report as a user runs them."""
 
 import json
+import shutil
 
 import pytest
 
@@ -119,13 +120,39 @@ def test_inspect_summary_flags_and_episode(runs):
     assert missing.returncode == 2 and "no such run directory" in missing.stderr
 
 
-def test_compare_two_runs(runs):
-    directory, corpus = runs
+def scripted_run(directory, corpus):
+    """The scripted policy's run on the same questions, made once for the tests that need it."""
     if not (directory / "scripted").exists():
         assert (
             run_cli("eval", "--corpus", str(corpus), "--split", "all", "--limit", "40", "--out", str(directory / "scripted")).returncode
             == 0
         )
+    return directory / "scripted"
+
+
+def test_search_recall_is_labelled_as_the_questions_and_says_when_the_policy_never_searched(runs, tmp_path):
+    directory, corpus = runs
+    base = json.loads((directory / "base" / "metrics.json").read_text())
+    assert base["searched_episodes"] == 0 and base["retrieval"]["recall@5"] is not None  # the figure is there all the same
+    summary = run_cli("inspect", str(directory / "base"), env={"COLUMNS": "200"})
+    assert summary.returncode == 0, summary.stderr
+    for name in ("recall@1", "recall@5", "recall@10", "mrr@10"):
+        assert f"search {name} (of the questions' BM25 results; the policy never searched)" in summary.stdout
+    scripted = scripted_run(directory, corpus)
+    assert json.loads((scripted / "metrics.json").read_text())["searched_episodes"] == 40
+    searched = run_cli("inspect", str(scripted), env={"COLUMNS": "200"})
+    assert "search recall@5 (of the questions' BM25 results)" in searched.stdout and "never searched" not in searched.stdout
+    # a run scored before searches were counted: the figure is still the questions', and nothing is claimed about the policy
+    shutil.copytree(directory / "base", tmp_path / "older")
+    (tmp_path / "older" / "metrics.json").write_text(json.dumps({key: value for key, value in base.items() if key != "searched_episodes"}))
+    older = run_cli("inspect", str(tmp_path / "older"), env={"COLUMNS": "200"})
+    assert older.returncode == 0, older.stderr
+    assert "search recall@5 (of the questions' BM25 results)" in older.stdout and "never searched" not in older.stdout
+
+
+def test_compare_two_runs(runs):
+    directory, corpus = runs
+    scripted_run(directory, corpus)
     done = run_cli("compare", str(directory / "base"), str(directory / "scripted"), "--json")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)

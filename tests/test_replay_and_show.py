@@ -194,3 +194,26 @@ def test_show_lists_episodes_that_share_an_id_and_shows_one_by_line(recorded, tm
     assert missing.returncode == 2 and "no episode on that line" in missing.stderr
     listing = run_cli("show", str(log), env=WIDE)
     assert listing.returncode == 0 and "3 episodes" in listing.stdout
+
+
+def test_show_prints_each_steps_reasoning_labelled_and_as_data(recorded, tmp_path):
+    directory = recorded[0]
+    episode = json.loads((directory / "scripted" / "trajectories.jsonl").read_text().splitlines()[0])
+    assert len(episode["steps"]) >= 2
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps(episode) + "\n")
+    episode["steps"][0]["reasoning"] = "The question asks for a size, so search first.\n\x1b[2J[/x] then read."
+    episode["steps"][1]["reasoning"] = "Still thinking when the budget ran out"
+    episode["steps"][1]["generation"] = {"generated_tokens": 12, "thinking_tokens": 10, "thinking_budget_hit": True}
+    thinking = tmp_path / "thinking.jsonl"
+    thinking.write_text(json.dumps(episode) + "\n")
+    shown = run_cli("show", str(thinking), env=WIDE)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        shown.stdout.count("reasoning (think block") == 2 and "reasoning (think block, closed for the model at its budget)" in shown.stdout
+    )
+    assert "The question asks for a size, so search first." in shown.stdout and "Still thinking when the budget ran out" in shown.stdout
+    assert "\\x1b[2J[/x] then read." in shown.stdout and "\x1b" not in shown.stdout  # the model's text is data, escaped
+    assert shown.stdout.index("search first") < shown.stdout.index("step 2")  # each step's reasoning in its own step
+    without = run_cli("show", str(plain), env=WIDE)
+    assert without.returncode == 0 and "reasoning" not in without.stdout

@@ -213,6 +213,7 @@ def hostile_run(base: Path, out: Path, texts: list[str]) -> None:
         episode["question"] = question
         step = episode["steps"][0]
         step["action_text"] = f"{thought}\n```python\n{code}\n```"
+        step["reasoning"] = thought  # a thinking-mode step's think block
         step["code"] = code
         step["observation"] = observation
         step["error"] = reason

@@ -59,41 +59,45 @@ class Tool:
     example: str
 
 
+# The examples are one sequence (the later ones use the search's ``hits``) and name no paper,
+# method or dataset: a model copies them verbatim, so they must fit any corpus. Ids come from an
+# earlier result, queries are words most papers use, and a copied answer is one the
+# placeholder_answer detector flags (it is in the prompt, and no tool returns it).
 TOOLS = (
     Tool(
         "search",
         SearchArgs,
         "BM25 search over every paragraph of every paper (or of one paper).",
         "a list of hits, best first: {paper_id, title, section, section_name, paragraph, score, snippet}",
-        'hits = search("learning rate QuantLens", k=3)',
+        'hits = search("training data size", k=3)',
     ),
     Tool(
         "read",
         ReadArgs,
         "Read a paper: its outline, or one section's numbered paragraphs, a page at a time.",
         "text; a long section ends with the call that reads its next page",
-        'print(read("demo-00000", section="Results"))',
+        'print(read(hits[0]["paper_id"], section=hits[0]["section"]))',
     ),
     Tool(
         "extract",
         ExtractArgs,
         "The sentences of one paper that best match a query (or a regex), with their location.",
         "a list of {paper_id, section, section_name, paragraph, sentence, score}, best first",
-        'extract("demo-00000", "learning rate", k=2)',
+        'extract(hits[0]["paper_id"], "number of training examples", k=2)',
     ),
     Tool(
         "submit",
         SubmitArgs,
         "Answer the question and end the episode. Cite the paragraphs you relied on.",
         "a confirmation; the episode ends after this action",
-        'submit("3e-5", evidence=[hits[0]])',
+        'submit("12,000 examples", evidence=[hits[0]])',
     ),
     Tool(
         "abstain",
         AbstainArgs,
         "End the episode without an answer when the papers do not contain one.",
         "a confirmation; the episode ends after this action",
-        'abstain("No paper states the batch size of QuantLens.")',
+        'abstain("No paper states the size of the training data.")',
     ),
 )
 

@@ -1,11 +1,20 @@
-"""Action parsing and the observation text the policy is shown."""
+"""Action parsing, the observation text the policy is shown, and the prompts' examples, which must fit any corpus."""
+
+import re
+from pathlib import Path
 
 import pytest
 
 from agent.actions import extract_code
-from agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, cut, observation, system_prompt
+from agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, FORMAT_ERROR, cut, observation, system_prompt
+from corpus import BM25Index
+from corpus.demo import CORES, PREFIXES, TASKS
+from corpus.plain_text import papers_from_text
 from tools.page import tool_page
-from tools.sandbox import ActionResult
+from tools.paper_tools import TOOLS
+from tools.sandbox import ActionResult, Sandbox
+
+EXAMPLE_PAPERS = Path(__file__).resolve().parents[2] / "docs" / "examples" / "papers"
 
 
 @pytest.mark.parametrize(
@@ -70,3 +79,40 @@ def test_the_template_hash_covers_the_prompt_file(tmp_path, monkeypatch):
     edited.write_bytes(prompt.PROMPTS_FILE.read_bytes().replace(b"research assistant", b"research agent"))
     monkeypatch.setattr(prompt, "PROMPTS_FILE", edited)
     assert prompt.prompt_template_sha256() != before
+
+
+def demo_names(corpus) -> list[str]:
+    """Every method name the demo generator can make, every dataset and baseline it can cite, and
+    the ids of ``corpus``'s papers."""
+    methods = [prefix + core for prefix in PREFIXES for core in CORES]
+    cited = [name for task in TASKS for name in (*task.datasets, *task.baselines)]
+    return [*methods, *cited, *(paper.id for paper in corpus.papers)]
+
+
+def test_the_prompts_name_no_paper_method_or_dataset_of_the_demo_corpus(small_demo):
+    # a model copies the examples verbatim: on another corpus a demo name is a search for nothing
+    for text in (system_prompt(), FORMAT_ERROR):
+        assert not re.search(r"demo-[0-9]", text)
+        assert [name for name in demo_names(small_demo) if name in text] == []
+
+
+@pytest.fixture(scope="module", params=["demo", "text files"])
+def any_corpus(request, small_demo):
+    return small_demo if request.param == "demo" else papers_from_text([EXAMPLE_PAPERS])
+
+
+@pytest.mark.parametrize("ending", ["submit", "abstain"])
+def test_the_examples_run_in_order_on_the_demo_corpus_and_on_another(any_corpus, ending):
+    """The format-error message's example, then the tool page's in the order shown (the later ones
+    use the search's hits) as one episode's actions: each runs, every call succeeds, the last ends it."""
+    examples = [extract_code(FORMAT_ERROR)] + [tool.example for tool in TOOLS if tool.name not in {"submit", "abstain"} - {ending}]
+    with Sandbox(any_corpus, index=BM25Index.build(any_corpus)) as sandbox:
+        for example in examples:
+            result = sandbox.execute(example)
+            assert result.error is None and result.tool_calls, example
+            assert [call.error for call in result.tool_calls] == [None], example
+            if "search(" in example:
+                assert result.tool_calls[0].returned.text.startswith('[{"paper_id"'), example  # hits for the later examples
+        outcome = sandbox.outcome
+    assert outcome is not None and outcome.status == {"submit": "submitted", "abstain": "abstained"}[ending]
+    assert ending == "abstain" or len(outcome.evidence) == 1

@@ -109,16 +109,22 @@ def test_an_immediate_abstention_is_a_direct_submit_too():
 
 
 def test_placeholder_answer_copied_from_the_prompt():
-    # "QuantLens" and "3e-5" are in the tool page's examples; no tool returned them here, though the action printed one
+    # "12,000 examples" is the submit example's answer on the tool page; no tool returned it here, though the action printed it
     copied = trajectory(
         [
-            step(0, "search('x'); print('3e-5')", "3e-5\nOut: []", [("search", None, [])]),
-            step(1, "submit('3e-5')", "Out: 'submitted'", [("submit", None)]),
-        ]
+            step(0, "search('x'); print('12,000 examples')", "12,000 examples\nOut: []", [("search", None, [])]),
+            step(1, "submit('12,000 examples')", "Out: 'submitted'", [("submit", None)]),
+        ],
+        answer="12,000 examples",
     )
-    assert "3e-5" in tool_page()
-    assert [f.text for f in DETECTORS["placeholder_answer"](copied, ANSWERABLE)] == ["3e-5"]
-    assert DETECTORS["placeholder_answer"](CLEAN, ANSWERABLE) == []  # a tool returned it, so not a copy
+    assert "12,000 examples" in tool_page()
+    assert [f.text for f in DETECTORS["placeholder_answer"](copied, ANSWERABLE)] == ["12,000 examples"]
+    found = {**HIT, "snippet": "We fine-tune on 12,000 examples."}
+    returned = trajectory(
+        [step(0, "search('x')", "Out: [...]", [("search", None, [found])]), step(1, "submit('12,000 examples')", tools=[("submit", None)])],
+        answer="12,000 examples",
+    )
+    assert DETECTORS["placeholder_answer"](returned, ANSWERABLE) == []  # a tool returned it, so not a copy
 
 
 def test_repeated_prompt_in_an_observation():
@@ -269,8 +275,9 @@ def test_results_cut_or_over_the_budget_are_said_in_every_grounding_flag():
     unkept = trajectory(
         [
             step(0, "read('demo-00000', section=6)", tools=[spent]),
-            step(1, "submit('3e-5', evidence=[['demo-00000', 6, 0]])", tools=[("submit", None)]),
+            step(1, "submit('12,000 examples', evidence=[['demo-00000', 6, 0]])", tools=[("submit", None)]),
         ],
+        answer="12,000 examples",  # the tool page's example, so that placeholder_answer has a flag to note it in too
         evidence=[EVIDENCE],
     )
     flags = grounding_flags(unkept)
@@ -320,9 +327,13 @@ def test_an_answer_computed_by_the_action_is_ungrounded_even_when_it_is_right(ep
     assert computed.outcome.answer == "16" and gold.answers[0].extractive_spans == ("16",)
     assert "16" in computed.steps[0].observation
     assert grounding_flags(computed, gold)["ungrounded_answer"] == ["16"]
-    copied = episode('search("SparseLens natural language inference", k=1)\nprint("3e-" + "5")', 'submit("3e-" + "5")')
+    copied = episode(
+        'search("SparseLens natural language inference", k=1)\nprint("12,000 " + "examples")', 'submit("12,000 " + "examples")'
+    )
     flags = grounding_flags(copied, gold)
-    assert flags["ungrounded_answer"] == ["3e-5"] and flags["placeholder_answer"] == ["3e-5"]  # the tool page's example
+    assert flags["ungrounded_answer"] == ["12,000 examples"] and flags["placeholder_answer"] == [
+        "12,000 examples"
+    ]  # the tool page's example
 
 
 def test_an_answer_assembled_from_two_results_is_in_no_single_one(episode, gold):
