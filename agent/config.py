@@ -50,6 +50,14 @@ class ServedAdapter(Config):
     sha256: str  # one hash over the adapter's files (agent.policies.adapters.adapter_sha256)
 
 
+# One setting for the torch threads of every model this project runs on a CPU (hf policies, their
+# probes, training): measured on a loaded 2-core machine, 1 thread decoded 10x faster than 2.
+THREADS_HELP = (
+    "torch CPU threads for the model (default: half the CPUs this process may use, at least 1; "
+    "on a shared or loaded machine more threads decode slower, not faster). Recorded."
+)
+
+
 class PolicyConfig(Config):
     """Which policy acts, and its backend's settings (each one matters only to the policies its
     description names first: ``hf:``, ``openai:``)."""
@@ -67,6 +75,12 @@ class PolicyConfig(Config):
     )
     quantization: Literal["auto", "4bit", "none"] = Field(
         "auto", description="hf: auto (4bit on CUDA, none on CPU), 4bit (NF4, double quantization) or none."
+    )
+    threads: int | None = Field(
+        None,
+        ge=1,
+        le=1024,
+        description="hf: " + THREADS_HELP,
     )
     max_new_tokens: int = Field(512, ge=1, description="hf/openai: tokens per action before it is cut (recorded as hit_cap).")
     max_context: int | None = Field(

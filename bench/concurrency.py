@@ -172,7 +172,7 @@ def server_cpu(pid: int) -> float:
 
 def measure(tokenizer: Path, latency: float, how: str, level: int, episodes: int) -> dict:
     renderer = ChatRenderer.from_directory(tokenizer)
-    server, url = start_server(latency, renderer.im_start)
+    server, url = start_server(latency, renderer.tokenizer.token_to_id("<|im_start|>"))  # the bench tokenizer is Qwen3-style
     try:
         with tempfile.TemporaryDirectory() as folder:
             before = server_cpu(server.pid)

@@ -93,7 +93,7 @@ def run(args) -> dict:
         # the fit test: one prefill of a full-length context on top of the loaded model
         policy._reset()
         with torch.inference_mode():
-            policy._forward([policy.renderer.im_start] * args.context)
+            policy._forward([policy.renderer.end_of_turn] * args.context)
         peak = torch.cuda.max_memory_allocated() / GIB if cuda else None
         quantization = policy.quantization
         del policy, runner

@@ -108,6 +108,7 @@ def _build(
         split_check=check,
         tokenizer=str(tokenizer_file.resolve()),
         tokenizer_sha256=renderer.fingerprint,
+        chat_template=renderer.check.record(),
         corpus=[str(s) for s in corpus.sources],
         corpus_sha256=corpus.papers_sha256,
         questions_sha256=questions_sha256(corpus.questions),

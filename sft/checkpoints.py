@@ -24,7 +24,7 @@ from sft.records import CheckpointManifest, ValidationRecord
 MANIFEST = "explorer_manifest.json"
 # Settings a resumed run may change: where the figures go, which steps are saved, validated or
 # selected - never the weights. Any other field of TrainConfig differing from the checkpoint's is refused.
-RESUMABLE_CHANGES = ("report_to", "save_steps", "eval_steps", "max_direct_submit_rate", "selection_metric")
+RESUMABLE_CHANGES = ("report_to", "save_steps", "eval_steps", "max_direct_submit_rate", "selection_metric", "threads")
 
 
 def _number(checkpoint: Path) -> int:

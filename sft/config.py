@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agent.config import THREADS_HELP
+
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 REPORTERS = ("none", "tensorboard", "wandb")
 OVERFLOWS = ("drop", "split")
@@ -34,6 +36,7 @@ class TrainConfig(BaseModel):
     quantization: Literal["auto", "4bit", "none"] = Field(
         "auto", description="auto (4-bit NF4 on CUDA, full precision on CPU), 4bit or none."
     )
+    threads: int | None = Field(None, ge=1, le=1024, description=THREADS_HELP)
     lora_r: int = Field(4, ge=1, description="LoRA rank.")
     lora_alpha: int = Field(8, ge=1, description="LoRA scaling numerator (the update is scaled by alpha / r).")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the input of each LoRA layer.")

@@ -81,20 +81,13 @@ class Tokenized(NamedTuple):
 
 def tokenize_trajectory(trajectory: Trajectory, renderer: ChatRenderer, train_thinking: bool = False) -> Tokenized:
     """The training sequence of a whole trajectory: ids, labels and the span of every assistant turn."""
-    messages = trajectory.messages()
-    ids: list[int] = []
-    labels: list[int] = []
-    turns = []
-    for position, message in enumerate(messages):
-        rendered = renderer.render([message], train_thinking=train_thinking)
-        start = len(ids)
-        ids += rendered.ids
-        labels += [token if trained else IGNORE for token, trained in zip(rendered.ids, rendered.mask)]
-        if message["role"] == "assistant":
-            step = trajectory.steps[(position - 2) // 2]
-            trained = [i for i, m in enumerate(rendered.mask) if m]
-            turns.append(Turn(start=start + trained[0], end=start + trained[-1] + 1, type=turn_type(step), end_of_turn=len(ids)))
-    return Tokenized(ids, labels, turns)
+    rendered = renderer.render(trajectory.messages(), train_thinking=train_thinking)
+    labels = [token if trained else IGNORE for token, trained in zip(rendered.ids, rendered.mask)]
+    turns = [
+        Turn(start=start, end=end, type=turn_type(step), end_of_turn=end_of_turn)
+        for step, (start, end, end_of_turn) in zip(trajectory.steps, rendered.turns)
+    ]
+    return Tokenized(rendered.ids, labels, turns)
 
 
 def fit(example: Example, max_length: int, overflow: str) -> Example | None:

@@ -13,7 +13,7 @@ def load_model(config: TrainConfig):
     """The base as ``agent.models.load_causal_lm`` loads it for serving, made trainable, with LoRA."""
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 
-    loaded = load_causal_lm(config.model, config.quantization)
+    loaded = load_causal_lm(config.model, config.quantization, threads=config.threads)
     model, quantize = loaded.model, loaded.quantization == "4bit"
     if quantize:
         model = prepare_model_for_kbit_training(

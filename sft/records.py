@@ -80,6 +80,9 @@ class BuildReport(Record):
     split_check: SplitCheck
     tokenizer: str
     tokenizer_sha256: str
+    chat_template: dict[str, Any] | None = (
+        None  # the renderer's check of the template (agent.renderer.TemplateCheck); None before it existed
+    )
     corpus: list[str]
     corpus_sha256: str
     questions_sha256: str

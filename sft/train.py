@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent.chat_template import read_template
 from agent.models import file_sha256, load_renderer, tokenizer_file
 from corpus.atomic import atomic_file
 from sft.checkpoints import check_resume, finished, newest_complete, resumable_checkpoint
@@ -135,6 +136,13 @@ def checked_data(config: TrainConfig, data: Path) -> tuple[BuildReport, list[Exa
             f"{data} was tokenised with another tokenizer ({report.tokenizer_sha256[:12]}) than {config.model}'s "
             f"({model_tokenizer[:12]}); rebuild it with explorer sft build --tokenizer {config.model}"
         )
+    built_template = (report.chat_template or {}).get("chat_template_sha256")
+    model_template = read_template(tokenizer_file(config.model).parent).sha256
+    if built_template is not None and built_template != model_template:
+        raise TrainingError(
+            f"{data} was rendered with another chat template ({built_template[:12]}) than {config.model}'s "
+            f"({model_template[:12]}); rebuild it with explorer sft build --tokenizer {config.model}"
+        )
     return report, train_examples, validation_examples
 
 
@@ -219,7 +227,7 @@ def _train(config: TrainConfig, data: Path, out: Path, corpus, resume: bool, log
         model=model,
         args=args,
         train_dataset=train_examples,
-        data_collator=Collator(renderer.tokenizer.token_to_id("<|endoftext|>") or 0),
+        data_collator=Collator(renderer.pad_id),
     )
     with Interrupt(announce=main) as interrupt:
         validation = ValidationCallback(validator, config.eval_steps, trainer.log, interrupt, main)

@@ -198,7 +198,7 @@ class Reader:
         budget = self.recipe.token_budget
         if budget is None:
             return True
-        largest_memory = [self.tokens.im_end] * self.recipe.memory_tokens
+        largest_memory = [self.tokens.end_of_turn] * self.recipe.memory_tokens
         update = update_prompt(
             self.tokens,
             self.prompts,
@@ -219,7 +219,7 @@ class Reader:
 
     def _final_cost(self) -> int:
         largest = max(self.recipe.memory_tokens, len(memory_ids(self.tokens, self.prompts, None, self.recipe.memory_tokens)))
-        prompt = final_prompt(self.tokens, self.prompts, problem_ids=self.problem, memory_ids=[self.tokens.im_end] * largest)
+        prompt = final_prompt(self.tokens, self.prompts, problem_ids=self.problem, memory_ids=[self.tokens.end_of_turn] * largest)
         return len(prompt) + self.recipe.answer_tokens
 
     def _update(self, pass_index: int, page, memory: str | None) -> str | None:

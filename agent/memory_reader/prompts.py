@@ -2,9 +2,10 @@
 
 Guaranteed:
 
-* A prompt is ONE chat user turn then the generation prompt (non-thinking), exactly as
-  ``ChatRenderer.prompt`` lays out a user turn: ``<|im_start|>`` + text(``user\\n`` + content) +
-  ``<|im_end|>`` + text(``\\n``), then ``renderer.generation_prompt()``.
+* A prompt is ONE chat user turn then the generation prompt (non-thinking), laid out by the
+  model's own chat template exactly as ``ChatRenderer.prompt`` lays out a conversation of one
+  user message (``ChatRenderer.user_prompt``): whatever the template puts around it (a BOS, a
+  default system turn) included.
 * Values given as ids (the problem, the memory, a page) are spliced in unchanged, so a page's
   ids in a prompt are exactly the document's ids; the template's text around them, with any
   values given as strings filled in, is encoded piece by piece between the spliced ids. The same
@@ -47,12 +48,9 @@ PLACEHOLDERS: dict[str, frozenset[str]] = {
 class Renderer(Protocol):
     """What these functions use of ``agent.renderer.ChatRenderer``."""
 
-    im_start: int
-    im_end: int
-
     def text(self, text: str) -> list[int]: ...
 
-    def generation_prompt(self, thinking: bool = False) -> list[int]: ...
+    def user_prompt(self, parts: list[str | list[int]]) -> list[int]: ...
 
 
 @dataclass(frozen=True)
@@ -121,10 +119,10 @@ def build(renderer: Renderer, template: str, values: dict[str, list[int] | str])
 
     A value that is a list of ids is spliced in as those ids; a string value is formatted into
     the text around it. Each stretch of text between spliced ids (the first one opened with
-    ``user\\n``) is encoded as one piece by ``renderer.text``. Raises AgentError for a placeholder
+    the template's role header) is encoded as one piece. Raises AgentError for a placeholder
     without a value."""
-    ids = [renderer.im_start]
-    text = "user\n"
+    parts: list[str | list[int]] = []
+    text = ""
     for literal, name, _, _ in string.Formatter().parse(template):
         text += literal
         if name is None:
@@ -135,10 +133,9 @@ def build(renderer: Renderer, template: str, values: dict[str, list[int] | str])
         if isinstance(value, str):
             text += value
         else:
-            ids += renderer.text(text) + value
+            parts += [text, value]
             text = ""
-    ids += renderer.text(text)
-    return [*ids, renderer.im_end, *renderer.text("\n"), *renderer.generation_prompt()]
+    return renderer.user_prompt([*parts, text])
 
 
 def update_prompt(

@@ -101,6 +101,7 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
             thinking=config.thinking,
             thinking_budget=config.thinking_budget,
             sampling=Sampling.of(config),
+            threads=config.threads,
         )
     if name == "openai" and config.api == "chat":
         if config.base_url is None or config.model is None:

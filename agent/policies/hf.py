@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
-from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model
+from agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model, set_threads
 from agent.policies.base import ContextExceeded, EpisodeStart, Policy, ProbeReading, Reply, Sampling
-from agent.renderer import END_OF_TEXT_TOKEN, ChatRenderer, split_thinking
+from agent.renderer import ChatRenderer, split_thinking
 from agent.served import common_prefix
 from agent.trajectory import Generation
 
@@ -39,6 +39,12 @@ def crop(cache, keep: int) -> None:
     remove = cache.get_seq_length() - keep
     if remove > 0:
         cache.crop(-remove)
+
+
+def _current_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 class HFPolicy(Policy):
@@ -61,6 +67,7 @@ class HFPolicy(Policy):
         thinking: bool = False,
         thinking_budget: int = 1024,
         sampling: Sampling = Sampling(),
+        threads: int | None = None,
     ) -> None:
         """A policy around a model already in memory: one loaded by ``load``, or the weights being
         trained (sft validation episodes)."""
@@ -69,11 +76,13 @@ class HFPolicy(Policy):
         self.quantization, self.dtype = quantization, dtype
         self.adapter, self.adapter_sha256 = adapter, adapter_sha256
         self.max_new_tokens, self.max_context, self.reuse_cache = max_new_tokens, max_context, reuse_cache
-        self.stop_ids = {renderer.im_end}
-        end_of_text = renderer.tokenizer.token_to_id(END_OF_TEXT_TOKEN)
-        if end_of_text is not None:
-            self.stop_ids.add(end_of_text)
+        self.threads = set_threads(threads) if threads is not None else _current_threads()
         generation_config = getattr(model, "generation_config", None)
+        # what ends a turn in the template, the tokenizer's eos, and the model's own (Qwen3's lists <|endoftext|> too)
+        model_eos = getattr(generation_config, "eos_token_id", None)
+        self.stop_ids = set(renderer.stop_ids) | set(
+            model_eos if isinstance(model_eos, list) else [model_eos] if model_eos is not None else []
+        )
         self.overridden = {
             field: getattr(generation_config, field)
             for field in SAMPLING_FIELDS
@@ -98,6 +107,7 @@ class HFPolicy(Policy):
         thinking: bool = False,
         thinking_budget: int = 1024,
         sampling: Sampling = Sampling(),
+        threads: int | None = None,
     ) -> HFPolicy:
         """Load ``model`` (a directory or hub id) as training does, with an optional LoRA adapter.
         The settings are keyword-only: two numbers swapped by position would pass silently."""
@@ -105,7 +115,10 @@ class HFPolicy(Policy):
 
         if adapter is not None and not (adapter / "adapter_config.json").exists():
             raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
-        loaded = load_causal_lm(model, quantization, device_map="auto" if torch.cuda.is_available() else "cpu")
+        renderer = load_renderer(resolve_model(model))  # the tokenizer and its template are checked before any weights load
+        if thinking and not renderer.thinking_supported:
+            raise AgentError(f"{model}: this model's chat template has no thinking mode; drop --thinking")
+        loaded = load_causal_lm(model, quantization, device_map="auto" if torch.cuda.is_available() else "cpu", threads=threads)
         network = loaded.model
         if adapter is not None:
             from peft import PeftModel
@@ -114,7 +127,7 @@ class HFPolicy(Policy):
         network.eval()
         return cls(
             network,
-            load_renderer(model),
+            renderer,
             name=resolve_model(model),
             quantization=loaded.quantization,
             dtype=loaded.dtype,
@@ -126,6 +139,7 @@ class HFPolicy(Policy):
             thinking=thinking,
             thinking_budget=thinking_budget,
             sampling=sampling,
+            threads=loaded.threads,
         )
 
     def settings(self) -> dict[str, Any]:
@@ -136,12 +150,13 @@ class HFPolicy(Policy):
             "quantization": self.quantization,
             "dtype": str(self.dtype).removeprefix("torch."),
             "device": str(self.device),
+            "threads": self.threads,
             **self.sampling.settings(),
             "overridden_generation_config": self.overridden,
             "max_new_tokens": self.max_new_tokens,
             "max_context": self.max_context,
             "reuse_cache": self.reuse_cache,
-            "tokenizer_sha256": self.renderer.fingerprint,
+            **self.renderer.settings(),
             "thinking": self.thinking,
             **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
         }
@@ -222,7 +237,7 @@ class HFPolicy(Policy):
             if thinking and next_id == self.renderer.end_think:
                 thinking = False
             elif thinking and thinking_tokens >= self.thinking_budget:
-                close = [self.renderer.end_think, *self.renderer.text("\n\n")]
+                close = [*self.renderer.thought("")[-1:], *self.renderer.text("\n\n")]  # </think>, as the template has it
                 generated += close
                 thinking, budget_hit = False, True
                 logits = self._forward(close)

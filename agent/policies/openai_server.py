@@ -60,7 +60,7 @@ from typing import Any
 from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
 from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
-from agent.renderer import IM_END, ChatRenderer, split_thinking
+from agent.renderer import ChatRenderer, split_thinking
 from agent.trajectory import Generation
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
@@ -190,6 +190,8 @@ class OpenAIPolicy(Policy):
         self.endpoint = "/completions"
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)
+        if thinking and not self.renderer.thinking_supported:
+            raise AgentError(f"{tokenizer}: this model's chat template has no thinking mode; drop --thinking")
         self.tokenizer_path = tokenizer
         # None: the server's max_model_len once preflight has read it (DEFAULT_MAX_CONTEXT until then)
         self.max_context_given = max_context is not None
@@ -228,7 +230,7 @@ class OpenAIPolicy(Policy):
             "max_context": self.max_context,
             "timeout": self.timeout,
             "retries": self.retries,
-            "tokenizer_sha256": self.renderer.fingerprint,
+            **self.renderer.settings(),
             "thinking": self.thinking,
             **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
             "server_max_model_len": self.server_max_model_len,
@@ -367,7 +369,7 @@ class OpenAIPolicy(Policy):
             "prompt": prompt if self.prompt_format == "ids" else self._text_prompt(prompt),
             "max_tokens": max_tokens,
             "temperature": self.sampling.temperature,
-            "stop": [IM_END],
+            "stop": [self.renderer.end_of_turn_text],
             "seed": self.episode.seed,
         }
         if self.server_prompt_ids:
@@ -390,7 +392,7 @@ class OpenAIPolicy(Policy):
         generated = count(usage.get("completion_tokens"))
         finish = label(choice.get("finish_reason"))
         seconds = time.perf_counter() - started
-        text = text.removesuffix(IM_END)
+        text = text.removesuffix(self.renderer.end_of_turn_text)
         reasoning: str | None = None
         thought: dict[str, Any] = {}
         if thinking:

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.errors import AgentError
-from agent.renderer import IM_END
-from agent.testing.tiny_tokenizer import END_OF_TEXT, build_tokenizer
+from agent.testing.tiny_tokenizer import END_OF_TEXT, IM_END, build_tokenizer
 
 # head_dim 32: the smallest head size vLLM's CPU attention serves (32, 64, 80, ...), so a real
 # vLLM can serve this model. Two heads of 32 keep the projections of the earlier four of 16 (and

@@ -6,8 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from agent.renderer import END_OF_TEXT_TOKEN as END_OF_TEXT
-from agent.renderer import SPECIAL_TOKENS
+# Qwen's control tokens: the tiny model is a Qwen3-architecture model with a Qwen3-style template.
+END_OF_TEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = (IM_START, IM_END, "<think>", "</think>")
 
 # Qwen3's template, reduced to what matters here: ChatML turns, and in non-thinking mode an empty
 # think block opening the generated turn. Like Qwen3's, it drops think blocks from history.

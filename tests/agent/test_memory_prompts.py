@@ -95,12 +95,12 @@ def test_build_splices_ids_unchanged_and_decodes_to_the_filled_template(renderer
     page = renderer.text("Table 2 reports 87.5 F1 on the test set.")
     template = "Read this:\n{page}\nThen say {word}."
     ids = build(renderer, template, {"page": page, "word": "done"})
-    prefix = [renderer.im_start, *renderer.text("user\nRead this:\n")]
+    prefix = [renderer.tokenizer.token_to_id("<|im_start|>"), *renderer.text("user\nRead this:\n")]
     assert ids[: len(prefix)] == prefix
     assert ids[len(prefix) : len(prefix) + len(page)] == page
     assert ids[len(prefix) + len(page) :] == [
         *renderer.text("\nThen say done."),
-        renderer.im_end,
+        renderer.end_of_turn,
         *renderer.text("\n"),
         *renderer.generation_prompt(),
     ]
@@ -208,4 +208,8 @@ def test_prompts_decode_to_their_text_with_the_real_qwen3_tokenizer(qwen3_tokeni
     )
     assert renderer.decode(ids) == chat_text(renderer, expected)
     # The sentinel's spelling is text, never a control token, and the prompt is a Qwen3 user turn.
-    assert ids[0] == renderer.im_start and ids.count(renderer.im_start) == 2 and ids.count(renderer.im_end) == 1
+    assert (
+        ids[0] == renderer.tokenizer.token_to_id("<|im_start|>")
+        and ids.count(renderer.tokenizer.token_to_id("<|im_start|>")) == 2
+        and ids.count(renderer.end_of_turn) == 1
+    )

@@ -469,7 +469,7 @@ def test_a_turn_ended_without_closing_its_think_block_is_its_whole_text_and_rend
     assert fake.requests[0]["prompt"] == renderer.prompt(trajectory.messages(upto=0), thinking=True)
     assert check_trajectory(trajectory, renderer) is None
     trained = renderer.render(trajectory.messages()).ids
-    written = [renderer.think, *renderer.text(THOUGHT_THEN_SUBMIT.removeprefix("<think>")), renderer.im_end]
+    written = [renderer.think, *renderer.text(THOUGHT_THEN_SUBMIT.removeprefix("<think>")), renderer.end_of_turn]
     start = len(fake.requests[0]["prompt"])
     assert trained[start : start + len(written)] == written  # the <think> it opened is the control token, as generated
 
