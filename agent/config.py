@@ -87,7 +87,7 @@ class PolicyConfig(Config):
         None,
         ge=256,
         description="hf/openai: prompt plus new tokens allowed, else context_limit "
-        "(default: the server's max_model_len for openai, else 32768; above "
+        "(default: the server's max_model_len for openai, else 32768 or the model's max_position_embeddings if less; above "
         "the server's, refused).",
     )
     base_url: list[str] | None = Field(

@@ -97,7 +97,7 @@ def _make(config: PolicyConfig, max_steps: int) -> Policy:
             adapter=config.adapter,
             quantization=config.quantization,
             max_new_tokens=config.max_new_tokens,
-            max_context=config.max_context or 32_768,
+            max_context=config.max_context,
             thinking=config.thinking,
             thinking_budget=config.thinking_budget,
             sampling=Sampling.of(config),

@@ -41,6 +41,16 @@ def crop(cache, keep: int) -> None:
         cache.crop(-remove)
 
 
+DEFAULT_CONTEXT = 32_768  # the default context, unless the model was built for less
+
+
+def model_context(model) -> int:
+    """The default context: 32768, or less where the model's ``max_position_embeddings`` says so
+    (SmolLM2's 8192); never past what the model was built for."""
+    length = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return min(length, DEFAULT_CONTEXT) if isinstance(length, int) and length > 0 else DEFAULT_CONTEXT
+
+
 def _current_threads() -> int:
     import torch
 
@@ -102,7 +112,7 @@ class HFPolicy(Policy):
         adapter: Path | None = None,
         quantization: str = "auto",
         max_new_tokens: int = 512,
-        max_context: int = 32_768,
+        max_context: int | None = None,
         reuse_cache: bool = True,
         thinking: bool = False,
         thinking_budget: int = 1024,
@@ -134,7 +144,7 @@ class HFPolicy(Policy):
             adapter=adapter,
             adapter_sha256=file_hashes(adapter) if adapter is not None else None,
             max_new_tokens=max_new_tokens,
-            max_context=max_context,
+            max_context=max_context if max_context is not None else model_context(network),
             reuse_cache=reuse_cache,
             thinking=thinking,
             thinking_budget=thinking_budget,
