@@ -25,7 +25,7 @@ TIMING = ("seconds", "started_at")
 def scripted_server(tiny_tokenizer, latency=0.0, fail=None) -> FakeServer:
     """A search, then a submit, read from the prompt (no state per episode); ``fail(n)`` may turn
     the n-th request into an error answer."""
-    im_start = ChatRenderer.from_directory(tiny_tokenizer).im_start
+    im_start = ChatRenderer.from_directory(tiny_tokenizer).tokenizer.token_to_id("<|im_start|>")  # one a turn in its ChatML
     count = [0]
     lock = threading.Lock()
 
