@@ -95,11 +95,14 @@ class ListingServer:
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body) * (1000 if drip else 1)))
                 self.end_headers()
-                for byte in body if drip else [body]:
-                    self.wfile.write(bytes([byte]) if drip else byte)
-                    self.wfile.flush()
-                    if drip:
-                        time.sleep(0.5)
+                try:
+                    for byte in body if drip else [body]:
+                        self.wfile.write(bytes([byte]) if drip else byte)
+                        self.wfile.flush()
+                        if drip:
+                            time.sleep(0.5)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up, as it should: a traceback here would land in its captured stderr
 
             def log_message(self, *args):
                 pass
