@@ -300,10 +300,17 @@ def ending_step(trajectory: Trajectory) -> int | None:
     return None
 
 
-def ended_at_first_action(trajectory: Trajectory) -> bool:
-    """The direct-submit shortcut: the first action ended the episode with an answer or an
-    abstention (an immediate abstention did not look either), whatever else it called."""
-    return ending_step(trajectory) == 0
+def is_direct_submit(trajectory: Trajectory) -> bool:
+    """The direct-submit shortcut: the episode ended with an answer or an abstention (an abstention
+    that did not look is the same shortcut) in an action written before any search, read or extract
+    had returned the policy anything. That is its first action, whatever else that action called,
+    failed or not (what it called in the same action, it could not read before answering); or a
+    later one after actions that researched nothing (format errors, prints, calls that all failed),
+    which stalls without looking and is the same shortcut."""
+    end = ending_step(trajectory)
+    if end is None:
+        return False
+    return not any(call.name in RESEARCH_TOOLS and not call.error for step in trajectory.steps[:end] for call in step.tool_calls)
 
 
 def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCallRecord]]:
@@ -358,7 +365,7 @@ __all__ = [
     "Timings",
     "ToolCallRecord",
     "Trajectory",
-    "ended_at_first_action",
+    "is_direct_submit",
     "ending_step",
     "research_before_end",
     "without_timings",

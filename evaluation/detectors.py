@@ -13,9 +13,11 @@ print an answer no tool ever gave.
 What an episode did is defined once, in ``agent.trajectory``, and read the same way by these
 detectors, the scores and SFT: the step that ended it with an answer or an abstention
 (``ending_step``: from the host's outcome, whatever else that action called, failed or not), and
-the research calls that succeeded before that end (``research_before_end``). So ``direct_submit``
-judges that the first action ended the episode, not which call came first, and ``no_tool_use``
-counts no failed call and none after the end.
+the research calls that succeeded before that end (``research_before_end``), and from them the
+direct submit (``is_direct_submit``: it answered before any research had shown it anything). So
+``direct_submit`` judges that the episode ended unresearched, not which call came first, and
+``no_tool_use`` counts no failed call and none after the end: every answered episode that
+``no_tool_use`` flags is a direct submit.
 
 The grounding detectors (``ungrounded_answer``, ``placeholder_answer``, ``unobserved_evidence``)
 read what the host's research tools showed, never the observations, and of it only the papers'
@@ -49,7 +51,7 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from agent.trajectory import ENDING_STATUSES, ENDING_TOOLS, ToolCallRecord, Trajectory, ended_at_first_action, research_before_end
+from agent.trajectory import ENDING_STATUSES, ENDING_TOOLS, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
 from corpus.schema import Question
 from tools.page import tool_page
 
@@ -80,13 +82,15 @@ def _calls(trajectory: Trajectory):
 
 
 def direct_submit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The first action ended the episode with an answer or an abstention: whatever else it called
-    before or after, in any order, failed or not, it answered before it could read what any of it
-    returned (``agent.trajectory.ended_at_first_action``). Reads: the host's outcome and the steps."""
-    if not ended_at_first_action(trajectory):
+    """The episode ended with an answer or an abstention before any research had shown the policy
+    anything: in its first action, whatever else that action called, in any order, failed or not
+    (it answered before it could read what any of it returned), or after actions that researched
+    nothing (``agent.trajectory.is_direct_submit``). Flagged at the step that answered. Reads: the
+    host's outcome and the host's tool calls of the steps before it (their errors)."""
+    if not is_direct_submit(trajectory):
         return []
-    first = trajectory.steps[0]
-    return [Flag("direct_submit", 0, first.code or first.action_text)]
+    end = trajectory.steps[-1]
+    return [Flag("direct_submit", end.index, end.code or end.action_text)]
 
 
 def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:

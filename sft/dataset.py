@@ -18,7 +18,7 @@ from statistics import fmean
 from typing import NamedTuple
 
 from agent.renderer import ChatRenderer
-from agent.trajectory import Trajectory, ended_at_first_action, ending_step, research_before_end, without_timings
+from agent.trajectory import Trajectory, ending_step, is_direct_submit, research_before_end, without_timings
 from corpus.atomic import atomic_file
 from corpus.jsonl import JsonLinesError, read_records, write_records
 from corpus.schema import Question
@@ -138,7 +138,7 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
             question_id=trajectory.question_id,
             paper_id=paper_id,
             question=trajectory.question,
-            first_action_submits=ended_at_first_action(trajectory),
+            first_action_submits=is_direct_submit(trajectory),
             input_ids=ids,
             labels=labels,
             turns=turns,
@@ -159,18 +159,15 @@ def research_calls(trajectory: Trajectory) -> int:
 
 def best_attempts(candidates: list, keep: int, dropped: Counter) -> list:
     """Per question, the ``keep`` best of its successful attempts: the highest answer F1, then the
-    fewest steps, then the most tool use. An attempt that did not look - whose first action
-    already ends the episode (``agent.trajectory.ended_at_first_action``, whatever else it called),
-    or with no search, read or extract that succeeded before its end - is never kept: not even a
-    correct abstention is worth teaching unless the policy looked first."""
+    fewest steps, then the most tool use. An attempt that did not look - a direct submit
+    (``agent.trajectory.is_direct_submit``): its first action already ends the episode, whatever
+    else it called, or it answers after actions whose research all failed or that did none - is
+    never kept: not even a correct abstention is worth teaching unless the policy looked first."""
     by_question: dict[str, list] = {}
     for candidate in candidates:
         trajectory, question, _ = candidate
-        if not trajectory.steps or ended_at_first_action(trajectory):
-            dropped["best-of: its first action already submits or abstains"] += 1
-            continue
-        if research_calls(trajectory) == 0:
-            dropped["best-of: it answered without a search, read or extract"] += 1
+        if not trajectory.steps or is_direct_submit(trajectory):
+            dropped["best-of: it submits or abstains before any research result (a direct submit)"] += 1
             continue
         by_question.setdefault(question.id, []).append(candidate)
 

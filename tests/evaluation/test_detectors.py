@@ -615,6 +615,31 @@ def test_a_first_action_that_answers_then_runs_out_of_time_is_a_direct_submit(sm
     assert [flag.step for flag in DETECTORS["direct_submit"](stuck, gold)] == [0]
 
 
+@pytest.mark.parametrize(
+    "stalls",
+    [
+        ('print("let me think")',),  # an action that calls nothing
+        ('read("-")',),  # a failed read, not caught: the action stops there
+        ('try:\n    read("-")\nexcept Exception:\n    pass', "x = 1"),  # failed calls, caught; then nothing
+        ("I will answer now.",),  # not Python: the action does not even compile
+    ],
+)
+def test_an_answer_after_actions_that_showed_no_research_is_a_direct_submit(episode, gold, stalls):
+    stalled = episode(*stalls, 'search("SparseLens batch size")\nsubmit("16")')
+    end = len(stalls)
+    assert len(stalled.steps) == end + 1 and stalled.outcome.status == "submitted"
+    assert [flag.step for flag in DETECTORS["direct_submit"](stalled, gold)] == [end]
+    looked = episode(*stalls, 'search("SparseLens batch size")', 'submit("16")')  # a search it could read first
+    assert DETECTORS["direct_submit"](looked, gold) == []
+
+
+def test_an_answer_after_a_reply_with_no_action_is_a_direct_submit():
+    no_action = Step(index=0, action_text="I will answer now.", code=None, observation="Format error", format_error=True)
+    answered = trajectory([no_action, step(1, "search('x')\nsubmit('3e-5')", tools=[("search", None, [HIT]), ("submit", None)])])
+    assert [flag.step for flag in DETECTORS["direct_submit"](answered, ANSWERABLE)] == [1]
+    assert DETECTORS["direct_submit"](trajectory([no_action], status="step_limit"), ANSWERABLE) == []  # it never answered
+
+
 def test_a_first_action_whose_submit_failed_did_not_end_the_episode(episode, gold):
     retried = episode('submit("16", evidence=[["no-such-paper", 0, 0]])', 'search("SparseLens batch size")', 'submit("16")')
     assert retried.steps[0].tool_calls[0].name == "submit" and retried.steps[0].tool_calls[0].error and len(retried.steps) == 3
@@ -625,6 +650,7 @@ def test_no_tool_use_counts_no_failed_call_and_none_after_the_end(episode, gold)
     failed = episode('read("-")', 'submit("16")')  # the read fails and the action stops there
     assert failed.steps[0].tool_calls[0].error and len(failed.steps) == 2
     assert [flag.text for flag in DETECTORS["no_tool_use"](failed, gold)] == ["2 steps, tools called: read (failed), submit"]
+    assert [flag.step for flag in DETECTORS["direct_submit"](failed, gold)] == [1]  # answered, and never looked
     after = episode('submit("16")\nsearch("SparseLens batch size")')
     assert after.steps[0].tool_calls[1].returned.text and names(detect(after, gold)) >= {"direct_submit", "no_tool_use"}
     looked = episode('try:\n    read("-")\nexcept Exception:\n    search("SparseLens batch size")', 'submit("16")')

@@ -11,6 +11,8 @@ from corpus import BM25Index
 from sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
 from sft.teacher import Teacher
 
+DIRECT = "best-of: it submits or abstains before any research result (a direct submit)"
+
 
 @pytest.fixture(scope="module")
 def renderer(tiny_tokenizer):
@@ -105,7 +107,7 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
     attempts = trajectories[:10] + direct + [scripted.run(q.text, q) for q in small_demo.questions[:10]]
     settings = BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1)
     built = build(attempts, questions, renderer, settings)
-    assert built.dropped["best-of: its first action already submits or abstains"] == 10  # every direct attempt
+    assert built.dropped[DIRECT] == 10  # every direct attempt
     assert not any(example.first_action_submits for example in built.train)
     kept = {}
     for example in built.train:
@@ -172,10 +174,10 @@ def test_a_first_action_that_ends_the_episode_is_a_first_action_answer_whatever_
     assert built.train and statistics(built.train).first_action_submits_share == 1.0
     assert all([turn.type for turn in example.turns] == ["final"] for example in built.train)
     best = build(shortcut, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
-    assert not best.train and best.dropped["best-of: its first action already submits or abstains"] == 10
+    assert not best.train and best.dropped[DIRECT] == 10
 
 
-def test_a_failed_submit_ends_nothing_and_a_failed_call_is_no_research(renderer, small_demo):
+def test_a_failed_submit_ends_nothing_and_an_answer_after_failed_calls_is_a_direct_submit(renderer, small_demo):
     index = BM25Index.build(small_demo)
     questions = {q.id: q for q in small_demo.questions}
     retried = [
@@ -190,4 +192,7 @@ def test_a_failed_submit_ends_nothing_and_a_failed_call_is_no_research(renderer,
     ]
     assert all(len(t.steps) == 2 and t.steps[0].tool_calls[0].error for t in unlooked)
     best = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
-    assert not best.train and best.dropped["best-of: it answered without a search, read or extract"] == 6
+    assert not best.train and best.dropped[DIRECT] == 6  # it answered after a read that showed nothing
+    kept = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0))
+    assert statistics(kept.train).first_action_submits_share == 1.0
+    assert all([turn.type for turn in example.turns] == ["tool", "final"] for example in kept.train)
