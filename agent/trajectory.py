@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_serializer
@@ -9,10 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_serializer
 from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
+# 7: what each research call showed of the papers (Returned.shown), which the grounding detectors read
+# instead of parsing the result's text (evaluation.detectors keeps the old rule for schemas 4 to 6);
 # 6: option probes (Trajectory.probes); 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
+RESEARCH_TOOLS: Final = frozenset({"search", "read", "extract"})
+ENDING_TOOLS: Final = frozenset({"submit", "abstain"})
+ENDING_STATUSES: Final = ("submitted", "abstained")
 
 
 class Record(BaseModel):
@@ -240,7 +246,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4, 5, 6] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5, 6, 7] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -278,6 +284,47 @@ class Trajectory(Record):
         return messages
 
 
+# -- what an episode did: one definition, read by the detectors, the scores and SFT alike ----------
+
+
+def ending_step(trajectory: Trajectory) -> int | None:
+    """The index of the step whose action ended the episode with an answer or an abstention; None
+    when it ended otherwise (a step or context limit, a policy error, no valid answer).
+
+    Read from the outcome, which the host's tools decide: only a submit or abstain that succeeded
+    sets "submitted" or "abstained", and the loop stops after the action that set it, so the ending
+    step is the last one. Nothing else the action did changes it: which call came first, what it
+    called before or after, whether those calls failed, loops, try blocks."""
+    if trajectory.outcome.status in ENDING_STATUSES and trajectory.steps:
+        return len(trajectory.steps) - 1
+    return None
+
+
+def is_direct_submit(trajectory: Trajectory) -> bool:
+    """The direct-submit shortcut: the episode ended with an answer or an abstention (an abstention
+    that did not look is the same shortcut) in an action written before any search, read or extract
+    had returned the policy anything. That is its first action, whatever else that action called,
+    failed or not (what it called in the same action, it could not read before answering); or a
+    later one after actions that researched nothing (format errors, prints, calls that all failed),
+    which stalls without looking and is the same shortcut."""
+    end = ending_step(trajectory)
+    if end is None:
+        return False
+    return not any(call.name in RESEARCH_TOOLS and not call.error for step in trajectory.steps[:end] for call in step.tool_calls)
+
+
+def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCallRecord]]:
+    """The searches, reads and extracts that succeeded before the episode's submit or abstain (or
+    in the whole episode, when it ended otherwise): a failed call showed the policy nothing, and a
+    call after the submit or abstain that succeeded cannot have informed it."""
+    for step in trajectory.steps:
+        for call in step.tool_calls:
+            if call.name in ENDING_TOOLS and not call.error:
+                return
+            if call.name in RESEARCH_TOOLS and not call.error:
+                yield step, call
+
+
 def without_timings(trajectory: Trajectory) -> dict:
     """The trajectory minus wall-clock fields, for determinism checks."""
     data = trajectory.model_dump(exclude={"seconds", "started_at"})
@@ -298,6 +345,9 @@ def _untimed(generation: dict) -> dict:
 
 
 __all__ = [
+    "ENDING_STATUSES",
+    "ENDING_TOOLS",
+    "RESEARCH_TOOLS",
     "Drift",
     "EpisodeConfig",
     "Evidence",
@@ -315,5 +365,8 @@ __all__ = [
     "Timings",
     "ToolCallRecord",
     "Trajectory",
+    "is_direct_submit",
+    "ending_step",
+    "research_before_end",
     "without_timings",
 ]

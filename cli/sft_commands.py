@@ -85,7 +85,7 @@ def build_command(
         None,
         "--best-of",
         min=1,
-        help="Keep per question at most N successful attempts, the best (answer F1, then fewer steps, more tool use); never one whose first action ends the episode.",
+        help="Keep per question at most N successful attempts, the best (answer F1, then fewer steps, more tool use); never a direct submit (one that answers before any research showed it anything).",
     ),
     train_thinking: bool = typer.Option(
         False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."
@@ -147,7 +147,7 @@ def print_build_report(report) -> None:
             f"trained token share ({kind} turns)",
             *(_shown((stats[side].trained_token_share or {}).get(kind)) for side in ("train", "validation")),
         )
-    table.add_row("first action submits", *(_shown(stats[side].first_action_submits_share) for side in ("train", "validation")))
+    table.add_row("direct submits", *(_shown(stats[side].first_action_submits_share) for side in ("train", "validation")))
     console.print(table)
     dropped = ", ".join(f"{reason}: {count}" for reason, count in report.dropped.items()) or "nothing"
     console.print(f"read {report.trajectories_read} trajectories; dropped {dropped}")
@@ -167,7 +167,7 @@ def print_build_report(report) -> None:
     share = stats["train"].first_action_submits_share or 0
     if share >= 0.25:
         console.print(
-            f"[bold red]warning: {share:.0%} of training trajectories submit in their first action - "
+            f"[bold red]warning: {share:.0%} of training trajectories submit before any research result (direct submits) - "
             "the data teaches the direct-submit shortcut[/bold red]"
         )
 

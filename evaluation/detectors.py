@@ -5,23 +5,40 @@ Each detector takes the trajectory and its gold question (None when there is non
 a list of flags; an empty list means the episode is clean for that detector.
 
 Which record each one trusts (its docstring says it too). The host writes the tool calls (name,
-arguments, error), what each tool returned (``ToolCallRecord.returned``) and the outcome; the
-worker writes the observation (what the action printed and its last value), so an observation
-is evidence of nothing: an action can print an answer no tool ever gave. The grounding detectors
-(``ungrounded_answer``, ``placeholder_answer``, ``unobserved_evidence``) therefore read what the
-host's research tools returned, never the observations, and of it only the papers' text and the
-paragraphs it showed: the host's own scaffolding (paragraph markers, headings, numbering, ids,
-scores) grounds nothing, and a cited paragraph is observed by its location, not by a sentence it
-may share with others. Results are parsed in the exact form the host's tools write them, so that
-a change of form fails the tests rather than grounding quietly. Trajectories older than schema
-4 did not record results: there the detectors fall back to the observations, and every flag they
-raise says so. Where results were not kept whole (cut at the cap for one result, or past the
-action's budget: only their length and sha256), a flag says that what was not kept may hold
-the answer; ``unrecorded_tool_results`` flags every submitted episode judged from less than every
-result, so no verdict of theirs is silently clean or silently damning. The other detectors read
-the tool calls, outcome, code, action text, generation record and status (host or policy
-records); ``repeated_prompt`` reads the observations because the observation is what the next
-prompt shows, whoever wrote it.
+arguments, error), what each tool returned (``ToolCallRecord.returned``), what each research call
+showed of the papers (``Returned.shown``) and the outcome; the worker writes the observation (what
+the action printed and its last value), so an observation is evidence of nothing: an action can
+print an answer no tool ever gave.
+
+What an episode did is defined once, in ``agent.trajectory``, and read the same way by these
+detectors, the scores and SFT: the step that ended it with an answer or an abstention
+(``ending_step``: from the host's outcome, whatever else that action called, failed or not), and
+the research calls that succeeded before that end (``research_before_end``), and from them the
+direct submit (``is_direct_submit``: it answered before any research had shown it anything). So
+``direct_submit`` judges that the episode ended unresearched, not which call came first, and
+``no_tool_use`` counts no failed call and none after the end: every answered episode that
+``no_tool_use`` flags is a direct submit.
+
+The grounding detectors (``ungrounded_answer``, ``placeholder_answer``, ``unobserved_evidence``)
+read what the host's research tools showed, never the observations, and of it only the papers'
+text and the paragraphs shown: the host's own scaffolding (paragraph markers, headings, numbering,
+ids, scores) grounds nothing, and a cited paragraph is observed by its location, not by a sentence
+it may share with others. From schema 7 they read the structured record the host wrote as it
+rendered each result (``tools.records.Shown``: the paragraphs shown, and where in the kept text
+each piece of paper text lies), never the result's text as layout, so no paper text can make a
+paragraph count as shown (a blank line and "[4] " inside a paragraph, a fake heading, a line
+imitating a page). Schemas 4 to 6 kept no such record: there results are parsed in the exact
+form the host's tools wrote them (the old rule, ``_parsed``), which paper text imitating that
+form can mislead. Trajectories older than schema 4 did not record results: there the detectors
+fall back to the observations, and every flag they raise says so.
+
+Where results were not kept whole (cut at the cap for one result, or past the action's budget:
+only their length and sha256), a flag says that what was not kept may hold the answer (or, past
+the budget, show the paragraph); ``unrecorded_tool_results`` flags every submitted episode judged
+from less than every result, so no verdict of theirs is silently clean or silently damning. The
+other detectors read the tool calls, outcome, code, action text, generation record and status
+(host or policy records); ``repeated_prompt`` reads the observations because the observation is
+what the next prompt shows, whoever wrote it.
 
 Why one module of this size: sixteen small detectors, each a function and its docstring; they
 share the grounding helpers and are read as one list (``DETECTORS``).
@@ -34,16 +51,14 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from agent.trajectory import ToolCallRecord, Trajectory
+from agent.trajectory import ENDING_STATUSES, ENDING_TOOLS, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
 from corpus.schema import Question
 from tools.page import tool_page
 
-RESEARCH_TOOLS = {"search", "read", "extract"}
-ENDING_TOOLS = {"submit", "abstain"}
-ENDING_STATUSES = ("submitted", "abstained")
 POLAR = {"yes", "no"}
 SHORTCUT_COLLAPSE_RATE = 0.5  # the run-level verdict when this share of episodes submits at once
 RESULTS_RECORDED = 4  # the trajectory schema version from which tool calls keep what they returned
+SHOWN_RECORDED = 7  # the one from which research calls also keep what they showed (Returned.shown)
 FROM_OBSERVATIONS = "judged from observations (what the action printed): this trajectory predates recorded tool results"
 
 
@@ -67,28 +82,25 @@ def _calls(trajectory: Trajectory):
 
 
 def direct_submit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """The first action already ends the episode (submit or abstain), before any research.
-    Reads: the host's tool calls of the first step (their order)."""
-    if not trajectory.steps:
+    """The episode ended with an answer or an abstention before any research had shown the policy
+    anything: in its first action, whatever else that action called, in any order, failed or not
+    (it answered before it could read what any of it returned), or after actions that researched
+    nothing (``agent.trajectory.is_direct_submit``). Flagged at the step that answered. Reads: the
+    host's outcome and the host's tool calls of the steps before it (their errors)."""
+    if not is_direct_submit(trajectory):
         return []
-    first = trajectory.steps[0]
-    names = [call.name for call in first.tool_calls]
-    if names and names[0] in ENDING_TOOLS:
-        return [Flag("direct_submit", 0, first.code or first.action_text)]
-    return []
+    end = trajectory.steps[-1]
+    return [Flag("direct_submit", end.index, end.code or end.action_text)]
 
 
 def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
-    """Not one search, read or extract in the whole episode. Reads: the host's tool calls."""
-    if any(call.name in RESEARCH_TOOLS for _, call in _calls(trajectory)):
+    """Not one search, read or extract that succeeded before the episode's submit or abstain (a
+    failed call showed nothing; ``agent.trajectory.research_before_end``). Reads: the host's tool
+    calls and their errors."""
+    if any(True for _ in research_before_end(trajectory)):
         return []
-    return [
-        Flag(
-            "no_tool_use",
-            None,
-            f"{len(trajectory.steps)} steps, tools called: {', '.join(call.name for _, call in _calls(trajectory)) or 'none'}",
-        )
-    ]
+    called = ", ".join(call.name + (" (failed)" if call.error else "") for _, call in _calls(trajectory))
+    return [Flag("no_tool_use", None, f"{len(trajectory.steps)} steps, tools called: {called or 'none'}")]
 
 
 Place = tuple[str, int, int]  # (paper_id, section, paragraph): where a paragraph is
@@ -109,6 +121,7 @@ class _Returned:
     texts: list[str]  # the paper text each research tool returned; for an old trajectory, its observations
     places: set[Place] | None  # paragraphs shown; None for an old trajectory (judged by sentences instead)
     note: str  # "" when every result was kept whole and read; else said in each flag
+    places_note: str  # the same for the paragraphs shown (schema 7 keeps all of a cut result's)
 
 
 def _returned(trajectory: Trajectory) -> _Returned:
@@ -117,40 +130,73 @@ def _returned(trajectory: Trajectory) -> _Returned:
     pieced together from two of them is found in none. Only paper text: the host's scaffolding
     (paragraph markers, page headings, outline numbering, "more" lines, ids, scores, JSON keys) is
     not, or a small number would be grounded by a marker like ``[2]``. Failed calls returned
-    nothing the policy saw, and calls after the submit cannot have grounded it."""
+    nothing the policy saw, and calls after the submit cannot have grounded it. From schema 7, as
+    the host recorded it (``_recorded``); before, parsed from the result (``_parsed``)."""
     if trajectory.schema_version < RESULTS_RECORDED:
-        return _Returned([_observed(trajectory)], None, FROM_OBSERVATIONS)
-    texts, places, not_kept, unread = [], set(), 0, 0
-    for _, call in _research_calls(trajectory):
+        return _Returned([_observed(trajectory)], None, FROM_OBSERVATIONS, FROM_OBSERVATIONS)
+    recorded = trajectory.schema_version >= SHOWN_RECORDED
+    texts: list[str] = []
+    places: set[Place] = set()
+    not_kept = not_kept_at_all = unread = 0
+    for _, call in research_before_end(trajectory):
         not_kept += not _kept_whole(call)
-        shown = _shown(call)
+        not_kept_at_all += call.returned is None or call.returned.text is None
+        shown = _recorded(call) if recorded else _parsed(call)
         unread += shown is None
         if shown is not None:
             texts += shown.texts
             places |= shown.places
-    notes = [f"{not_kept} tool result(s) were not kept whole, and what was not kept may hold it"] if not_kept else []
-    notes += [f"{unread} tool result(s) were not in the form the host's tools write, and were searched for nothing"] if unread else []
-    return _Returned(texts, places, "; ".join(notes))
+    form = "had no record of what they showed that fits them" if recorded else "were not in the form the host's tools write"
+    wrong = [f"{unread} tool result(s) {form}, and were searched for nothing"] if unread else []
+    note = "; ".join(_not_kept(not_kept) + wrong)
+    # schema 7 keeps every paragraph a cut result showed: only a result not kept at all hides some
+    places_note = "; ".join(_not_kept(not_kept_at_all if recorded else not_kept) + wrong)
+    return _Returned(texts, places, note, places_note)
 
 
-def _research_calls(trajectory: Trajectory):
-    """The research calls that succeeded before the episode's successful submit or abstain."""
-    for step, call in _calls(trajectory):
-        if call.name in ENDING_TOOLS and not call.error:
-            return
-        if call.name in RESEARCH_TOOLS and not call.error:
-            yield step, call
+def _not_kept(count: int) -> list[str]:
+    return [f"{count} tool result(s) were not kept whole, and what was not kept may hold it"] if count else []
 
 
 def _kept_whole(call: ToolCallRecord) -> bool:
     return call.returned is not None and call.returned.cut is None
 
 
-def _shown(call: ToolCallRecord) -> _Shown | None:
-    """What one research call's kept result showed; None when it is not in the form the host's tools
-    write (``tools.paper_tools``: ``_read``, ``_outline``, ``_pages``, ``_search``, ``_extract``).
-    Parsed exactly, so that a change of those forms fails the detectors' tests instead of letting
-    scaffolding ground answers. A result not kept (over the action's budget) showed nothing we can see."""
+def _recorded(call: ToolCallRecord) -> _Shown | None:
+    """What one research call showed, as the host recorded it while writing the result (schema 7 on,
+    ``tools.records.Shown``): its paragraphs, and each piece of paper text cut out of the kept text
+    where the host said it lies (a JSON string literal decoded, for a search or extract). Nothing
+    in the text is parsed as layout. None when a kept result has no such record, or one that does
+    not fit its text (the host never writes either): it counts as nothing seen, and the flags say
+    so. A result not kept (over the action's budget) showed nothing we can see."""
+    returned = call.returned
+    if returned is None or returned.text is None:
+        return _Shown([], set())
+    shown = returned.shown
+    if shown is None:
+        return None
+    texts = []
+    for start, end in shown.pieces:
+        if not 0 <= start < end <= len(returned.text):
+            return None
+        piece = returned.text[start:end]
+        if shown.form == "json":
+            try:
+                piece = json.loads(piece)
+            except ValueError:
+                return None
+            if not isinstance(piece, str):
+                return None
+        texts.append(piece)
+    return _Shown(texts, set(shown.paragraphs))
+
+
+def _parsed(call: ToolCallRecord) -> _Shown | None:
+    """The old rule, for schemas 4 to 6 (which kept no ``Shown`` record): what one research call's
+    kept result showed, parsed from its text; None when it is not in the form the host's tools
+    wrote (``tools.paper_tools``: the read page and outline, the hits' JSON). Paper text that
+    imitates that form (a blank line and "[4] " inside a paragraph) misleads it, which is why
+    schema 7 records what was shown instead. A result not kept showed nothing we can see."""
     returned = call.returned
     if returned is None or returned.text is None:
         return _Shown([], set())
@@ -421,12 +467,12 @@ def ungrounded_answer(trajectory: Trajectory, gold: Question | None) -> list[Fla
 def unobserved_evidence(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Cited paragraphs no tool showed the episode, judged by location: a cited (paper, section,
     paragraph) is observed only where a search or extract before the submit returned a hit naming
-    exactly it, or a read page showed it (its heading names the paper and section, each "[i] "
-    marker paragraph i; a paragraph split over pages counts once its first piece was shown). Text
-    is not enough: many paragraphs share template sentences. Reads: the outcome's evidence and what
-    the host's research tools returned (``_returned``); in a trajectory older than schema 4, the
-    observations, where a paragraph counts as observed when one of its sentences is there (and
-    its flags say so)."""
+    exactly it, or a read page showed it (a paragraph split over pages counts once its first piece,
+    the one with its "[i] " marker, was shown). Text is not enough: many paragraphs share template
+    sentences. Reads: the outcome's evidence and the paragraphs the host recorded each research call
+    showing (``Returned.shown``, schema 7 on; for schemas 4 to 6, parsed from the results by the
+    old rule); in a trajectory older than schema 4, the observations, where a paragraph counts as
+    observed when one of its sentences is there (and its flags say so)."""
     returned = _returned(trajectory)
     flags = []
     for item in trajectory.outcome.evidence:
@@ -436,7 +482,7 @@ def unobserved_evidence(trajectory: Trajectory, gold: Question | None) -> list[F
             seen = (item.paper_id, item.section, item.paragraph) in returned.places
         if not seen:
             where = f"{item.paper_id} section {item.section} paragraph {item.paragraph}"
-            flags.append(Flag("unobserved_evidence", len(trajectory.steps) - 1, _noted(where, returned.note)))
+            flags.append(Flag("unobserved_evidence", len(trajectory.steps) - 1, _noted(where, returned.places_note)))
     return flags
 
 
@@ -458,7 +504,7 @@ def unrecorded_tool_results(trajectory: Trajectory, gold: Question | None) -> li
     if trajectory.schema_version < RESULTS_RECORDED:
         return [Flag("unrecorded_tool_results", None, f"schema {trajectory.schema_version}: the grounding detectors {FROM_OBSERVATIONS}")]
     missing: dict[int, list[ToolCallRecord]] = {}
-    for step, call in _research_calls(trajectory):
+    for step, call in research_before_end(trajectory):
         if not _kept_whole(call):
             missing.setdefault(step.index, []).append(call)
     flags = []

@@ -35,7 +35,7 @@ def run_plots(run: Run) -> list[str]:
     typed = Counter(score.type for score in scores if score.scored)
     return [
         count_histogram("steps per episode", "steps", [s.steps for s in scores]),
-        count_histogram("tool calls before submit or abstain", "tool calls", [s.tool_calls_before_end for s in scores]),
+        count_histogram("searches, reads and extracts before submit or abstain", "calls", [s.tool_calls_before_end for s in scores]),
         f1_histogram("answer F1 per episode", [s.answer_f1 for s in scores if s.scored]),
         bar_chart(
             "detector flags",

@@ -8,7 +8,7 @@ from statistics import fmean, median
 
 from pydantic import BaseModel, ConfigDict, model_serializer
 
-from agent.trajectory import Drift, Status, Trajectory
+from agent.trajectory import Drift, Status, Trajectory, research_before_end
 from corpus.schema import Question
 from evaluation.answers import (
     ABSTENTION,
@@ -86,7 +86,7 @@ class EpisodeScore(BaseModel):
     prediction: str
     steps: int
     tool_calls: int
-    tool_calls_before_end: int
+    tool_calls_before_end: int  # searches, reads and extracts that succeeded before the end (agent.trajectory.research_before_end)
     flags: list[Flag]
     type: str | None = None
     answerable: bool | None = None
@@ -139,7 +139,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
         prediction=predicted,
         steps=len(trajectory.steps),
         tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
-        tool_calls_before_end=sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ("submit", "abstain")),
+        tool_calls_before_end=sum(1 for _ in research_before_end(trajectory)),
         flags=detect(trajectory, question),
         model_tokens=model_tokens(trajectory),
         probes=probe_scores(trajectory),

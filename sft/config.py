@@ -105,5 +105,5 @@ class BuildConfig(BaseModel):
         None,
         ge=1,
         description="Keep per question at most N successful attempts, the best (answer F1, "
-        "then fewer steps, more tool use); never one whose first action ends the episode.",
+        "then fewer steps, more tool use); never a direct submit (one that answers before any research showed it anything).",
     )

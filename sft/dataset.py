@@ -18,7 +18,7 @@ from statistics import fmean
 from typing import NamedTuple
 
 from agent.renderer import ChatRenderer
-from agent.trajectory import Trajectory, without_timings
+from agent.trajectory import Trajectory, ending_step, is_direct_submit, research_before_end, without_timings
 from corpus.atomic import atomic_file
 from corpus.jsonl import JsonLinesError, read_records, write_records
 from corpus.schema import Question
@@ -28,7 +28,6 @@ from sft.errors import TrainingError
 from sft.records import BuildReport, DataStatistics, Example, SplitCheck, Turn
 
 IGNORE = -100
-ENDING_TOOLS = ("submit", "abstain")
 
 
 @dataclass
@@ -51,9 +50,11 @@ class Built:
     shortened: int = 0
 
 
-def turn_type(step) -> str:
-    """ "final" when the action ends the episode (submit or abstain), else "tool"."""
-    return "final" if any(call.name in ENDING_TOOLS for call in step.tool_calls) else "tool"
+def turn_types(trajectory: Trajectory) -> list[str]:
+    """Per step, "final" for the action that ended the episode with an answer or an abstention
+    (``agent.trajectory.ending_step``: a failed submit ends nothing), else "tool"."""
+    end = ending_step(trajectory)
+    return ["final" if index == end else "tool" for index in range(len(trajectory.steps))]
 
 
 def keep_reason(trajectory: Trajectory, question: Question | None, settings: BuildSettings) -> str | None:
@@ -84,8 +85,8 @@ def tokenize_trajectory(trajectory: Trajectory, renderer: ChatRenderer, train_th
     rendered = renderer.render(trajectory.messages(), train_thinking=train_thinking)
     labels = [token if trained else IGNORE for token, trained in zip(rendered.ids, rendered.mask)]
     turns = [
-        Turn(start=start, end=end, type=turn_type(step), end_of_turn=end_of_turn)
-        for step, (start, end, end_of_turn) in zip(trajectory.steps, rendered.turns)
+        Turn(start=start, end=end, type=kind, end_of_turn=end_of_turn)
+        for kind, (start, end, end_of_turn) in zip(turn_types(trajectory), rendered.turns)
     ]
     return Tokenized(rendered.ids, labels, turns)
 
@@ -137,7 +138,7 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
             question_id=trajectory.question_id,
             paper_id=paper_id,
             question=trajectory.question,
-            first_action_submits=bool(turns) and turns[0].type == "final",
+            first_action_submits=is_direct_submit(trajectory),
             input_ids=ids,
             labels=labels,
             turns=turns,
@@ -152,23 +153,21 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
 
 
 def research_calls(trajectory: Trajectory) -> int:
-    return sum(1 for step in trajectory.steps for call in step.tool_calls if call.name not in ENDING_TOOLS)
+    """Searches, reads and extracts that succeeded before the end (``agent.trajectory.research_before_end``)."""
+    return sum(1 for _ in research_before_end(trajectory))
 
 
 def best_attempts(candidates: list, keep: int, dropped: Counter) -> list:
     """Per question, the ``keep`` best of its successful attempts: the highest answer F1, then the
-    fewest steps, then the most tool use. An attempt that did not look - whose first action
-    already ends the episode, or that never searched, read or extracted - is never kept: not
-    even a correct abstention is worth teaching unless the policy looked first."""
+    fewest steps, then the most tool use. An attempt that did not look - a direct submit
+    (``agent.trajectory.is_direct_submit``): its first action already ends the episode, whatever
+    else it called, or it answers after actions whose research all failed or that did none - is
+    never kept: not even a correct abstention is worth teaching unless the policy looked first."""
     by_question: dict[str, list] = {}
     for candidate in candidates:
         trajectory, question, _ = candidate
-        first = trajectory.steps[0] if trajectory.steps else None
-        if first is None or turn_type(first) == "final":
-            dropped["best-of: its first action already submits or abstains"] += 1
-            continue
-        if research_calls(trajectory) == 0:
-            dropped["best-of: it answered without a search, read or extract"] += 1
+        if not trajectory.steps or is_direct_submit(trajectory):
+            dropped["best-of: it submits or abstains before any research result (a direct submit)"] += 1
             continue
         by_question.setdefault(question.id, []).append(candidate)
 

@@ -3,7 +3,7 @@ workflow behind ``explorer improve``.
 
 Each round samples the current policy K times per question of the train split (an eval run,
 ``evaluation.run``), keeps per question the best successful attempts (``sft.build`` with
-``best_of``; never one whose first action ends the episode), trains a fresh QLoRA adapter on
+``best_of``; never a direct submit), trains a fresh QLoRA adapter on
 them from the base model (``sft.train``, the recipe of ``explorer train``), and judges it by its
 validation episodes. A round that makes the direct-submit rate rise or answer F1 fall stops the
 loop and says so; the adapter of the last good round is the result.

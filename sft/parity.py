@@ -11,7 +11,7 @@ from __future__ import annotations
 from agent.parity import Mismatch, differing
 from agent.renderer import ChatRenderer
 from agent.served import common_prefix
-from agent.trajectory import Trajectory
+from agent.trajectory import Trajectory, is_direct_submit
 from sft.dataset import IGNORE, tokenize_trajectory
 from sft.records import BuildReport, Example
 
@@ -59,7 +59,7 @@ def _against(example: Example, trajectory: Trajectory, renderer: ChatRenderer, t
     facts = {
         "question_id": trajectory.question_id,
         "question": trajectory.question,
-        "first_action_submits": bool(turns) and turns[0].type == "final",
+        "first_action_submits": is_direct_submit(trajectory),
     }
     if trajectory.paper_id is not None:
         facts["paper_id"] = trajectory.paper_id

@@ -32,7 +32,7 @@ class Example(Record):
     question_id: str | None
     paper_id: str
     question: str
-    first_action_submits: bool
+    first_action_submits: bool  # a direct submit (agent.trajectory.is_direct_submit); the name built files have
     input_ids: list[int]
     labels: list[int]
     turns: list[Turn]
@@ -47,7 +47,7 @@ class DataStatistics(Sparse):
     max_tokens: int | None = None
     trained_tokens: int | None = None
     trained_token_share: dict[str, float] | None = None  # by turn type
-    first_action_submits_share: float | None = None
+    first_action_submits_share: float | None = None  # of direct submits (agent.trajectory.is_direct_submit)
 
 
 class SplitCheck(Record):

@@ -12,6 +12,11 @@ normalised text (at most ``QUOTE_SCANS`` whole-corpus scans per submit), "did yo
 work cap, regular expressions by program size times text, sentence indexes by a per-process LRU
 (each episode's host process has its own, so one episode's extracts tell another nothing).
 
+What a research call showed of the papers is recorded as data while its result is written
+(``_Layout``; ``tools.records.Shown``): the paragraphs it showed and where each piece of paper
+text lies in the rendering. Nothing reads a result's text back to find them, so no paper text
+(a blank line and "[4] " inside a paragraph, a heading or a listing it imitates) can add to them.
+
 ``TOOLS`` is the single source of the tool page shown to the policy (``tools.page``): each
 entry names the function, its argument model and its one-line contract.
 
@@ -33,7 +38,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import re2
@@ -43,7 +48,7 @@ from corpus import BM25, BM25Index, Corpus, Paper, tokenize
 from corpus.index import quote_form
 from tools.arguments import AbstainArgs, Arguments, ExtractArgs, ReadArgs, SearchArgs, SubmitArgs, validate
 from tools.errors import ToolError
-from tools.records import Evidence, Outcome, Returned, ToolCallRecord
+from tools.records import Evidence, Outcome, Returned, Shown, ToolCallRecord
 
 PAGE_CHARS = 2500
 SNIPPET_CHARS = 300
@@ -124,6 +129,9 @@ RECORD_CHARS = 10_000  # a call record's arguments beyond this (as JSON) are sum
 # long titles is ~30,000), and up to ACTION_RETURNED_CHARS per action; beyond that, length and sha256.
 RETURNED_CHARS = 32_000
 ACTION_RETURNED_CHARS = 100_000
+# The fields of a search and of an extract hit that hold paper text (not the paper id, which is ours,
+# nor the numbers): what their records count as shown text.
+HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("section_name", "sentence")}
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -145,24 +153,44 @@ def for_record(arguments: dict) -> dict:
     }
 
 
-def returned_record(result: Any, budget_left: int) -> Returned:
+def returned_record(result: Any, budget_left: int, shown: Shown | None = None) -> Returned:
     """A tool's result rendered once (a str as it is, anything else as JSON) and bounded: cut to
     RETURNED_CHARS, then only its length and sha256 when it does not fit in ``budget_left``, what
-    is left of the action's budget. Each cut says what it left out."""
+    is left of the action's budget. Each cut says what it left out. ``shown`` (research calls: what
+    the rendering showed, ``_Layout``) is kept with the text: its pieces within what the cut kept,
+    and its size charged to the budget with the text's."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     chars, sha256 = len(text), hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cut = None
     if len(text) > RETURNED_CHARS:
         text, cut = text[:RETURNED_CHARS], f"the first {RETURNED_CHARS:,} of {len(text):,} characters (the cap for one result)"
-    if len(text) > budget_left:
+        if shown is not None:
+            shown = shown.model_copy(update={"pieces": [(start, end) for start, end in shown.pieces if end <= len(text)]})
+    size = len(text) + record_chars(shown)
+    if size > budget_left:
+        said = f"{len(text):,} characters" + (f" and {record_chars(shown):,} of the record of what it showed" if shown is not None else "")
         return Returned(
             text=None,
             chars=chars,
             sha256=sha256,
-            cut=f"not kept: {len(text):,} characters, over the {budget_left:,} left "
-            f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
+            cut=f"not kept: {said}, over the {budget_left:,} left of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
         )
-    return Returned(text=text, chars=chars, sha256=sha256, cut=cut)
+    return Returned(text=text, chars=chars, sha256=sha256, cut=cut, shown=shown)
+
+
+def record_chars(shown: Shown | None) -> int:
+    """What a record of what a result showed costs the action's budget: its length as JSON."""
+    return 0 if shown is None else len(shown.model_dump_json())
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A research tool's result: the value the action gets, its rendering for the record, and what
+    the rendering showed of the papers (written together by ``_Layout``, never parsed back)."""
+
+    value: Any
+    text: str
+    shown: Shown
 
 
 def _cut_strings(value: Any) -> Any:
@@ -215,6 +243,9 @@ class PaperTools:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
             result = getattr(self, f"_{name}")(parsed)
+            if isinstance(result, Rendered):  # a research call: its rendering and what it showed, written together
+                record.returned = self._kept(result.text, result.shown)
+                return result.value
             record.returned = self._kept(result)
             return result
         except ToolError as error:
@@ -238,19 +269,22 @@ class PaperTools:
         sandbox calls this before each action; without it the budget is the episode's."""
         self._returned_left = ACTION_RETURNED_CHARS
 
-    def _kept(self, result: Any) -> Returned:
+    def _kept(self, result: Any, shown: Shown | None = None) -> Returned:
         """``result`` as the call record keeps it, charged to this action's budget: the first result
         that does not fit spends it, so every later one keeps only its length and sha256 too."""
-        returned = returned_record(result, self._returned_left)
-        self._returned_left = self._returned_left - len(returned.text) if returned.text is not None else 0
+        returned = returned_record(result, self._returned_left, shown)
+        if returned.text is None:
+            self._returned_left = 0
+        else:
+            self._returned_left -= len(returned.text) + record_chars(returned.shown)
         return returned
 
-    def _search(self, args: SearchArgs) -> list[dict]:
+    def _search(self, args: SearchArgs) -> Rendered:
         if args.paper_id is not None:
             self._paper(args.paper_id)
         hits = self.index.search(args.query, k=args.k, paper_id=args.paper_id)
         query_tokens = set(tokenize(args.query))
-        return [
+        found = [
             {
                 "paper_id": hit.paper_id,
                 "title": self.corpus.paper(hit.paper_id).title,
@@ -262,8 +296,9 @@ class PaperTools:
             }
             for hit in hits
         ]
+        return _hits(found, HIT_TEXTS["search"])
 
-    def _read(self, args: ReadArgs) -> str:
+    def _read(self, args: ReadArgs) -> Rendered:
         paper = self._paper(args.paper_id)
         if args.section is None:
             if args.page:
@@ -271,16 +306,29 @@ class PaperTools:
             return _outline(paper)
         number = self._section_number(paper, args.section)
         section = paper.sections[number]
-        entries = [f"[{i}] {text}" for i, text in enumerate(section.paragraphs) if text]
-        pages = _pages(entries, PAGE_CHARS)
+        paragraphs = [(i, f"[{i}] ", text) for i, text in enumerate(section.paragraphs) if text]
+        pages = _paged([marker + text for _, marker, text in paragraphs], PAGE_CHARS)
         if args.page >= len(pages):
             raise ToolError(f"section {number} of {paper.id!r} has {len(pages)} page(s); pages are numbered from 0")
-        heading = f"{paper.id} / section {number}: {one_line(section.name) or '(untitled)'} (page {args.page + 1} of {len(pages)})"
-        body = "\n\n".join(pages[args.page]) if pages[args.page] else "(this section has no text)"
-        more = f"\n\n... more: read({paper.id!r}, section={number}, page={args.page + 1})" if args.page + 1 < len(pages) else ""
-        return f"{heading}\n\n{body}{more}"
+        layout = _Layout("text")
+        layout.write(f"{paper.id} / section {number}: ")
+        layout.heading(section.name)
+        layout.write("" if one_line(section.name) else "(untitled)")
+        layout.write(f" (page {args.page + 1} of {len(pages)})\n\n")
+        if not pages[args.page]:
+            layout.write("(this section has no text)")
+        for position, (entry, start, end) in enumerate(pages[args.page]):
+            paragraph, marker, text = paragraphs[entry]
+            layout.write(("\n\n" if position else "") + (CONTINUED if start else "") + marker[start:end])  # the marker, or what of it fits
+            layout.paper(text[max(start - len(marker), 0) : max(end - len(marker), 0)])
+            layout.write(CONTINUES if end < len(marker) + len(text) else "")
+            if start == 0:  # a paragraph is shown where its first piece (its marker) is
+                layout.showed((paper.id, number, paragraph))
+        if args.page + 1 < len(pages):
+            layout.write(f"\n\n... more: read({paper.id!r}, section={number}, page={args.page + 1})")
+        return layout.rendered()
 
-    def _extract(self, args: ExtractArgs) -> list[dict]:
+    def _extract(self, args: ExtractArgs) -> Rendered:
         paper = self._paper(args.paper_id)
         sentence_index = self._sentences_of(paper)
         located = sentence_index.located
@@ -297,7 +345,7 @@ class PaperTools:
             ranked = [(i, 1.0) for i in itertools.islice(matching, args.k)]  # the first k: no need to look further
         else:
             ranked = sentence_index.bm25.top_k(tokenize(args.query), args.k)
-        return [
+        found = [
             {
                 "paper_id": paper.id,
                 "section": located[i][0],
@@ -308,6 +356,7 @@ class PaperTools:
             }
             for i, score in ranked
         ]
+        return _hits(found, HIT_TEXTS["extract"])
 
     def _submit(self, args: SubmitArgs) -> str:
         self._refuse_if_ended()
@@ -647,46 +696,130 @@ def one_line(text: str | None, limit: int | None = HEADING_CHARS) -> str:
     return line if limit is None or len(line) <= limit else line[:limit] + " ..."
 
 
-def _outline(paper: Paper) -> str:
-    abstract = one_line(paper.abstract, limit=None) or "(no abstract)"
-    lines = [f"{paper.id}: {one_line(paper.title)}", "", abstract, "", "Sections:"]
+class _Layout:
+    """A result's text, written piece by piece: the host's own scaffolding (``write``), the papers'
+    text (``paper``: where it lands is recorded as it is written) and the paragraphs shown
+    (``showed``). The record is made by the writer, so what the text contains cannot change it."""
+
+    def __init__(self, form: Literal["text", "json"]) -> None:
+        self.form = form
+        self.parts: list[str] = []
+        self.size = 0
+        self.pieces: list[tuple[int, int]] = []
+        self.paragraphs: list[tuple[str, int, int]] = []
+
+    def write(self, text: str) -> None:
+        self.parts.append(text)
+        self.size += len(text)
+
+    def paper(self, text: str) -> None:
+        """Paper text (a JSON string literal of it, in a JSON layout): recorded where it lands."""
+        if text:
+            self.pieces.append((self.size, self.size + len(text)))
+            self.write(text)
+
+    def heading(self, text: str | None, limit: int | None = HEADING_CHARS) -> None:
+        """A title or name as ``one_line`` writes it: the paper's words, and our " ..." when cut."""
+        line = one_line(text, limit=None)
+        self.paper(line if limit is None or len(line) <= limit else line[:limit])
+        if limit is not None and len(line) > limit:
+            self.write(" ...")
+
+    def showed(self, place: tuple[str, int, int]) -> None:
+        if place not in self.paragraphs:
+            self.paragraphs.append(place)
+
+    def rendered(self, value: Any = None) -> Rendered:
+        """The result: ``value`` (the hits of a JSON layout), or the text itself (a text layout)."""
+        text = "".join(self.parts)
+        return Rendered(text if self.form == "text" else value, text, Shown(form=self.form, paragraphs=self.paragraphs, pieces=self.pieces))
+
+
+def _hits(hits: list[dict], texts: tuple[str, ...]) -> Rendered:
+    """Search or extract hits, rendered exactly as ``json.dumps(hits, ensure_ascii=False)``, with the
+    string literal of each field in ``texts`` recorded as paper text and each hit's paragraph as
+    named by it."""
+    layout = _Layout("json")
+    layout.write("[")
+    for number, hit in enumerate(hits):
+        layout.write(", {" if number else "{")
+        for position, (key, value) in enumerate(hit.items()):
+            layout.write((", " if position else "") + json.dumps(key, ensure_ascii=False) + ": ")
+            literal = json.dumps(value, ensure_ascii=False)
+            if key in texts and value:
+                layout.paper(literal)
+            else:
+                layout.write(literal)
+        layout.write("}")
+        layout.showed((hit["paper_id"], hit["section"], hit["paragraph"]))
+    layout.write("]")
+    return layout.rendered(hits)
+
+
+def _outline(paper: Paper) -> Rendered:
+    """The paper's id and title, its abstract, a line per section ("  {n}. {name} ({count}
+    paragraphs)") and the call that reads one; it shows no paragraph."""
+    layout = _Layout("text")
+    layout.write(f"{paper.id}: ")
+    layout.heading(paper.title)
+    layout.write("\n\n")
+    layout.heading(paper.abstract, limit=None)
+    layout.write("" if one_line(paper.abstract, limit=None) else "(no abstract)")
+    layout.write("\n\nSections:")
     for number, section in enumerate(paper.sections):
         count = sum(1 for text in section.paragraphs if text)
-        lines.append(f"  {number}. {one_line(section.name) or '(untitled)'} ({count} paragraph{'s' if count != 1 else ''})")
-    lines += ["", f"read({paper.id!r}, section=N) shows a section's paragraphs."]
-    return "\n".join(lines)
+        layout.write(f"\n  {number}. ")
+        layout.heading(section.name)
+        layout.write("" if one_line(section.name) else "(untitled)")
+        layout.write(f" ({count} paragraph{'s' if count != 1 else ''})")
+    layout.write(f"\n\nread({paper.id!r}, section=N) shows a section's paragraphs.")
+    return layout.rendered()
 
 
-CONTINUED = "[continued] "
+CONTINUED, CONTINUES = "[continued] ", " [continues]"
 
 
 def _pages(entries: list[str], budget: int) -> list[list[str]]:
     """Whole paragraphs per page; a paragraph longer than a page is split and says so."""
+    return [
+        [
+            (CONTINUED if start else "") + entries[entry][start:end] + (CONTINUES if end < len(entries[entry]) else "")
+            for entry, start, end in page
+        ]
+        for page in _paged(entries, budget)
+    ]
+
+
+def _paged(entries: list[str], budget: int) -> list[list[tuple[int, int, int]]]:
+    """``_pages`` as (entry, start, end) per piece: the piece is ``entries[entry][start:end]``, after
+    CONTINUED when start > 0 and before " [continues]" when end is not the entry's end."""
     if budget <= len(CONTINUED):
         raise ValueError(f"a page of {budget} characters cannot hold a continued paragraph")
-    pieces = [piece for entry in entries for piece in _split(entry, budget)]
-    pages: list[list[str]] = [[]]
+    pages: list[list[tuple[int, int, int]]] = [[]]
     used = 0
-    for piece in pieces:
-        if pages[-1] and used + len(piece) > budget:
-            pages.append([])
-            used = 0
-        pages[-1].append(piece)
-        used += len(piece) + 2
+    for entry, text in enumerate(entries):
+        for start, end in _split(text, budget):
+            size = (len(CONTINUED) if start else 0) + end - start + (len(CONTINUES) if end < len(text) else 0)
+            if pages[-1] and used + size > budget:
+                pages.append([])
+                used = 0
+            pages[-1].append((entry, start, end))
+            used += size + 2
     return pages
 
 
-def _split(entry: str, budget: int) -> list[str]:
+def _split(entry: str, budget: int) -> list[tuple[int, int]]:
     """``entry`` cut into pieces of ``budget`` characters (CONTINUED included, " [continues]" added
-    beyond it): the paging first written, in time linear in the entry's length, not quadratic."""
+    beyond it), as [start, end) of each: the paging first written, in time linear in the entry's
+    length, not quadratic."""
     pieces = []
-    head, start = "", 0
-    while len(head) + len(entry) - start > budget:
-        taken = budget - len(head)
-        pieces.append(head + entry[start : start + taken] + " [continues]")
+    head, start = 0, 0
+    while head + len(entry) - start > budget:
+        taken = budget - head
+        pieces.append((start, start + taken))
         start += taken
-        head = CONTINUED
-    pieces.append(head + entry[start:])
+        head = len(CONTINUED)
+    pieces.append((start, len(entry)))
     return pieces
 
 

@@ -17,18 +17,40 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class Shown(Record):
+    """What a research call (search, read, extract) showed the policy of the papers, written by the
+    host while it rendered the result (``tools.paper_tools``) and never read back from the text:
+    the paragraphs it showed, and where each piece of paper text lies in ``Returned.text``. Paper
+    text can therefore not make a paragraph count as shown, nor pass the host's scaffolding
+    (markers, headings, numbers, ids) off as paper text; the grounding detectors
+    (``evaluation.detectors``) read this and nothing else of a result (schema 7 on).
+
+    ``form`` says how to read a piece: "text" (a read: the piece is the paper's text as it stands)
+    or "json" (a search or extract, rendered as JSON: the piece is a JSON string literal, quotes
+    included, of the paper's text). A result cut at its cap keeps only the pieces within what was
+    kept; its paragraphs are all kept (a few dozen at most: a page's paragraphs or a call's hits)."""
+
+    form: Literal["text", "json"]
+    # (paper_id, section, paragraph) of each paragraph the call showed or named: a search or extract
+    # hit's paragraph, or a paragraph whose first piece (its "[i] " marker) a read page showed
+    paragraphs: list[tuple[str, int, int]] = Field(default_factory=list)
+    pieces: list[tuple[int, int]] = Field(default_factory=list)  # [start, end) in Returned.text of each piece of paper text
+
+
 class Returned(Record):
     """What a host tool returned, as the trajectory keeps it: the evidence the grounding detectors
     trust (``evaluation.detectors``), because the host made it and the worker cannot forge it.
 
     ``text`` is the result rendered once: a str as it is, any other result as JSON. It is bounded
-    (``tools.paper_tools``: a cap per call, a budget per action), and what it leaves out is said in
-    ``cut``; ``chars`` and ``sha256`` always describe the whole rendering."""
+    (``tools.paper_tools``: a cap per call, a budget per action, which ``shown`` is charged to as
+    well), and what it leaves out is said in ``cut``; ``chars`` and ``sha256`` always describe the
+    whole rendering."""
 
     text: str | None  # None: over the action's budget; only chars and sha256 were kept
     chars: int  # the whole rendering's length, in characters
     sha256: str  # of the whole rendering, UTF-8
     cut: str | None = None  # why text is not the whole result; None when it is
+    shown: Shown | None = None  # research calls (schema 7 on): what the result showed of the papers; None with text None
 
 
 class ToolCallRecord(Record):

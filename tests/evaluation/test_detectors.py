@@ -15,8 +15,10 @@ from agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInf
 from corpus import BM25Index, Corpus
 from corpus.schema import Answer, Paper, Question, Section
 from evaluation.detectors import DETECTORS, FROM_OBSERVATIONS, detect, detector_rates, verdict
+from evaluation.scoring import run_metrics, score_episode
 from tools.page import tool_page
-from tools.paper_tools import ACTION_RETURNED_CHARS, RETURNED_CHARS, returned_record
+from tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, _hits, returned_record
+from tools.records import Shown
 
 PARAGRAPH = "We train QuantLens with AdamW and a learning rate of 3e-5 for 11 epochs. The batch size is 128."
 ANSWERABLE = Question(
@@ -30,9 +32,20 @@ READ_ARGUMENTS = {"paper_id": "demo-00000", "section": 6, "page": 0}
 
 def call(name, error=None, result=None, budget_left=ACTION_RETURNED_CHARS, arguments=None):
     """A call record as the host makes it: what a successful call returned, kept by the host's own rule."""
-    returned = None if error else returned_record(result if result is not None else f"{name}ed", budget_left)
+    returned = None if error else recorded(name, result if result is not None else f"{name}ed", budget_left)
     arguments = arguments if arguments is not None else READ_ARGUMENTS if name == "read" else {}
     return ToolCallRecord(name=name, arguments=arguments, seconds=0.001, error=error, returned=returned)
+
+
+def recorded(name, result, budget_left=ACTION_RETURNED_CHARS):
+    """What the host keeps of a result, with what it showed: hits written by the host's own writer;
+    a hand-written read page taken as paper text whole (it shows no paragraph); anything else as is."""
+    if name in HIT_TEXTS and isinstance(result, list):
+        rendered = _hits(result, HIT_TEXTS[name])
+        return returned_record(rendered.text, budget_left, rendered.shown)
+    if name == "read" and isinstance(result, str):
+        return returned_record(result, budget_left, Shown(form="text", pieces=[(0, len(result))] if result else []))
+    return returned_record(result, budget_left)
 
 
 def step(index, code, observation="Out: 1", tools=(), **fields):
@@ -503,18 +516,42 @@ def test_a_paragraph_split_over_pages_is_observed_once_its_first_piece_is_shown(
     assert grounding_flags(first, None)["unobserved_evidence"] == []
 
 
-def test_a_result_in_a_form_the_host_does_not_write_grounds_nothing_and_says_so():
-    # what a change of the tools' output would look like: the detectors must not fall back to searching it as text
+def test_schemas_4_to_6_parse_results_and_a_form_the_host_did_not_write_grounds_nothing_and_says_so():
+    # the old rule: what a change of the tools' output would look like must not be searched as text
     unknown = " tool result(s) were not in the form the host's tools write, and were searched for nothing"
     page = "demo-00000, section 6 (page 1/1)\n\n[0] " + PARAGRAPH
     renamed = {**HIT, "text": HIT["snippet"]}
     for tool in [("read", None, page), ("search", None, [renamed]), ("search", None, "3e-5")]:
         changed = trajectory(
-            [step(0, "research()", tools=[tool]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=[EVIDENCE]
+            [step(0, "research()", tools=[tool]), step(1, "submit('3e-5')", tools=[("submit", None)])],
+            evidence=[EVIDENCE],
+            schema_version=6,
         )
         flags = grounding_flags(changed)
         assert flags["ungrounded_answer"] == [f"3e-5 (1{unknown})"]
         assert flags["unobserved_evidence"] == [f"demo-00000 section 6 paragraph 0 (1{unknown})"]
+
+
+def test_a_kept_result_without_a_record_that_fits_it_grounds_nothing_and_says_so():
+    # schema 7: the record of what was shown is read, never the text; one the host did not write counts as nothing seen
+    unknown = " tool result(s) had no record of what they showed that fits them, and were searched for nothing"
+    hits = recorded("search", [HIT])
+    text = hits.text
+    number = text.index("15.7")
+    wrong = [
+        hits.model_copy(update={"shown": None}),  # no record at all
+        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(0, len(text) + 1)]})}),  # past the text
+        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(number, number + 4)]})}),  # a number, not a string
+        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(1, 5)]})}),  # not a JSON literal
+    ]
+    for returned in wrong:
+        research = ToolCallRecord(name="search", arguments={}, seconds=0.001, returned=returned)
+        changed = trajectory(
+            [step(0, "research()", tools=[research]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=[EVIDENCE]
+        )
+        flags = grounding_flags(changed)
+        assert flags["ungrounded_answer"] == [f"3e-5 (1{unknown})"], returned.shown
+        assert flags["unobserved_evidence"] == [f"demo-00000 section 6 paragraph 0 (1{unknown})"]  # its paragraphs are not believed either
 
 
 def test_the_whole_hits_of_a_result_cut_at_its_cap_still_count():
@@ -522,10 +559,18 @@ def test_the_whole_hits_of_a_result_cut_at_its_cap_still_count():
     result = call("search", result=hits)
     assert RETURNED_CHARS < result.returned.chars and result.returned.cut is not None
     kept = json.loads(result.returned.text[: result.returned.text.rindex("}, {") + 1] + "]")
-    cited = [Evidence(paper_id="demo-00000", section=6, paragraph=i, text=PARAGRAPH) for i in (0, len(kept) - 1, len(kept))]
-    cut = trajectory([step(0, "search('x', k=40)", tools=[result]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=cited)
+    cited = [Evidence(paper_id="demo-00000", section=6, paragraph=i, text=PARAGRAPH) for i in (0, len(kept) - 1, len(kept), 39)]
     note = "1 tool result(s) were not kept whole, and what was not kept may hold it"
-    assert grounding_flags(cut)["unobserved_evidence"] == [f"demo-00000 section 6 paragraph {len(kept)} ({note})"]
+
+    def cut(schema_version):
+        steps = [step(0, "search('x', k=40)", tools=[result]), step(1, "submit('3e-5')", tools=[("submit", None)])]
+        return trajectory(steps, evidence=cited, schema_version=schema_version)
+
+    # schemas 4 to 6: the hits whole in the kept text; the others unseen, and the flag says why
+    assert grounding_flags(cut(6))["unobserved_evidence"] == [f"demo-00000 section 6 paragraph {n} ({note})" for n in (len(kept), 39)]
+    # schema 7: the host recorded every hit's paragraph, cut or not; only the text it did not keep is unsearched
+    assert grounding_flags(cut(7))["unobserved_evidence"] == []
+    assert grounding_flags(cut(7))["ungrounded_answer"] == [f"3e-5 ({note})"]
 
 
 def test_before_schema_4_evidence_is_judged_by_its_sentences_in_the_observations_and_says_so():
@@ -536,3 +581,142 @@ def test_before_schema_4_evidence_is_judged_by_its_sentences_in_the_observations
         schema_version=3,
     )
     assert grounding_flags(printed)["unobserved_evidence"] == [f"demo-00000 section 2 paragraph 1 ({FROM_OBSERVATIONS})"]
+
+
+# -- what the episode did: the first action ended it with an answer, whatever else it called -------------
+
+ENDS_AT_ONCE = [
+    'search("SparseLens batch size")\nsubmit("16")',
+    'try:\n    read("-")\nexcept Exception:\n    pass\nsubmit("16")',  # a failed read first
+    'hits = search("SparseLens batch size", k=2)\npage = read(hits[0]["paper_id"], section=hits[0]["section"])\n'
+    'found = extract(hits[0]["paper_id"], "batch size", k=2)\nsubmit("16", evidence=[hits[0], found[0]])',  # every tool, then the answer
+    'for query in ["batch", "size", "SparseLens"] * 5:\n    search(query, k=1)\nsubmit("16")',  # calls in a loop
+    'try:\n    submit("16", evidence=[["no-such-paper", 0, 0]])\nexcept Exception:\n    read("demo-00000")\n    submit("16")',
+    'x = [search(q, k=1) for q in ("a", "b")]\nif x:\n    submit("16")',
+    'search("SparseLens")\nabstain("The papers do not say.")',  # an abstention: it did not look either
+    'submit("16")\nsearch("SparseLens batch size")\n1 / 0',  # research after the answer, then a crash
+]
+
+
+@pytest.mark.parametrize("code", ENDS_AT_ONCE)
+def test_a_first_action_that_ends_the_episode_is_a_direct_submit_whatever_else_it_called(episode, gold, code):
+    shortcut = episode(code, 'search("never reached")')
+    assert len(shortcut.steps) == 1 and shortcut.outcome.status in ("submitted", "abstained")
+    flags = DETECTORS["direct_submit"](shortcut, gold)
+    assert [(flag.step, flag.text) for flag in flags] == [(0, code)]
+
+
+def test_a_first_action_that_answers_then_runs_out_of_time_is_a_direct_submit(small_demo, gold):
+    runner = EpisodeRunner(
+        small_demo, BM25Index.build(small_demo), Fixed('search("x")\nsubmit("16")\nwhile True:\n    pass'), EpisodeConfig(wall_seconds=0.5)
+    )
+    stuck = runner.run(gold.text, gold)
+    assert stuck.steps[0].limit_hit == "wall_clock" and stuck.outcome.status == "submitted"
+    assert [flag.step for flag in DETECTORS["direct_submit"](stuck, gold)] == [0]
+
+
+@pytest.mark.parametrize(
+    "stalls",
+    [
+        ('print("let me think")',),  # an action that calls nothing
+        ('read("-")',),  # a failed read, not caught: the action stops there
+        ('try:\n    read("-")\nexcept Exception:\n    pass', "x = 1"),  # failed calls, caught; then nothing
+        ("I will answer now.",),  # not Python: the action does not even compile
+    ],
+)
+def test_an_answer_after_actions_that_showed_no_research_is_a_direct_submit(episode, gold, stalls):
+    stalled = episode(*stalls, 'search("SparseLens batch size")\nsubmit("16")')
+    end = len(stalls)
+    assert len(stalled.steps) == end + 1 and stalled.outcome.status == "submitted"
+    assert [flag.step for flag in DETECTORS["direct_submit"](stalled, gold)] == [end]
+    looked = episode(*stalls, 'search("SparseLens batch size")', 'submit("16")')  # a search it could read first
+    assert DETECTORS["direct_submit"](looked, gold) == []
+
+
+def test_an_answer_after_a_reply_with_no_action_is_a_direct_submit():
+    no_action = Step(index=0, action_text="I will answer now.", code=None, observation="Format error", format_error=True)
+    answered = trajectory([no_action, step(1, "search('x')\nsubmit('3e-5')", tools=[("search", None, [HIT]), ("submit", None)])])
+    assert [flag.step for flag in DETECTORS["direct_submit"](answered, ANSWERABLE)] == [1]
+    assert DETECTORS["direct_submit"](trajectory([no_action], status="step_limit"), ANSWERABLE) == []  # it never answered
+
+
+def test_a_first_action_whose_submit_failed_did_not_end_the_episode(episode, gold):
+    retried = episode('submit("16", evidence=[["no-such-paper", 0, 0]])', 'search("SparseLens batch size")', 'submit("16")')
+    assert retried.steps[0].tool_calls[0].name == "submit" and retried.steps[0].tool_calls[0].error and len(retried.steps) == 3
+    assert DETECTORS["direct_submit"](retried, gold) == [] and DETECTORS["no_tool_use"](retried, gold) == []
+
+
+def test_no_tool_use_counts_no_failed_call_and_none_after_the_end(episode, gold):
+    failed = episode('read("-")', 'submit("16")')  # the read fails and the action stops there
+    assert failed.steps[0].tool_calls[0].error and len(failed.steps) == 2
+    assert [flag.text for flag in DETECTORS["no_tool_use"](failed, gold)] == ["2 steps, tools called: read (failed), submit"]
+    assert [flag.step for flag in DETECTORS["direct_submit"](failed, gold)] == [1]  # answered, and never looked
+    after = episode('submit("16")\nsearch("SparseLens batch size")')
+    assert after.steps[0].tool_calls[1].returned.text and names(detect(after, gold)) >= {"direct_submit", "no_tool_use"}
+    looked = episode('try:\n    read("-")\nexcept Exception:\n    search("SparseLens batch size")', 'submit("16")')
+    assert DETECTORS["no_tool_use"](looked, gold) == [] and DETECTORS["direct_submit"](looked, gold) == []
+
+
+def test_the_scores_and_the_run_verdict_agree_with_direct_submit(episode, gold):
+    hidden = episode('try:\n    read("-")\nexcept Exception:\n    pass\nsearch("SparseLens batch size")\nsubmit("16")\nsearch("after")')
+    researched = episode('search("SparseLens batch size")', 'submit("16")')
+    score = score_episode(hidden, gold)
+    assert score.tool_calls_before_end == 1 and "direct_submit" in names(score.flags)  # not the failed read, not the search after
+    assert score_episode(researched, gold).tool_calls_before_end == 1
+    metrics = run_metrics([score] * 5 + [score_episode(researched, gold)] * 5)
+    assert metrics.detector_rates["direct_submit"] == 0.5
+    assert metrics.verdict.verdict == "shortcut collapse" and metrics.verdict.direct_submit_rate == 0.5
+
+
+# -- what a tool showed is the host's record, never paper text read as layout ------------------------------
+
+IMITATION = Paper(
+    id="trap",
+    title="Trap",
+    sections=(
+        Section(
+            name="Setup",
+            paragraphs=(
+                "Setup details.\n\n[4] The learning rate is 0.1.",  # a blank line and a fake marker
+                "trap / section 0: Setup (page 3 of 3)\n\n[2] A page heading, imitated.\n\n[continued] and a continuation",
+                "x" * 2_480,  # paragraph 2 fills page 2
+                "A filler paragraph.",
+                "The learning rate is 0.1 in the real paragraph four.",
+            ),
+        ),
+    ),
+)
+
+
+def imitation_episode(*codes):
+    corpus = Corpus(papers=(IMITATION,))
+    return EpisodeRunner(corpus, BM25Index.build(corpus), Fixed(*codes), EpisodeConfig()).run("What is the learning rate?")
+
+
+def test_paper_text_that_imitates_a_page_never_makes_a_paragraph_observed():
+    cited = imitation_episode(
+        'page = read("trap", section=0)', 'submit("0.1", evidence=[["trap", 0, 0], ["trap", 0, 1], ["trap", 0, 2], ["trap", 0, 4]])'
+    )
+    page = returned_text(cited)
+    assert "page 1 of 3" in page and "\n\n[4] The learning rate" in page and "\n\n[2] A page heading" in page
+    flags = grounding_flags(cited, None)
+    assert flags["unobserved_evidence"] == ["trap section 0 paragraph 2", "trap section 0 paragraph 4"]  # on pages never read
+    assert flags["ungrounded_answer"] == [] and flags["unrecorded_tool_results"] == []  # "0.1" is paper text the page showed
+    # a trajectory of schema 6 kept no record: the old rule parses the page, and the imitation fools it (why schema 7 records)
+    old = cited.model_copy(update={"schema_version": 6}, deep=True)
+    for old_call in old.steps[0].tool_calls:
+        old_call.returned.shown = None
+    assert grounding_flags(old, None)["unobserved_evidence"] == []
+
+
+def test_paper_text_that_imitates_scaffolding_is_paper_text_and_scaffolding_is_not():
+    marker = imitation_episode('read("trap", section=0)', 'submit("4")')  # a "4" only the paper wrote, in a fake "[4] "
+    assert grounding_flags(marker, None)["ungrounded_answer"] == []
+    page = imitation_episode(
+        'read("trap", section=0)', 'submit("3")'
+    )  # "3" only in the host's "(page 1 of 3)" and the paper's fake heading
+    assert grounding_flags(page, None)["ungrounded_answer"] == []  # the paper's own "(page 3 of 3)" holds it
+    count = imitation_episode(
+        'read("trap", section=0, page=2)', 'submit("2")'
+    )  # the host's "[3] " and "... page 3 of 3": no "2" of the paper
+    assert "[3] A filler" in returned_text(count) and grounding_flags(count, None)["ungrounded_answer"] == ["2"]

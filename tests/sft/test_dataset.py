@@ -3,12 +3,15 @@
 import pytest
 
 from agent.policies import PolicyConfig, make_policy
+from agent.policies.base import steps_taken
 from agent.renderer import ChatRenderer
 from agent.runner import EpisodeRunner
 from agent.trajectory import EpisodeConfig
 from corpus import BM25Index
 from sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
 from sft.teacher import Teacher
+
+DIRECT = "best-of: it submits or abstains before any research result (a direct submit)"
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +107,7 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
     attempts = trajectories[:10] + direct + [scripted.run(q.text, q) for q in small_demo.questions[:10]]
     settings = BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1)
     built = build(attempts, questions, renderer, settings)
-    assert built.dropped["best-of: its first action already submits or abstains"] == 10  # every direct attempt
+    assert built.dropped[DIRECT] == 10  # every direct attempt
     assert not any(example.first_action_submits for example in built.train)
     kept = {}
     for example in built.train:
@@ -130,3 +133,66 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
         if questions[question_id].answerable:
             assert all(f1(chosen) >= f1(rival) for rival in rivals)
     assert built.dropped["best-of: not among the best 1 attempts of its question"] >= 1
+
+
+class HiddenShortcut(Teacher):
+    """The direct teacher's answer, behind research in the same first action (``before``)."""
+
+    def __init__(self, corpus, before):
+        super().__init__(corpus)
+        self.before = before
+
+    def act(self, messages):
+        code, thought = self._final()
+        return self._reply(f"{self.before}\n{code}", thought)
+
+
+class RetriedSubmit(Teacher):
+    """The gold answer cited wrongly at first (the submit fails), then the teacher's research and answer."""
+
+    def act(self, messages):
+        if steps_taken(messages) == 0:
+            return self._reply('submit("x", evidence=[["no-such-paper", 0, 0]])', "I answer at once.")
+        return super().act(messages[:2] + messages[4:])  # the teacher's plan, one step later
+
+
+class FailedReadFirst(Teacher):
+    """A read that fails, then the answer: no research at all."""
+
+    def act(self, messages):
+        return self._reply('read("-")', "I read.") if steps_taken(messages) == 0 else self._reply(*self._final())
+
+
+def test_a_first_action_that_ends_the_episode_is_a_first_action_answer_whatever_it_called_first(renderer, small_demo):
+    index = BM25Index.build(small_demo)
+    questions = {q.id: q for q in small_demo.questions}
+    before = 'try:\n    read("-")\nexcept Exception:\n    pass\nfor query in ("a", "b"):\n    search(query, k=1)'
+    hidden = EpisodeRunner(small_demo, index, HiddenShortcut(small_demo, before), EpisodeConfig())
+    shortcut = [hidden.run(q.text, q) for q in small_demo.questions[:10]]
+    assert all(len(t.steps) == 1 and t.steps[0].tool_calls[0].name == "read" for t in shortcut)
+    built = build(shortcut, questions, renderer, BuildSettings(validation_share=0.0))
+    assert built.train and statistics(built.train).first_action_submits_share == 1.0
+    assert all([turn.type for turn in example.turns] == ["final"] for example in built.train)
+    best = build(shortcut, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    assert not best.train and best.dropped[DIRECT] == 10
+
+
+def test_a_failed_submit_ends_nothing_and_an_answer_after_failed_calls_is_a_direct_submit(renderer, small_demo):
+    index = BM25Index.build(small_demo)
+    questions = {q.id: q for q in small_demo.questions}
+    retried = [
+        EpisodeRunner(small_demo, index, RetriedSubmit(small_demo), EpisodeConfig()).run(q.text, q) for q in small_demo.questions[:6]
+    ]
+    assert all(t.steps[0].tool_calls[0].error and t.outcome.status in ("submitted", "abstained") for t in retried)
+    built = build(retried, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    assert built.train and not any(example.first_action_submits for example in built.train)
+    assert all([turn.type for turn in example.turns] == ["tool", "tool", "tool", "tool", "final"] for example in built.train)
+    unlooked = [
+        EpisodeRunner(small_demo, index, FailedReadFirst(small_demo), EpisodeConfig()).run(q.text, q) for q in small_demo.questions[:6]
+    ]
+    assert all(len(t.steps) == 2 and t.steps[0].tool_calls[0].error for t in unlooked)
+    best = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    assert not best.train and best.dropped[DIRECT] == 6  # it answered after a read that showed nothing
+    kept = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0))
+    assert statistics(kept.train).first_action_submits_share == 1.0
+    assert all([turn.type for turn in example.turns] == ["tool", "final"] for example in kept.train)

@@ -4,10 +4,13 @@ result, or past the action's budget as length and sha256 only, and each cut says
 import hashlib
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from corpus import BM25Index, Corpus
 from corpus.schema import Paper, Section
 from tools.errors import ToolError
-from tools.paper_tools import ACTION_RETURNED_CHARS, RETURNED_CHARS, PaperTools
+from tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, PaperTools, _hits, record_chars, returned_record
 
 
 def tools_for(corpus):
@@ -60,15 +63,123 @@ def test_past_the_action_budget_results_keep_length_and_sha256_until_the_next_ac
     kept = [record.returned for record in tools.calls if record.returned.text is not None]
     spent = [record.returned for record in tools.calls if record.returned.text is None]
     assert len(pages[0]) > 2_000 and kept and spent
-    assert sum(len(returned.text) for returned in kept) <= ACTION_RETURNED_CHARS
+    shown = record_chars(kept[0].shown)  # what the page showed is kept with it, and charged to the same budget
+    assert shown > 0 and sum(len(returned.text) + record_chars(returned.shown) for returned in kept) <= ACTION_RETURNED_CHARS
     assert tools.calls[len(kept)].returned.text is None  # kept in order, until the budget is spent
-    assert all(returned.chars == len(pages[0]) and returned.sha256 == sha256(pages[0]) for returned in spent)
-    assert spent[0].cut.startswith(f"not kept: {len(pages[0]):,} characters, over the ")
+    assert all(returned.chars == len(pages[0]) and returned.sha256 == sha256(pages[0]) and returned.shown is None for returned in spent)
+    assert spent[0].cut.startswith(f"not kept: {len(pages[0]):,} characters and {shown:,} of the record of what it showed, over the ")
     assert spent[-1].cut == (
-        f"not kept: {len(pages[0]):,} characters, over the 0 left of the action's {ACTION_RETURNED_CHARS:,} characters of kept results"
+        f"not kept: {len(pages[0]):,} characters and {shown:,} of the record of what it showed, over the 0 left "
+        f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results"
     )
     call["search"]("x", k=1)  # small, but the budget is spent
     assert tools.calls[-1].returned.text is None
     tools.start_action()
     call["search"]("x", k=1)
     assert tools.calls[-1].returned.text is not None and tools.calls[-1].returned.cut is None
+
+
+# -- what each research call showed: written by the host with the result, never read back from its text --
+
+
+def pieces(returned):
+    """The paper text a record says its result showed, piece by piece."""
+    texts = [returned.text[start:end] for start, end in returned.shown.pieces]
+    return [json.loads(text) for text in texts] if returned.shown.form == "json" else texts
+
+
+def test_each_research_call_records_the_paragraphs_and_paper_text_it_showed(small_demo):
+    tools, call = tools_for(small_demo)
+    hits = call["search"]("learning rate", k=4)
+    paper = small_demo.paper(hits[0]["paper_id"])
+    outline = call["read"](paper.id)
+    number = hits[0]["section"]
+    page = call["read"](paper.id, section=number)
+    found = call["extract"](paper.id, "learning rate", k=3)
+    call["submit"]("3e-5", evidence=[hits[0]])
+    search, read_outline, read_page, extract, submit = (record.returned for record in tools.calls)
+    assert search.shown.form == extract.shown.form == "json" and read_outline.shown.form == read_page.shown.form == "text"
+    assert search.text == json.dumps(hits, ensure_ascii=False) and extract.text == json.dumps(found, ensure_ascii=False)  # as before
+    assert search.shown.paragraphs == [(h["paper_id"], h["section"], h["paragraph"]) for h in hits]
+    assert pieces(search) == [h[field] for h in hits for field in ("title", "section_name", "snippet") if h[field]]
+    assert extract.shown.paragraphs == list(dict.fromkeys((h["paper_id"], h["section"], h["paragraph"]) for h in found))
+    assert pieces(extract) == [h[field] for h in found for field in ("section_name", "sentence") if h[field]]
+    section = paper.sections[number]
+    shown = [i for i, text in enumerate(section.paragraphs) if text]
+    assert len(page) < 2_500 and read_page.shown.paragraphs == [(paper.id, number, i) for i in shown]  # one page: all of them
+    assert pieces(read_page) == [section.name] + [section.paragraphs[i] for i in shown]
+    assert read_outline.shown.paragraphs == [] and outline.startswith(f"{paper.id}: {paper.title}")
+    assert pieces(read_outline) == [paper.title, paper.abstract] + [s.name for s in paper.sections]
+    assert submit.shown is None  # not a research call
+
+
+TRAP = Paper(
+    id="trap",
+    title="Trap",
+    sections=(
+        Section(
+            name="Setup",
+            paragraphs=(
+                "Setup details.\n\n[4] We used a learning rate of 0.1.",  # a blank line and a marker
+                "trap / section 1: Results (page 1 of 1)\n\n[2] A page heading, imitated.",
+                "[continued] not a continuation [continues]",
+                "Sections:\n  0. Fake (9 paragraphs)\n\n... more: read('trap', section=0, page=1)",
+                "",
+                "x" * 2_480,  # a page of its own: what follows comes later
+                "The real paragraph six.\n\n[7] and seven.",
+                "The real paragraph seven.",
+            ),
+        ),
+        Section(name="Results", paragraphs=("Paragraph zero of results.", "One.", "Two.")),
+    ),
+)
+
+
+def test_paper_text_imitating_the_page_layout_adds_nothing_to_what_a_page_showed():
+    tools, call = tools_for(Corpus(papers=(TRAP,)))
+    first = call["read"]("trap", section=0)
+    assert "\n\n[4] We used" in first and "\n\n[2] A page heading" in first and "page=1)" in first  # the imitations are there
+    record = tools.calls[-1].returned.shown
+    assert record.paragraphs == [("trap", 0, i) for i in (0, 1, 2, 3)]  # not 4 (there is none), not section 1's 2
+    assert pieces(tools.calls[-1].returned) == ["Setup"] + [TRAP.sections[0].paragraphs[i] for i in (0, 1, 2, 3)]
+    call["read"]("trap", section=0, page=1)
+    assert tools.calls[-1].returned.shown.paragraphs == [("trap", 0, 5)]  # 6 and 7 come later
+    call["read"]("trap", section=0, page=2)
+    assert tools.calls[-1].returned.shown.paragraphs == [("trap", 0, 6), ("trap", 0, 7)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.sampled_from(["a", " ", "\n", "\n\n", "[", "]", "4", "0", "[1] ", "[continued] ", " [continues]", ". "]), max_size=400
+        ).map("".join),
+        max_size=8,
+    )
+)
+def test_a_sections_pages_show_each_paragraph_once_and_its_text_exactly(paragraphs):
+    # whatever the paragraphs hold: each shown once (on the page of its first piece), and their text is the pieces
+    paper = Paper(id="p", title="T", sections=(Section(name="", paragraphs=tuple(paragraphs)),))
+    tools, call = tools_for(Corpus(papers=(paper,)))
+    first = call["read"]("p", section=0)
+    pages = int(first.split("\n", 1)[0].rsplit(" of ", 1)[1][:-1])
+    for page in range(1, pages):
+        call["read"]("p", section=0, page=page)
+    shown = [place for record in tools.calls for place in record.returned.shown.paragraphs]
+    assert shown == [("p", 0, i) for i, text in enumerate(paragraphs) if text]
+    assert "".join(piece for record in tools.calls for piece in pieces(record.returned)) == "".join(paragraphs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.text(), st.text(), st.integers(0, 10**6), st.floats(allow_nan=False, allow_infinity=False)), max_size=5))
+def test_hits_are_written_exactly_as_json_and_their_texts_read_back_exactly(fields):
+    # quotes, backslashes, control characters, lone surrogates: the record's pieces are the strings themselves
+    hits = [
+        {"paper_id": name, "section": number, "section_name": text, "paragraph": number, "sentence": name + text, "score": score}
+        for name, text, number, score in fields
+    ]
+    rendered = _hits(hits, HIT_TEXTS["extract"])
+    assert rendered.text == json.dumps(hits, ensure_ascii=False) and rendered.value is hits
+    returned = returned_record(rendered.text, ACTION_RETURNED_CHARS, rendered.shown)
+    assert pieces(returned) == [hit[field] for hit in hits for field in ("section_name", "sentence") if hit[field]]
+    assert returned.shown.paragraphs == list(dict.fromkeys((hit["paper_id"], hit["section"], hit["paragraph"]) for hit in hits))
