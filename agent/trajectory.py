@@ -301,28 +301,43 @@ def ending_step(trajectory: Trajectory) -> int | None:
 
 
 def is_direct_submit(trajectory: Trajectory) -> bool:
-    """The direct-submit shortcut: the episode ended with an answer or an abstention (an abstention
-    that did not look is the same shortcut) in an action written before any search, read or extract
-    had returned the policy anything. That is its first action, whatever else that action called,
-    failed or not (what it called in the same action, it could not read before answering); or a
-    later one after actions that researched nothing (format errors, prints, calls that all failed),
-    which stalls without looking and is the same shortcut."""
+    """The direct-submit shortcut: the episode ended with an answer or an abstention in an action
+    written before any research had shown the policy anything. That is its first action, whatever
+    else that action called, failed or not (what it called in the same action, it could not read
+    before answering); or a later one after actions that showed it nothing of the papers: format
+    errors, prints, failed calls, actions stopped by a limit (their results died with the worker),
+    and, for an answer, searches and extracts that found nothing and reads of empty text. An
+    abstention after research that found nothing is not the shortcut: the policy looked, and
+    saying the papers do not answer is what it found."""
     end = ending_step(trajectory)
     if end is None:
         return False
-    return not any(call.name in RESEARCH_TOOLS and not call.error for step in trajectory.steps[:end] for call in step.tool_calls)
+    looked = [call for step, call in research_before_end(trajectory) if step is not trajectory.steps[end]]
+    if trajectory.outcome.status == "abstained":
+        return not looked
+    return not any(showed_papers(call) for call in looked)
 
 
 def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCallRecord]]:
-    """The searches, reads and extracts that succeeded before the episode's submit or abstain (or
-    in the whole episode, when it ended otherwise): a failed call showed the policy nothing, and a
-    call after the submit or abstain that succeeded cannot have informed it."""
+    """The searches, reads and extracts whose results reached the policy before the episode's
+    submit or abstain (or in the whole episode, when it ended otherwise): a failed call showed the
+    policy nothing, nor did a call of an action stopped by a limit (the worker is killed, and with it
+    what the action printed and kept), and a call after the submit or abstain that succeeded cannot
+    have informed it."""
     for step in trajectory.steps:
         for call in step.tool_calls:
             if call.name in ENDING_TOOLS and not call.error:
                 return
-            if call.name in RESEARCH_TOOLS and not call.error:
+            if call.name in RESEARCH_TOOLS and not call.error and step.limit_hit is None:
                 yield step, call
+
+
+def showed_papers(call: ToolCallRecord) -> bool:
+    """Whether a research call's result held anything of the papers, as the host recorded it: a
+    search or extract with no hit, or a read of empty text, showed nothing. A call recorded before
+    the host kept that record (schema 6 and older) is taken to have shown something, as then."""
+    shown = call.returned.shown if call.returned is not None else None
+    return shown is None or bool(shown.paragraphs or shown.pieces)
 
 
 def without_timings(trajectory: Trajectory) -> dict:
@@ -368,5 +383,6 @@ __all__ = [
     "is_direct_submit",
     "ending_step",
     "research_before_end",
+    "showed_papers",
     "without_timings",
 ]

@@ -720,3 +720,30 @@ def test_paper_text_that_imitates_scaffolding_is_paper_text_and_scaffolding_is_n
         'read("trap", section=0, page=2)', 'submit("2")'
     )  # the host's "[3] " and "... page 3 of 3": no "2" of the paper
     assert "[3] A filler" in returned_text(count) and grounding_flags(count, None)["ungrounded_answer"] == ["2"]
+
+
+def test_an_answer_after_research_that_found_nothing_is_a_direct_submit_and_an_abstention_is_not(episode, gold):
+    empty = ('search("zzqqxxyy")', 'extract("demo-00000", "zzqqxxyy")', 'search("the of and")')  # no hit: nothing of the papers shown
+    for research in empty:
+        answered = episode(research, 'submit("16")')
+        assert answered.steps[0].tool_calls[0].returned.shown.paragraphs == [] and not answered.steps[0].tool_calls[0].error
+        assert [flag.step for flag in DETECTORS["direct_submit"](answered, gold)] == [1], research
+        abstained = episode(research, 'abstain("The papers do not say.")')  # it looked, found nothing, and said so
+        assert DETECTORS["direct_submit"](abstained, gold) == [], research
+    found = episode('search("SparseLens batch size")', 'submit("16")')
+    assert DETECTORS["direct_submit"](found, gold) == []
+
+
+def test_research_in_an_action_stopped_by_a_limit_showed_the_policy_nothing(small_demo, gold):
+    runner = EpisodeRunner(
+        small_demo,
+        BM25Index.build(small_demo),
+        Fixed('print(search("SparseLens batch size"))\nwhile True:\n    pass', 'submit("16", evidence=[["demo-00000", 6, 0]])'),
+        EpisodeConfig(wall_seconds=0.5),
+    )
+    killed = runner.run(gold.text, gold)
+    assert killed.steps[0].limit_hit == "wall_clock" and killed.steps[0].tool_calls[0].returned.text  # the host served it
+    assert "SparseLens" not in killed.steps[0].observation  # what it printed died with the worker
+    assert [flag.step for flag in DETECTORS["direct_submit"](killed, gold)] == [1]
+    assert DETECTORS["no_tool_use"](killed, gold) and DETECTORS["unobserved_evidence"](killed, gold)
+    assert score_episode(killed, gold).tool_calls_before_end == 0
