@@ -41,7 +41,6 @@ invariant (a host a budget stopped mid-call is never reused), which is easier to
 from __future__ import annotations
 
 import ctypes
-import gc
 import json
 import os
 import pickle
@@ -54,7 +53,7 @@ import weakref
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from tools import wire, worker
+from tools import process_caches, wire, worker
 from tools.errors import ToolError
 from tools.limits import Limits
 from tools.records import Outcome, ToolCallRecord
@@ -258,14 +257,14 @@ class EpisodeHost:
         self._worker_clock = WorkerClock(None)
 
     def reset(self, limits: Limits) -> None:
-        """Serve a new episode: fresh tools and limits, no worker, and emptied process-wide caches
-        (what the last episode left in them would tell the next one something by its timing)."""
-        from tools.paper_tools import SENTENCE_INDEXES
-
+        """Serve a new episode: fresh tools and limits, no worker, and the process's caches as a fresh
+        host has them (``tools.process_caches``: what the last episode left in them would tell the next
+        one something by its timing, and keep its memory)."""
         self.detach()
         self.tools = type(self.tools)(self.tools.corpus, self.tools.index)
         self.limits, self.actions = limits, 0
-        SENTENCE_INDEXES.clear()
+        _TIMERS.clocks = None  # the last action's clocks, and through them its channel and limits
+        process_caches.reset(self.tools.corpus)
 
     def attach(self, channel: socket.socket, pid: int) -> None:
         """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
@@ -443,8 +442,9 @@ class EpisodeHost:
 # -- the fork server that episode hosts come from --------------------------------------------------
 
 
-def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
-    """The episode hosts' fork server: reads the corpus and its index once, then forks one host per episode."""
+def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[EpisodeHost] | None = None) -> None:
+    """The episode hosts' fork server: reads the corpus and its index once, then forks one host per
+    episode (an ``EpisodeHost``, or ``host``: the census test's, which can also report its caches)."""
     control = socket.socket(fileno=control_fd)
     try:
         from tools.paper_tools import PaperTools
@@ -452,14 +452,17 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
         corpus, index = pickle.loads(_read_all(payload_fd))
         os.close(payload_fd)
         os.chdir("/")
-        gc.collect()
+        _touch(corpus, index)  # what a host's first calls import or compile lazily, imported before the fork
+        process_caches.reset(corpus)  # every host starts from these caches, and a reset returns to them
     except BaseException as error:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
     control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": None, "netns_missing": None}).encode())
     serve_forks(
         control,
-        lambda request, fds: _episode(control, fds[0], request, PaperTools(corpus, index)),
+        lambda request, fds: _episode(
+            control, fds[0], (host or EpisodeHost)(PaperTools(corpus, index), limits_from_json(request["limits"]))
+        ),
         prepare_spare=lambda: _warm(corpus, index),
     )
 
@@ -467,15 +470,44 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
 def _warm(corpus, index) -> None:
     """What every episode host touches first, touched by the spare before its episode comes: the
     copy-on-write faults of a fresh fork are paid while the previous episode runs. The same for every
-    episode, so nothing of one episode is in the next one's process."""
+    episode, and the caches settled after it as a reset leaves them, so a fresh host and a reused one
+    start alike and nothing of one episode is in the next one's process."""
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _touch(corpus, index)
+    process_caches.reset(corpus)
+
+
+def _touch(corpus, index) -> None:
+    """Every tool's paths once, errors included: in the fork server, what they load or compile
+    lazily; in a spare, the code and data pages they map. Otherwise the first episode to take a path
+    on a host would leave it faster for the next episode there, which could tell it was taken."""
     from tools.paper_tools import PaperTools
 
-    warm = PaperTools(corpus, index)
     wire.decode(wire.encode({"op": "result", "result": ActionResult().to_json(), "limit": None, "grace": 0.0})[4:])
-    if corpus.papers:
-        warm.call("search", ["warm"], {"k": 1})
+    if not corpus.papers:
+        return
+    warm, first = PaperTools(corpus, index), corpus.paper_ids[0]
+    calls: tuple[tuple[str, list, dict], ...] = (
+        ("search", ["warm"], {"k": 1}),
+        ("search", ["warm"], {"paper_id": first}),
+        ("read", [first], {}),
+        ("read", [first], {"section": 0}),
+        ("read", [first], {"section": "warm"}),
+        ("read", [first + "~"], {}),  # did you mean
+        ("extract", [first, "warm"], {"k": 1}),
+        ("extract", [first, "warm|[a-z]{2}"], {"regex": True}),
+        ("extract", [first, "("], {"regex": True}),
+        ("submit", ["warm"], {"evidence": [[first, 0, 0], "a quote of warm words", {"paper_id": first}]}),
+        ("submit", ["warm"], {"evidence": [[first, 0, 0]]}),
+        ("abstain", ["warm"], {}),
+        ("search", [], {"k": "warm"}),
+    )
+    for name, args, kwargs in calls:
+        try:
+            warm.call(name, args, kwargs)
+        except ToolError:
+            pass
 
 
 def _read_all(fd: int) -> bytes:
@@ -489,12 +521,12 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _episode(control: socket.socket, link_fd: int, request: dict, tools) -> None:
+def _episode(control: socket.socket, link_fd: int, host: EpisodeHost) -> None:
     if control.fileno() != -1:
         control.close()
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    EpisodeHost(tools, limits_from_json(request["limits"])).serve(socket.socket(fileno=link_fd))
+    host.serve(socket.socket(fileno=link_fd))
     os._exit(0)
 
 

@@ -9,8 +9,10 @@ model can act on ("no paper 'x'; did you mean ...?").
 
 Every call's host cost is bounded whatever its arguments: quotes are found through the index's
 normalised text (at most ``QUOTE_SCANS`` whole-corpus scans per submit), "did you mean" under a
-work cap, regular expressions by program size times text, sentence indexes by a per-process LRU
-(each episode's host process has its own, so one episode's extracts tell another nothing).
+work cap, regular expressions by program size times text, sentence indexes by a per-process LRU.
+An episode host serves one episode after another: every cache of its process is returned to a fresh
+host's state between two episodes (``tools.process_caches``), so one episode's calls tell the next
+nothing by their timing.
 
 ``TOOLS`` is the single source of the tool page shown to the policy (``tools.page``): each
 entry names the function, its argument model and its one-line contract.
@@ -109,7 +111,7 @@ REGEX_MEMORY = 1 << 20  # RE2's budget for one compiled pattern (its default, 8 
 # RE2 program instructions x bytes of sentences one regex extract may scan: where its DFA gives up,
 # its NFA costs ~1-3 ns per instruction and byte, so this bounds a call to ~0.15 s whatever the pattern.
 REGEX_WORK = 50_000_000
-# Sentence indexes (extract) kept per process, shared by its episodes, least recently used first out.
+# Sentence indexes (extract) kept per process, least recently used first out (emptied between episodes).
 SENTENCE_INDEX_PAPERS = 128
 SENTENCE_INDEX_CHARS = 8_000_000
 # Whole-corpus scans one submit may spend on quotes with no uncommon word to look them up by
@@ -359,7 +361,7 @@ class PaperTools:
         raise ToolError(f"no section {section!r} in {paper.id!r}; read({paper.id!r}) lists its sections")
 
     def _sentences_of(self, paper: Paper) -> SentenceIndex:
-        """The paper's sentence index, from the process's bounded cache (shared by its episodes)."""
+        """The paper's sentence index, from the process's bounded cache (emptied between episodes)."""
         return SENTENCE_INDEXES.get(paper)
 
     def _evidence(self, position: int, item: Any, quote_bytes_left: int) -> tuple[dict, int]:
@@ -459,9 +461,10 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 class SentenceIndexCache:
     """Sentence indexes of the papers used last, at most ``max_papers`` of them holding at most
-    ``max_chars`` characters of sentences (one paper larger than that is kept alone). Shared by
-    every episode in a process, so an action that extracts from every paper costs one build per
-    paper and leaves the cache no larger; safe to use from several threads."""
+    ``max_chars`` characters of sentences (one paper larger than that is kept alone). Shared by the
+    calls of a process, so an action that extracts from every paper costs one build per paper and
+    leaves the cache no larger; emptied when an episode host is reset for another episode
+    (``tools.process_caches``); safe to use from several threads."""
 
     def __init__(self, max_papers: int, max_chars: int) -> None:
         self.max_papers = max_papers
@@ -505,7 +508,10 @@ def _regex(query: str) -> re2._Regexp:
     options.case_sensitive = False
     options.max_mem = REGEX_MEMORY  # bounds compile time too: a huge program is refused, not built
     try:
-        return re2.compile(_encodable(query), options)
+        # The class, not re2.compile: that keeps the last 128 patterns in a cache of the process, which
+        # would hold up to 128 x REGEX_MEMORY and tell the next episode on this host, by how fast its
+        # own patterns compile, which patterns an earlier one asked for.
+        return re2._Regexp(_encodable(query), options)
     except re2.error as error:
         detail = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
         hint = "make it smaller" if "too large" in detail else "RE2 has no backreferences or lookaround"
