@@ -43,6 +43,7 @@ import scipy.sparse
 
 from corpus import BM25, BM25Index, Corpus, Paper, tokenize
 from corpus.index import quote_form
+from tools import wire
 from tools.arguments import AbstainArgs, Arguments, ExtractArgs, ReadArgs, SearchArgs, SubmitArgs, validate
 from tools.errors import ToolError
 from tools.records import Evidence, Outcome, Returned, ToolCallRecord
@@ -126,6 +127,14 @@ RECORD_CHARS = 10_000  # a call record's arguments beyond this (as JSON) are sum
 # long titles is ~30,000), and up to ACTION_RETURNED_CHARS per action; beyond that, length and sha256.
 RETURNED_CHARS = 32_000
 ACTION_RETURNED_CHARS = 100_000
+# Every record is also charged, in bytes as tools.wire sends it, to the action's budget for records
+# (tools.limits: record_bytes, and what is left of episode_record_bytes). A call runs only when its
+# arguments and RECORD_RESERVE fit in what is left: its kept result gets what the reserve leaves (and
+# kept results at most half the budget, so that they cannot crowd out later calls), and its error (cut
+# to RECORD_ERROR_CHARS) and the record's other fields take at most half the reserve, so a refused
+# call's record always fits too, and an action's records never pass its budget.
+RECORD_RESERVE = 16 << 10
+RECORD_ERROR_CHARS = 1_000
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -147,10 +156,11 @@ def for_record(arguments: dict) -> dict:
     }
 
 
-def returned_record(result: Any, budget_left: int) -> Returned:
+def returned_record(result: Any, budget_left: int, bytes_left: int | None = None) -> Returned:
     """A tool's result rendered once (a str as it is, anything else as JSON) and bounded: cut to
     RETURNED_CHARS, then only its length and sha256 when it does not fit in ``budget_left``, what
-    is left of the action's budget. Each cut says what it left out."""
+    is left of the action's budget of kept characters, or in ``bytes_left``, what its record may
+    still take of the action's budget for records. Each cut says what it left out."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     chars, sha256 = len(text), hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cut = None
@@ -164,7 +174,31 @@ def returned_record(result: Any, budget_left: int) -> Returned:
             cut=f"not kept: {len(text):,} characters, over the {budget_left:,} left "
             f"of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
         )
+    if bytes_left is not None and (size := wire.size(text)) > bytes_left:
+        return Returned(
+            text=None,
+            chars=chars,
+            sha256=sha256,
+            cut=f"not kept: {size:,} bytes, over the {max(bytes_left, 0):,} its record may still spend of the action's budget "
+            f"for tool-call records",
+        )
     return Returned(text=text, chars=chars, sha256=sha256, cut=cut)
+
+
+class RecordsFull(Exception):
+    """A call whose record would pass what is left of the budget for records: recorded as not run,
+    and the action is cut. ``limit`` names the budget (``records``: the action's; ``episode_records``)."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _recorded_error(text: str) -> str:
+    """An error as its call record keeps it (the action is shown it whole)."""
+    if len(text) <= RECORD_ERROR_CHARS:
+        return text
+    return text[:RECORD_ERROR_CHARS] + f"... [{len(text) - RECORD_ERROR_CHARS} characters not recorded]"
 
 
 def _cut_strings(value: Any) -> Any:
@@ -190,6 +224,10 @@ class PaperTools:
         self.calls: list[ToolCallRecord] = []
         self.outcome: Outcome | None = None
         self._returned_left = ACTION_RETURNED_CHARS  # of this action's budget for kept results
+        self._record_left: int | None = None  # bytes of records this action may still add (None: no budget)
+        self._results_left: int | None = None  # of them, bytes its kept results may still take
+        self._records_limit = "records"  # the budget that binds: the action's, or what is left of the episode's
+        self.record_bytes = 0  # bytes of records this action added, as tools.wire sends them
 
     # -- the functions the policy sees ------------------------------------------------------------
 
@@ -211,16 +249,21 @@ class PaperTools:
         tool = TOOLS_BY_NAME.get(name)
         if tool is None:
             raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
+        self._admit(name)
         started = time.perf_counter()
         record = ToolCallRecord(name=name, arguments={}, seconds=0.0)
+        room: int | None = None
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
+            room = self._room(record)
             result = getattr(self, f"_{name}")(parsed)
-            record.returned = self._kept(result)
+            record.returned = self._kept(result, room)
             return result
         except ToolError as error:
-            record.error = str(error)
+            record.error = _recorded_error(str(error))
+            raise
+        except RecordsFull:
             raise
         except Exception as error:  # a bug of ours: recorded as such, shown to the policy as a tool failure
             record.error = f"internal error: {type(error).__name__}: {error}"[:500]
@@ -229,22 +272,66 @@ class PaperTools:
             ) from None
         finally:
             record.seconds = time.perf_counter() - started
-            self.calls.append(record)
+            self._append(record)
 
     def refuse(self, name: str, reason: str) -> None:
         """Record a call the host refused before validating it (e.g. arguments over the frame cap)."""
-        self.calls.append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=reason))
+        self._admit(name)
+        self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=_recorded_error(reason)))
 
-    def start_action(self) -> None:
-        """A new action begins: its calls' results get the whole per-action budget again. The
-        sandbox calls this before each action; without it the budget is the episode's."""
+    def stopped(self, name: str, reason: str) -> None:
+        """Record a call a budget stopped before the tool recorded it (the action ends with it)."""
+        self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=_recorded_error(reason)))
+
+    def start_action(self, record_bytes: int | None = None, limit: str = "records") -> None:
+        """A new action begins: its calls' results get the whole per-action budget again, and its
+        records ``record_bytes`` (None: no budget; ``limit`` names the budget that sets it). The
+        sandbox calls this before each action; without it the budgets are the episode's."""
         self._returned_left = ACTION_RETURNED_CHARS
+        self._record_left, self._records_limit, self.record_bytes = record_bytes, limit, 0
+        self._results_left = None if record_bytes is None else record_bytes // 2
 
-    def _kept(self, result: Any) -> Returned:
-        """``result`` as the call record keeps it, charged to this action's budget: the first result
+    def _room(self, record: ToolCallRecord) -> int | None:
+        """Bytes the call's kept result may take of the records budget (None: no budget). A call
+        whose arguments leave less than the reserve is not run: its record says so, briefly, and
+        RecordsFull cuts the action."""
+        if self._record_left is None:
+            return None
+        arguments = wire.size(record.arguments)
+        room = self._record_left - arguments - RECORD_RESERVE
+        if room < 0:
+            record.arguments = {"arguments_not_recorded": f"{arguments:,} bytes"}
+            record.error = self._full()
+            raise RecordsFull(self._records_limit)
+        assert self._results_left is not None
+        return min(room, self._results_left)
+
+    def _admit(self, name: str) -> None:
+        """Before a call is looked at: when what is left of the budget could not hold its record
+        (whatever it turns out to be: an argument error is a record too), it is not run."""
+        if self._record_left is not None and self._record_left < RECORD_RESERVE:
+            self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=self._full()))
+            raise RecordsFull(self._records_limit)
+
+    def _full(self) -> str:
+        whose = "episode" if self._records_limit == "episode_records" else "action"
+        left = max(self._record_left or 0, 0)
+        return f"not run: its record would pass what is left of the {whose}'s budget for tool-call records ({left:,} bytes)"
+
+    def _append(self, record: ToolCallRecord) -> None:
+        self.calls.append(record)
+        if self._record_left is not None:
+            size = wire.size(record.model_dump())
+            self.record_bytes += size
+            self._record_left -= size
+
+    def _kept(self, result: Any, room: int | None = None) -> Returned:
+        """``result`` as the call record keeps it, charged to this action's budgets: the first result
         that does not fit spends it, so every later one keeps only its length and sha256 too."""
-        returned = returned_record(result, self._returned_left)
+        returned = returned_record(result, self._returned_left, room)
         self._returned_left = self._returned_left - len(returned.text) if returned.text is not None else 0
+        if self._results_left is not None:
+            self._results_left = self._results_left - wire.size(returned.text) if returned.text is not None else 0
         return returned
 
     def _search(self, args: SearchArgs) -> list[dict]:

@@ -25,7 +25,7 @@ import types
 import weakref
 from typing import Any
 
-from tools import episode_host
+from tools import episode_host, wire
 
 CENSUS = "# census of the host's caches"
 CONTAINERS = (dict, list, set, bytearray, collections.deque, weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)
@@ -156,9 +156,9 @@ def _slots(kind: type) -> list[str]:
 class CensusHost(episode_host.EpisodeHost):
     """An episode host that answers ``CENSUS`` with the census of its process."""
 
-    def execute(self, code: str) -> dict:
+    def execute(self, code: str) -> bytes:
         if code == CENSUS:
-            return {"op": "census", "caches": census({"host.corpus": self.tools.corpus, "host.index": self.tools.index})}
+            return wire.encode({"op": "census", "caches": census({"host.corpus": self.tools.corpus, "host.index": self.tools.index})})
         return super().execute(code)
 
 
