@@ -146,8 +146,9 @@ class Limits:
 
     def reply_cap(self, longest_paper_id: int) -> int:
         """The largest reply the episode host sends the policy's process for one action: its
-        records at their budget; its output, value, error, traceback and outcome at their caps, each
-        character at its widest in a frame; the ids of the paragraphs an outcome cites."""
+        records at their budget (and a comma between two: a record is over 64 bytes);
+        its output, value, error, traceback and outcome at their caps, each character at its widest
+        in a frame; the ids of the paragraphs an outcome cites."""
         text = 2 * (self.output_chars + 200) + worker.ERROR_CHARS + worker.TRACEBACK_CHARS + OUTCOME_CHARS + 400
         evidence = MAX_EVIDENCE * (WIRE_BYTES_PER_CHAR * longest_paper_id + 200)
-        return self.record_bytes + WIRE_BYTES_PER_CHAR * text + evidence + (64 << 10)
+        return self.record_bytes + self.record_bytes // 64 + WIRE_BYTES_PER_CHAR * text + evidence + (64 << 10)

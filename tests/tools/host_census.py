@@ -67,7 +67,7 @@ def census(roots: dict[str, Any]) -> dict[str, list]:
     def visit(name: str, value: Any, depth: int) -> None:
         if id(value) in seen or value is found or value is seen:
             return
-        if isinstance(value, types.ModuleType) or depth > 3:
+        if isinstance(value, types.ModuleType) or depth > 5:
             return
         seen.add(id(value))
         if isinstance(value, functools._lru_cache_wrapper):
@@ -96,7 +96,7 @@ def census(roots: dict[str, Any]) -> dict[str, list]:
             visit(f"{name}.__func__", value.__func__, depth)
         elif isinstance(value, CONTAINERS):
             found[name] = _fingerprint(value)
-            if isinstance(value, (dict, collections.deque, list)) and len(value) <= 1000 and depth < 3:
+            if isinstance(value, (dict, collections.deque, list)) and len(value) <= 1000 and depth < 5:
                 items = value.items() if isinstance(value, dict) else enumerate(value)
                 for key, item in list(items):
                     if not isinstance(item, PLAIN + (tuple, types.FunctionType, type)):
