@@ -36,13 +36,7 @@ from tools.sandbox import Limits, Sandbox
 
 
 def sandbox_limits(config: EpisodeConfig) -> Limits:
-    return Limits(
-        wall_seconds=config.wall_seconds,
-        cpu_seconds=config.cpu_seconds,
-        host_seconds=config.host_seconds,
-        memory_bytes=config.memory_mb * 2**20,
-        output_chars=config.output_chars,
-    )
+    return Limits.from_settings(config)
 
 
 def corpus_hashes(corpus: Corpus, policy: Policy | str | None = None) -> Hashes:
@@ -251,6 +245,7 @@ def _execute(index: int, text: str, sandbox: Sandbox, config: EpisodeConfig) -> 
             host_seconds=result.host_seconds,
             host_cpu_seconds=result.host_cpu_seconds,
             worker_cpu_seconds=result.worker_cpu_seconds,
+            reply_cpu_seconds=result.reply_cpu_seconds,
         ),
     )
     return step, result.outcome  # the host's record of the call that ended the episode, if one did

@@ -179,6 +179,7 @@ class Timings(Record):
     host_seconds: float = 0.0  # the host's wall time serving this action's tool calls (its host_seconds budget)
     host_cpu_seconds: float = 0.0  # the host's CPU for this action (counted in its cpu_seconds budget)
     worker_cpu_seconds: float = 0.0  # the worker's CPU for this action (counted in its cpu_seconds budget)
+    reply_cpu_seconds: float = 0.0  # the policy's process's CPU reading the action's reply (counted in its cpu and wall budgets)
 
 
 class Step(Record):

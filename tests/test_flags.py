@@ -235,7 +235,9 @@ def test_the_sandbox_limits_are_declared_once():
 
 
 def test_an_episode_config_keeps_the_json_old_runs_recorded():
-    """A manifest's and a trajectory's ``episode`` as written before the limits moved: read, and written back the same."""
+    """A manifest's and a trajectory's ``episode`` as written before the limits moved: read, and written
+    back with every key and value it had, in order, and the limits added since (the budgets for
+    tool-call records: issue 31) at their defaults, where they are declared."""
     recorded = {
         "max_steps": 6,
         "observation_chars": 4000,
@@ -248,8 +250,10 @@ def test_an_episode_config_keeps_the_json_old_runs_recorded():
         "output_chars": 20000,
         "record_prompt_ids": False,
     }
-    assert json.loads(EpisodeConfig.model_validate(recorded).model_dump_json()) == recorded
-    assert list(EpisodeConfig.model_validate(recorded).model_dump()) == list(recorded)  # the keys' order too
+    added = {"record_kb": 1024, "episode_record_kb": 16384}
+    written = json.loads(EpisodeConfig.model_validate(recorded).model_dump_json())
+    assert written == {**recorded, **added}
+    assert list(written) == [*list(recorded)[:-1], *added, "record_prompt_ids"]  # the keys' order too
     old = {key: value for key, value in recorded.items() if key not in ("host_seconds", "record_prompt_ids")}  # older still
     assert EpisodeConfig.model_validate(old).host_seconds == 5.0
 

@@ -26,13 +26,21 @@ The budgets of one action (``tools.limits.Limits``) and the limit each names whe
 ``cpu_time`` (the worker's CPU, read from /proc, plus this process's), ``host_seconds`` ->
 ``host_time`` (this process's own wall time in the action: everything but its waits on the worker,
 so reading and decoding the worker's frames counts, as does serving its calls). Each action's record says what it
-used: ``worker_cpu_seconds``, ``host_cpu_seconds``, ``host_seconds``.
+used: ``worker_cpu_seconds``, ``host_cpu_seconds``, ``host_seconds``. ``record_bytes`` -> ``records`` and
+``episode_record_bytes`` -> ``episode_records``: the tool-call records an action, and an episode, may
+add (``tools.paper_tools``: a call whose record would not fit is not run). The action's reply is the
+action's work too: encoded within its budgets (a reply that takes the host past one names it), with
+time kept for it (``REPLY_SECONDS_PER_BYTE`` per byte recorded, off the action's deadline), and
+bounded by its limits (``Limits.reply_cap``); the policy's process charges its own reading of it
+(``tools.sandbox``).
 
 Protocol with the policy's process (frames of ``tools.wire``; that process is trusted):
 ``attach`` (followed by one byte carrying the worker's channel) gives this process a new worker;
-``execute`` runs one action and answers ``result`` (the ``ActionResult`` and whether the worker must
-end, with the limit it hit), or ``stale`` when the worker wrote or died between actions (it is then
-replaced and the action sent again). The process ends when that channel closes.
+``execute`` runs one action and answers ``result`` (the ``ActionResult``, whether the worker must
+end, with the limit it hit, and ``spent``: the action's figures and its start on CLOCK_MONOTONIC,
+measured after its reply was encoded), or ``stale`` when the worker wrote or died between actions (it
+is then replaced and the action sent again); ``reset`` readies the host for another episode
+(``tools.process_caches``). The process ends when that channel closes.
 
 Why one module of this size: the host's loop, its clocks and its idle-host pool share one
 invariant (a host a budget stopped mid-call is never reused), which is easier to check read together.
@@ -41,7 +49,6 @@ invariant (a host a budget stopped mid-call is never reused), which is easier to
 from __future__ import annotations
 
 import ctypes
-import gc
 import json
 import os
 import pickle
@@ -54,13 +61,18 @@ import weakref
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from tools import wire, worker
+from tools import process_caches, wire, worker
 from tools.errors import ToolError
 from tools.limits import Limits
+from tools.paper_tools import RecordsFull
 from tools.records import Outcome, ToolCallRecord
 from tools.zygote import Zygote, serve_forks
 
 DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
+# What an action's reply costs per byte of its records, from the host's encoding to the policy's
+# process having read, decoded and validated it: ~15 ns measured on a loaded two-core machine, doubled.
+# The action's deadline comes that much earlier per byte recorded, so that its reply fits in its budget.
+REPLY_SECONDS_PER_BYTE = 30e-9
 FROM_HOST_CAP = 64 << 20  # frames from the policy's process: an action (at most worker.CODE_CAP) and attach
 PR_SET_PDEATHSIG = 1
 
@@ -80,6 +92,7 @@ class ActionResult:
     worker_cpu_seconds: float = 0.0  # the worker's CPU during the action, from /proc
     host_cpu_seconds: float = 0.0  # the episode host's CPU during the action (its calls, its frames)
     host_seconds: float = 0.0  # the host's own wall time in the action: reading its frames, serving its calls
+    reply_cpu_seconds: float = 0.0  # the policy's process's CPU for the action: sending it, reading and decoding its reply
 
     def to_json(self) -> dict:
         data = {item.name: getattr(self, item.name) for item in fields(self)}
@@ -93,6 +106,33 @@ class ActionResult:
         result.tool_calls = [ToolCallRecord.model_validate(call) for call in data["tool_calls"]]
         result.outcome = Outcome.model_validate(data["outcome"]) if data["outcome"] is not None else None
         return result
+
+
+def without_text(outcome: Outcome) -> Outcome:
+    """An outcome as the host's reply carries it: the cited paragraphs by address, without their
+    text, which the policy's process holds in its own copy of the corpus (``with_text``): a reply
+    never carries corpus text, and an outcome costs it no copy."""
+    return outcome.model_copy(update={"evidence": [item.model_copy(update={"text": ""}) for item in outcome.evidence]})
+
+
+def with_text(outcome: Outcome, corpus) -> Outcome:
+    """The outcome with each cited paragraph's text, from ``corpus`` (the host's own, pickled)."""
+    evidence = [
+        item.model_copy(update={"text": corpus.paper(item.paper_id).sections[item.section].paragraphs[item.paragraph]})
+        for item in outcome.evidence
+    ]
+    return outcome.model_copy(update={"evidence": evidence})
+
+
+def _past_budget(clocks: ActionClocks) -> str | None:
+    """The budget the host's own work after the action (its reply) took it past, if any."""
+    if time.monotonic() >= clocks.end:
+        return "wall_clock"
+    if clocks.cpu_left() <= 0:
+        return "cpu_time"
+    if clocks.host_busy() >= clocks.limits.host_seconds:
+        return "host_time"
+    return None
 
 
 class CpuExceeded(Exception):
@@ -142,7 +182,8 @@ class ActionClocks:
         self.worker_clock = worker_clock
         self.channel = channel
         self.started = time.monotonic()
-        self.deadline = self.started + limits.wall_seconds
+        self.end = self.started + limits.wall_seconds
+        self.deadline = self.end  # earlier by what the action's reply will cost (``reserve``)
         self.cpu_started = time.process_time()
         self.worker_started = worker_clock.seconds()
         self.waited_before = channel.waited
@@ -190,6 +231,11 @@ class ActionClocks:
             raise CpuExceeded()
         self.next_look = elapsed + max(left, 0.01)
         return max(left, 0.01)
+
+    def reserve(self, seconds: float) -> None:
+        """Keep ``seconds`` of the wall budget for the action's reply (encoded here, decoded by the
+        policy's process): the action's own deadline comes that much earlier."""
+        self.deadline = self.end - seconds
 
     def serving(self) -> _Serving:
         return _Serving(self)
@@ -254,18 +300,19 @@ class EpisodeHost:
         self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
         self.channel: wire.HostChannel | None = None
         self.tainted = False  # a budget stopped a tool mid-way: its process-wide caches may be half-updated
+        self.records_left = limits.episode_record_bytes  # of the episode's budget for tool-call records
         self._socket: socket.socket | None = None
         self._worker_clock = WorkerClock(None)
 
     def reset(self, limits: Limits) -> None:
-        """Serve a new episode: fresh tools and limits, no worker, and emptied process-wide caches
-        (what the last episode left in them would tell the next one something by its timing)."""
-        from tools.paper_tools import SENTENCE_INDEXES
-
+        """Serve a new episode: fresh tools and limits, no worker, and the process's caches as a fresh
+        host has them (``tools.process_caches``: what the last episode left in them would tell the next
+        one something by its timing, and keep its memory)."""
         self.detach()
         self.tools = type(self.tools)(self.tools.corpus, self.tools.index)
-        self.limits, self.actions = limits, 0
-        SENTENCE_INDEXES.clear()
+        self.limits, self.actions, self.records_left = limits, 0, limits.episode_record_bytes
+        _TIMERS.clocks = None  # the last action's clocks, and through them its channel and limits
+        process_caches.reset(self.tools.corpus)
 
     def attach(self, channel: socket.socket, pid: int) -> None:
         """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
@@ -284,10 +331,11 @@ class EpisodeHost:
             os.close(self._worker_clock.stat_fd)
         self._socket, self.channel, self._worker_clock = None, None, WorkerClock(None)
 
-    def execute(self, code: str) -> dict:
-        """Run one action; the reply frame for the policy's process."""
+    def execute(self, code: str) -> bytes:
+        """Run one action; the reply frame for the policy's process, encoded within the action's
+        budgets (a reply that took the host past one names it) and bounded by them (``Limits.reply_cap``)."""
         if self.channel is None:
-            return {"op": "stale", "spoke": False}
+            return wire.encode({"op": "stale", "spoke": False})
         assert self._socket is not None
         if self.channel.pending():  # it wrote, or died, between actions: replaced before this one runs
             try:
@@ -295,22 +343,34 @@ class EpisodeHost:
             except OSError:  # reset: it died with bytes of ours unread
                 spoke = False
             self.detach()
-            return {"op": "stale", "spoke": spoke}
+            return wire.encode({"op": "stale", "spoke": spoke})
         result = ActionResult()
         calls_before, ended_before = len(self.tools.calls), self.tools.outcome is not None
         self.actions += 1
-        self.tools.start_action()
-        limit, grace = self._run(wire.encode({"op": "run", "action": self.actions, "code": code}), result)
-        result.tool_calls = [call.model_copy() for call in self.tools.calls[calls_before:]]
+        allowance = min(self.limits.record_bytes, self.records_left)
+        self.tools.start_action(allowance, "records" if allowance == self.limits.record_bytes else "episode_records")
+        clocks = ActionClocks(self.limits, self._worker_clock, self.channel)
+        limit, grace = self._run(wire.encode({"op": "run", "action": self.actions, "code": code}), result, clocks)
+        self.records_left -= self.tools.record_bytes
+        result.tool_calls = self.tools.calls[calls_before:]
         if self.tools.outcome is not None and not ended_before:
-            result.outcome = self.tools.outcome.model_copy(deep=True)
+            result.outcome = without_text(self.tools.outcome)
+        encoded = wire.dumps(result.to_json())
+        limit = limit or _past_budget(clocks)  # encoding the reply is the action's work too
+        spent = {
+            "started": clocks.started,  # CLOCK_MONOTONIC, which the policy's process on this machine reads too
+            "worker_cpu_seconds": round(clocks.worker_cpu(), 6),
+            "host_cpu_seconds": round(clocks.host_cpu(), 6),
+            "host_seconds": round(clocks.host_busy(), 6),
+        }
         if limit is not None:
             self.detach()
-        return {"op": "result", "result": result.to_json(), "limit": limit, "grace": grace, "tainted": self.tainted}
+        return wire.encode_around(
+            {"op": "result", "limit": limit, "grace": grace, "tainted": self.tainted, "spent": spent}, "result", encoded
+        )
 
-    def _run(self, request: bytes, result: ActionResult) -> tuple[str | None, float]:
+    def _run(self, request: bytes, result: ActionResult, clocks: ActionClocks) -> tuple[str | None, float]:
         assert self.channel is not None
-        clocks = ActionClocks(self.limits, self._worker_clock, self.channel)
         channel, cap = self.channel, self.limits.frame_cap()
         limit, grace, calls = None, 0.0, 0
         try:
@@ -323,6 +383,7 @@ class EpisodeHost:
                     if calls > self.limits.tool_calls:
                         raise TooManyCalls()
                     channel.send(self._serve(frame, clocks), clocks.deadline, clocks.watch)
+                    clocks.reserve(REPLY_SECONDS_PER_BYTE * self.tools.record_bytes)
                 elif frame.get("op") == "done":
                     limit = self._accept(frame, result)
                     break
@@ -336,15 +397,14 @@ class EpisodeHost:
             limit = "cpu_time"
         except TooManyCalls:
             limit = "tool_calls"
+        except RecordsFull as full:
+            limit = full.limit
         except wire.FrameTooLarge:
             limit = "output"
         except wire.FrameMalformed:
             limit = "protocol"
         except wire.ChannelClosed:
             limit, grace = "crash", DEATH_GRACE_SECONDS
-        result.worker_cpu_seconds = round(clocks.worker_cpu(), 6)
-        result.host_cpu_seconds = round(clocks.host_cpu(), 6)
-        result.host_seconds = round(clocks.host_busy(), 6)
         return limit, grace
 
     def _serve(self, frame: dict, clocks: ActionClocks) -> bytes:
@@ -385,7 +445,7 @@ class EpisodeHost:
             if len(self.tools.calls) > calls_before:
                 self._unreturned(self.tools.calls[-1].error or note)
             else:
-                self.tools.refuse(name, note)
+                self.tools.stopped(name, note)
             raise
         return reply
 
@@ -436,15 +496,15 @@ class EpisodeHost:
                 self.reset(limits_from_json(request["limits"]))
                 wire.send_blocking(fd, wire.encode({"op": "ready"}))
                 continue
-            reply = self.execute(request["code"])
-            wire.send_blocking(fd, wire.encode(reply))
+            wire.send_blocking(fd, self.execute(request["code"]))
 
 
 # -- the fork server that episode hosts come from --------------------------------------------------
 
 
-def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
-    """The episode hosts' fork server: reads the corpus and its index once, then forks one host per episode."""
+def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[EpisodeHost] | None = None) -> None:
+    """The episode hosts' fork server: reads the corpus and its index once, then forks one host per
+    episode (an ``EpisodeHost``, or ``host``: the census test's, which can also report its caches)."""
     control = socket.socket(fileno=control_fd)
     try:
         from tools.paper_tools import PaperTools
@@ -452,14 +512,17 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
         corpus, index = pickle.loads(_read_all(payload_fd))
         os.close(payload_fd)
         os.chdir("/")
-        gc.collect()
+        _touch(corpus, index)  # what a host's first calls import or compile lazily, imported before the fork
+        process_caches.reset(corpus)  # every host starts from these caches, and a reset returns to them
     except BaseException as error:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
     control.send(json.dumps({"op": "hello", "pid": os.getpid(), "seccomp_missing": None, "netns_missing": None}).encode())
     serve_forks(
         control,
-        lambda request, fds: _episode(control, fds[0], request, PaperTools(corpus, index)),
+        lambda request, fds: _episode(
+            control, fds[0], (host or EpisodeHost)(PaperTools(corpus, index), limits_from_json(request["limits"]))
+        ),
         prepare_spare=lambda: _warm(corpus, index),
     )
 
@@ -467,15 +530,44 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int) -> None:
 def _warm(corpus, index) -> None:
     """What every episode host touches first, touched by the spare before its episode comes: the
     copy-on-write faults of a fresh fork are paid while the previous episode runs. The same for every
-    episode, so nothing of one episode is in the next one's process."""
+    episode, and the caches settled after it as a reset leaves them, so a fresh host and a reused one
+    start alike and nothing of one episode is in the next one's process."""
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _touch(corpus, index)
+    process_caches.reset(corpus)
+
+
+def _touch(corpus, index) -> None:
+    """Every tool's paths once, errors included: in the fork server, what they load or compile
+    lazily; in a spare, the code and data pages they map. Otherwise the first episode to take a path
+    on a host would leave it faster for the next episode there, which could tell it was taken."""
     from tools.paper_tools import PaperTools
 
-    warm = PaperTools(corpus, index)
     wire.decode(wire.encode({"op": "result", "result": ActionResult().to_json(), "limit": None, "grace": 0.0})[4:])
-    if corpus.papers:
-        warm.call("search", ["warm"], {"k": 1})
+    if not corpus.papers:
+        return
+    warm, first = PaperTools(corpus, index), corpus.paper_ids[0]
+    calls: tuple[tuple[str, list, dict], ...] = (
+        ("search", ["warm"], {"k": 1}),
+        ("search", ["warm"], {"paper_id": first}),
+        ("read", [first], {}),
+        ("read", [first], {"section": 0}),
+        ("read", [first], {"section": "warm"}),
+        ("read", [first + "~"], {}),  # did you mean
+        ("extract", [first, "warm"], {"k": 1}),
+        ("extract", [first, "warm|[a-z]{2}"], {"regex": True}),
+        ("extract", [first, "("], {"regex": True}),
+        ("submit", ["warm"], {"evidence": [[first, 0, 0], "a quote of warm words", {"paper_id": first}]}),
+        ("submit", ["warm"], {"evidence": [[first, 0, 0]]}),
+        ("abstain", ["warm"], {}),
+        ("search", [], {"k": "warm"}),
+    )
+    for name, args, kwargs in calls:
+        try:
+            warm.call(name, args, kwargs)
+        except ToolError:
+            pass
 
 
 def _read_all(fd: int) -> bytes:
@@ -489,12 +581,12 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _episode(control: socket.socket, link_fd: int, request: dict, tools) -> None:
+def _episode(control: socket.socket, link_fd: int, host: EpisodeHost) -> None:
     if control.fileno() != -1:
         control.close()
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    EpisodeHost(tools, limits_from_json(request["limits"])).serve(socket.socket(fileno=link_fd))
+    host.serve(socket.socket(fileno=link_fd))
     os._exit(0)
 
 

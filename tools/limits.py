@@ -29,6 +29,16 @@ MIB = 2**20
 MAX_LIMIT_SECONDS = 86_400
 # Printed characters per action: beyond this an observation could not be kept or shown anyway.
 MAX_OUTPUT_CHARS = 10_000_000
+KIB = 2**10
+# Tool-call records per action or per episode: a GiB of them is more than any trajectory line should hold.
+MAX_RECORD_KB = 2**20
+# The widest a character of a string gets in a frame (tools.wire.dumps: an escaped control character
+# or lone surrogate, \uXXXX; an astral character is 4 bytes).
+WIRE_BYTES_PER_CHAR = 6
+# What an outcome carries besides its cited paragraphs' ids (their text is not sent; the policy's
+# process has the corpus): an answer or a reason (tools.arguments: 2,000 and 1,000 characters at most).
+OUTCOME_CHARS = 3_000
+MAX_EVIDENCE = 20  # paragraphs a submit may cite (tools.arguments.SubmitArgs)
 
 
 class SandboxSettings(BaseModel):
@@ -60,6 +70,19 @@ class SandboxSettings(BaseModel):
     # at most 1 TiB (MAX_MEMORY_BYTES): beyond that, no limit the kernel can set
     memory_mb: int = Field(2_048, ge=64, le=MAX_MEMORY_BYTES // MIB, description="Memory an action may add, in MiB.")
     output_chars: int = Field(20_000, ge=100, le=MAX_OUTPUT_CHARS, description="Printed characters per action.")
+    record_kb: int = Field(
+        1_024,
+        ge=64,
+        le=MAX_RECORD_KB,
+        description="Tool-call records one action may add to its trajectory, in KiB as sent (arguments, errors, kept results): "
+        "a call past it is not run and the action is cut (records).",
+    )
+    episode_record_kb: int = Field(
+        16_384,
+        ge=64,
+        le=MAX_RECORD_KB,
+        description="Tool-call records one episode may add to its trajectory, in KiB as sent: past it, as past an action's (episode_records).",
+    )
 
 
 _DEFAULT = SandboxSettings()
@@ -73,7 +96,12 @@ class Limits:
     - ``wall_seconds`` (``wall_clock``): the action's wall time, the worker's and the host's work for it;
     - ``cpu_seconds`` (``cpu_time``): the action's CPU time, the worker's plus the host's serving its calls;
     - ``host_seconds`` (``host_time``): the host's own wall time in one action (reading its frames, serving its calls);
-    - ``tool_calls``, ``output_chars``, ``memory_bytes``: what their names say."""
+    - ``record_bytes`` (``records``) and ``episode_record_bytes`` (``episode_records``): the bytes of
+      tool-call records (arguments, errors, kept results, as ``tools.wire`` sends them) one action and
+      one episode may add; a call whose record would not fit is not run, and the action is cut;
+    - ``tool_calls``, ``output_chars``, ``memory_bytes``: what their names say.
+
+    What the host sends the policy's process for one action is bounded by them (``reply_cap``)."""
 
     wall_seconds: float = _DEFAULT.wall_seconds
     cpu_seconds: float = _DEFAULT.cpu_seconds
@@ -81,11 +109,14 @@ class Limits:
     memory_bytes: int = _DEFAULT.memory_mb * MIB
     output_chars: int = _DEFAULT.output_chars
     allowed_modules: tuple[str, ...] = DEFAULT_MODULES
+    record_bytes: int = _DEFAULT.record_kb * KIB
+    episode_record_bytes: int = _DEFAULT.episode_record_kb * KIB
     episode_cpu_seconds: int = 600
     tool_calls: int = 500  # per action: each is recorded, so the trajectory stays bounded
 
     def __post_init__(self) -> None:
-        for name in ("wall_seconds", "cpu_seconds", "host_seconds", "memory_bytes", "output_chars", "episode_cpu_seconds", "tool_calls"):
+        names = ("wall_seconds", "cpu_seconds", "host_seconds", "memory_bytes", "output_chars", "record_bytes", "episode_record_bytes")
+        for name in (*names, "episode_cpu_seconds", "tool_calls"):
             value = getattr(self, name)
             if not (value > 0 and math.isfinite(value)):
                 raise ValueError(f"sandbox limit {name} must be a positive finite number, got {value!r}")
@@ -102,6 +133,8 @@ class Limits:
             host_seconds=settings.host_seconds,
             memory_bytes=settings.memory_mb * MIB,
             output_chars=settings.output_chars,
+            record_bytes=settings.record_kb * KIB,
+            episode_record_bytes=settings.episode_record_kb * KIB,
             allowed_modules=allowed_modules,
         )
 
@@ -110,3 +143,12 @@ class Limits:
         character escaped (12 bytes for an astral one), plus error and traceback."""
         text = 2 * (self.output_chars + 200) + worker.ERROR_CHARS + worker.TRACEBACK_CHARS + 200
         return max(12 * text + (64 << 10), worker.REQUEST_CAP)
+
+    def reply_cap(self, longest_paper_id: int) -> int:
+        """The largest reply the episode host sends the policy's process for one action: its
+        records at their budget (and a comma between two: a record is over 64 bytes);
+        its output, value, error, traceback and outcome at their caps, each character at its widest
+        in a frame; the ids of the paragraphs an outcome cites."""
+        text = 2 * (self.output_chars + 200) + worker.ERROR_CHARS + worker.TRACEBACK_CHARS + OUTCOME_CHARS + 400
+        evidence = MAX_EVIDENCE * (WIRE_BYTES_PER_CHAR * longest_paper_id + 200)
+        return self.record_bytes + self.record_bytes // 64 + WIRE_BYTES_PER_CHAR * text + evidence + (64 << 10)

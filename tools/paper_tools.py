@@ -9,8 +9,10 @@ model can act on ("no paper 'x'; did you mean ...?").
 
 Every call's host cost is bounded whatever its arguments: quotes are found through the index's
 normalised text (at most ``QUOTE_SCANS`` whole-corpus scans per submit), "did you mean" under a
-work cap, regular expressions by program size times text, sentence indexes by a per-process LRU
-(each episode's host process has its own, so one episode's extracts tell another nothing).
+work cap, regular expressions by program size times text, sentence indexes by a per-process LRU.
+An episode host serves one episode after another: every cache of its process is returned to a fresh
+host's state between two episodes (``tools.process_caches``), so one episode's calls tell the next
+nothing by their timing.
 
 What a research call showed of the papers is recorded as data while its result is written
 (``_Layout``; ``tools.records.Shown``): the paragraphs it showed and where each piece of paper
@@ -46,6 +48,7 @@ import scipy.sparse
 
 from corpus import BM25, BM25Index, Corpus, Paper, tokenize
 from corpus.index import quote_form
+from tools import wire
 from tools.arguments import AbstainArgs, Arguments, ExtractArgs, ReadArgs, SearchArgs, SubmitArgs, validate
 from tools.errors import ToolError
 from tools.records import Evidence, Outcome, Returned, Shown, ToolCallRecord
@@ -114,7 +117,7 @@ REGEX_MEMORY = 1 << 20  # RE2's budget for one compiled pattern (its default, 8 
 # RE2 program instructions x bytes of sentences one regex extract may scan: where its DFA gives up,
 # its NFA costs ~1-3 ns per instruction and byte, so this bounds a call to ~0.15 s whatever the pattern.
 REGEX_WORK = 50_000_000
-# Sentence indexes (extract) kept per process, shared by its episodes, least recently used first out.
+# Sentence indexes (extract) kept per process, least recently used first out (emptied between episodes).
 SENTENCE_INDEX_PAPERS = 128
 SENTENCE_INDEX_CHARS = 8_000_000
 # Whole-corpus scans one submit may spend on quotes with no uncommon word to look them up by
@@ -132,6 +135,14 @@ ACTION_RETURNED_CHARS = 100_000
 # The fields of a search and of an extract hit that hold paper text (not the paper id, which is ours,
 # nor the numbers): what their records count as shown text.
 HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("section_name", "sentence")}
+# Every record is also charged, in bytes as tools.wire sends it, to the action's budget for records
+# (tools.limits: record_bytes, and what is left of episode_record_bytes). A call runs only when its
+# arguments and RECORD_RESERVE fit in what is left: its kept result gets what the reserve leaves (and
+# kept results at most half the budget, so that they cannot crowd out later calls), and its error (cut
+# to RECORD_ERROR_CHARS) and the record's other fields take at most half the reserve, so a refused
+# call's record always fits too, and an action's records never pass its budget.
+RECORD_RESERVE = 16 << 10
+RECORD_ERROR_CHARS = 1_000
 
 
 def shown(value: Any, limit: int = 60) -> str:
@@ -153,12 +164,13 @@ def for_record(arguments: dict) -> dict:
     }
 
 
-def returned_record(result: Any, budget_left: int, shown: Shown | None = None) -> Returned:
+def returned_record(result: Any, budget_left: int, shown: Shown | None = None, bytes_left: int | None = None) -> Returned:
     """A tool's result rendered once (a str as it is, anything else as JSON) and bounded: cut to
     RETURNED_CHARS, then only its length and sha256 when it does not fit in ``budget_left``, what
-    is left of the action's budget. Each cut says what it left out. ``shown`` (research calls: what
-    the rendering showed, ``_Layout``) is kept with the text: its pieces within what the cut kept,
-    and its size charged to the budget with the text's."""
+    is left of the action's budget of kept characters, or in ``bytes_left``, what its record may
+    still take of the action's budget for records. Each cut says what it left out. ``shown``
+    (research calls: what the rendering showed, ``_Layout``) is kept with the text: its pieces
+    within what the cut kept, and its size charged to both budgets with the text's."""
     text = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
     chars, sha256 = len(text), hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     cut = None
@@ -174,6 +186,14 @@ def returned_record(result: Any, budget_left: int, shown: Shown | None = None) -
             chars=chars,
             sha256=sha256,
             cut=f"not kept: {said}, over the {budget_left:,} left of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
+        )
+    if bytes_left is not None and (size := wire.size(text) + (0 if shown is None else wire.size(shown.model_dump()))) > bytes_left:
+        return Returned(
+            text=None,
+            chars=chars,
+            sha256=sha256,
+            cut=f"not kept: {size:,} bytes, over the {max(bytes_left, 0):,} its record may still spend of the action's budget "
+            f"for tool-call records",
         )
     return Returned(text=text, chars=chars, sha256=sha256, cut=cut, shown=shown)
 
@@ -191,6 +211,22 @@ class Rendered:
     value: Any
     text: str
     shown: Shown
+
+
+class RecordsFull(Exception):
+    """A call whose record would pass what is left of the budget for records: recorded as not run,
+    and the action is cut. ``limit`` names the budget (``records``: the action's; ``episode_records``)."""
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(limit)
+        self.limit = limit
+
+
+def _recorded_error(text: str) -> str:
+    """An error as its call record keeps it (the action is shown it whole)."""
+    if len(text) <= RECORD_ERROR_CHARS:
+        return text
+    return text[:RECORD_ERROR_CHARS] + f"... [{len(text) - RECORD_ERROR_CHARS} characters not recorded]"
 
 
 def _cut_strings(value: Any) -> Any:
@@ -216,6 +252,10 @@ class PaperTools:
         self.calls: list[ToolCallRecord] = []
         self.outcome: Outcome | None = None
         self._returned_left = ACTION_RETURNED_CHARS  # of this action's budget for kept results
+        self._record_left: int | None = None  # bytes of records this action may still add (None: no budget)
+        self._results_left: int | None = None  # of them, bytes its kept results may still take
+        self._records_limit = "records"  # the budget that binds: the action's, or what is left of the episode's
+        self.record_bytes = 0  # bytes of records this action added, as tools.wire sends them
 
     # -- the functions the policy sees ------------------------------------------------------------
 
@@ -237,19 +277,24 @@ class PaperTools:
         tool = TOOLS_BY_NAME.get(name)
         if tool is None:
             raise ToolError(f"no tool {name!r}; the tools are {', '.join(TOOLS_BY_NAME)}")
+        self._admit(name)
         started = time.perf_counter()
         record = ToolCallRecord(name=name, arguments={}, seconds=0.0)
+        room: int | None = None
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
+            room = self._room(record)
             result = getattr(self, f"_{name}")(parsed)
             if isinstance(result, Rendered):  # a research call: its rendering and what it showed, written together
-                record.returned = self._kept(result.text, result.shown)
+                record.returned = self._kept(result.text, room, result.shown)
                 return result.value
-            record.returned = self._kept(result)
+            record.returned = self._kept(result, room)
             return result
         except ToolError as error:
-            record.error = str(error)
+            record.error = _recorded_error(str(error))
+            raise
+        except RecordsFull:
             raise
         except Exception as error:  # a bug of ours: recorded as such, shown to the policy as a tool failure
             record.error = f"internal error: {type(error).__name__}: {error}"[:500]
@@ -258,25 +303,74 @@ class PaperTools:
             ) from None
         finally:
             record.seconds = time.perf_counter() - started
-            self.calls.append(record)
+            self._append(record)
 
     def refuse(self, name: str, reason: str) -> None:
         """Record a call the host refused before validating it (e.g. arguments over the frame cap)."""
-        self.calls.append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=reason))
+        self._admit(name)
+        self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=_recorded_error(reason)))
 
-    def start_action(self) -> None:
-        """A new action begins: its calls' results get the whole per-action budget again. The
-        sandbox calls this before each action; without it the budget is the episode's."""
+    def stopped(self, name: str, reason: str) -> None:
+        """Record a call a budget stopped before the tool recorded it (the action ends with it)."""
+        self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=_recorded_error(reason)))
+
+    def start_action(self, record_bytes: int | None = None, limit: str = "records") -> None:
+        """A new action begins: its calls' results get the whole per-action budget again, and its
+        records ``record_bytes`` (None: no budget; ``limit`` names the budget that sets it). The
+        sandbox calls this before each action; without it the budgets are the episode's."""
         self._returned_left = ACTION_RETURNED_CHARS
+        self._record_left, self._records_limit, self.record_bytes = record_bytes, limit, 0
+        self._results_left = None if record_bytes is None else record_bytes // 2
 
-    def _kept(self, result: Any, shown: Shown | None = None) -> Returned:
-        """``result`` as the call record keeps it, charged to this action's budget: the first result
+    def _room(self, record: ToolCallRecord) -> int | None:
+        """Bytes the call's kept result may take of the records budget (None: no budget). A call
+        whose arguments leave less than the reserve is not run: its record says so, briefly, and
+        RecordsFull cuts the action."""
+        if self._record_left is None:
+            return None
+        arguments = wire.size(record.arguments)
+        room = self._record_left - arguments - RECORD_RESERVE
+        if room < 0:
+            record.arguments = {"arguments_not_recorded": f"{arguments:,} bytes"}
+            record.error = self._full()
+            raise RecordsFull(self._records_limit)
+        assert self._results_left is not None
+        return min(room, self._results_left)
+
+    def _admit(self, name: str) -> None:
+        """Before a call is looked at: when what is left of the budget could not hold its record
+        (whatever it turns out to be: an argument error is a record too), it is not run."""
+        if self._record_left is not None and self._record_left < RECORD_RESERVE:
+            self._append(ToolCallRecord(name=name, arguments={}, seconds=0.0, error=self._full()))
+            raise RecordsFull(self._records_limit)
+
+    def _full(self) -> str:
+        whose = "episode" if self._records_limit == "episode_records" else "action"
+        left = max(self._record_left or 0, 0)
+        return f"not run: its record would pass what is left of the {whose}'s budget for tool-call records ({left:,} bytes)"
+
+    def _append(self, record: ToolCallRecord) -> None:
+        self.calls.append(record)
+        if self._record_left is not None:
+            size = wire.size(record.model_dump())
+            self.record_bytes += size
+            self._record_left -= size
+
+    def _kept(self, result: Any, room: int | None = None, shown: Shown | None = None) -> Returned:
+        """``result`` as the call record keeps it, charged to this action's budgets: the first result
         that does not fit spends it, so every later one keeps only its length and sha256 too."""
-        returned = returned_record(result, self._returned_left, shown)
+        returned = returned_record(result, self._returned_left, shown, room)
         if returned.text is None:
             self._returned_left = 0
         else:
             self._returned_left -= len(returned.text) + record_chars(returned.shown)
+        if self._results_left is not None:
+            kept = (
+                0
+                if returned.text is None
+                else wire.size(returned.text) + (0 if returned.shown is None else wire.size(returned.shown.model_dump()))
+            )
+            self._results_left = self._results_left - kept if returned.text is not None else 0
         return returned
 
     def _search(self, args: SearchArgs) -> Rendered:
@@ -408,7 +502,7 @@ class PaperTools:
         raise ToolError(f"no section {section!r} in {paper.id!r}; read({paper.id!r}) lists its sections")
 
     def _sentences_of(self, paper: Paper) -> SentenceIndex:
-        """The paper's sentence index, from the process's bounded cache (shared by its episodes)."""
+        """The paper's sentence index, from the process's bounded cache (emptied between episodes)."""
         return SENTENCE_INDEXES.get(paper)
 
     def _evidence(self, position: int, item: Any, quote_bytes_left: int) -> tuple[dict, int]:
@@ -508,9 +602,10 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 class SentenceIndexCache:
     """Sentence indexes of the papers used last, at most ``max_papers`` of them holding at most
-    ``max_chars`` characters of sentences (one paper larger than that is kept alone). Shared by
-    every episode in a process, so an action that extracts from every paper costs one build per
-    paper and leaves the cache no larger; safe to use from several threads."""
+    ``max_chars`` characters of sentences (one paper larger than that is kept alone). Shared by the
+    calls of a process, so an action that extracts from every paper costs one build per paper and
+    leaves the cache no larger; emptied when an episode host is reset for another episode
+    (``tools.process_caches``); safe to use from several threads."""
 
     def __init__(self, max_papers: int, max_chars: int) -> None:
         self.max_papers = max_papers
@@ -554,7 +649,10 @@ def _regex(query: str) -> re2._Regexp:
     options.case_sensitive = False
     options.max_mem = REGEX_MEMORY  # bounds compile time too: a huge program is refused, not built
     try:
-        return re2.compile(_encodable(query), options)
+        # The class, not re2.compile: that keeps the last 128 patterns in a cache of the process, which
+        # would hold up to 128 x REGEX_MEMORY and tell the next episode on this host, by how fast its
+        # own patterns compile, which patterns an earlier one asked for.
+        return re2._Regexp(_encodable(query), options)
     except re2.error as error:
         detail = error.args[0].decode() if error.args and isinstance(error.args[0], bytes) else str(error)
         hint = "make it smaller" if "too large" in detail else "RE2 has no backreferences or lookaround"

@@ -43,10 +43,15 @@ The layers
    (RLIMIT_CPU, set once), address space (RLIMIT_AS: allocations past it fail with MemoryError,
    the action's own error; a worker that cannot allocate for itself exits, and the host records
    ``memory`` when the kernel's peak resident size backs that), printed output (cut and recorded
-   as ``output``), tool calls per action (``tool_calls``), frame sizes, and deadlines on both
-   directions of the channel. Each tool bounds its own cost whatever its arguments. After any
-   breach the worker is replaced and the result says the variables were lost. Every action's
-   result records ``worker_cpu_seconds``, ``host_cpu_seconds`` and ``host_seconds``.
+   as ``output``), tool calls per action (``tool_calls``), the bytes of tool-call records an action
+   and an episode may add (``records``, ``episode_records``: a call whose record would not fit is
+   not run), frame sizes, and deadlines on both directions of the channel. Each tool bounds its own
+   cost whatever its arguments. What the host sends this process for an action is bounded by those
+   limits (``Limits.reply_cap``, checked before it is read), and its encoding there and its reading
+   here are the action's work: the action's wall time runs until its reply is decoded here, and
+   the CPU this process spends on it counts in the action's CPU budget. After any breach the worker
+   is replaced and the result says the variables were lost. Every action's result records
+   ``worker_cpu_seconds``, ``host_cpu_seconds``, ``host_seconds`` and ``reply_cpu_seconds``.
 5. **Episodes apart in time**: each episode's actions run and its tools are served in a process of
    its own (``tools.episode_host``, forked from a server that holds the corpus and index), so
    one episode's tool work holds no lock, clock or queue that another episode in flight needs;
@@ -87,7 +92,7 @@ from typing import Any
 
 from corpus import BM25Index, Corpus
 from tools import wire, worker
-from tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, limits_json
+from tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, limits_json, with_text
 from tools.limits import MAX_MEMORY_BYTES, Limits
 from tools.modules import DEFAULT_MODULES, VETTED_MODULES
 from tools.paper_tools import TOOLS
@@ -247,11 +252,14 @@ class Sandbox:
             raise SandboxError(f"the episode's host process stopped answering ({type(error).__name__})") from None
 
     def _ask_host(self, frame: dict) -> dict:
+        """Send ``frame`` and read the host's reply, which may be no larger than an action's
+        (``Limits.reply_cap``): what the host sends this process is bounded by the limits, so no
+        episode can make it hold or decode more."""
         self._tell_host(frame)
         deadline = time.monotonic() + self.limits.wall_seconds + HOST_ANSWER_SECONDS
         assert self._host is not None
         try:
-            return self._host.receive(1 << 40, deadline)
+            return self._host.receive(self.limits.reply_cap(longest_paper_id(self.corpus)), deadline)
         except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed) as error:
             self._end_host()
             raise SandboxError(f"the episode's host process stopped answering ({type(error).__name__})") from None
@@ -309,6 +317,7 @@ class Sandbox:
             )
             result.seconds = time.perf_counter() - started
             return result
+        cpu_started = time.thread_time()  # this process's work for the action: its reply, read and decoded
         reply = self._ask_host(request)
         lost = False
         if reply["op"] == "stale":  # it wrote, or died, between actions: replaced before this one runs
@@ -318,16 +327,29 @@ class Sandbox:
             self.replacements += 1
             lost = True
             self.start()
+            cpu_started = time.thread_time()
             reply = self._ask_host(request)
             if reply["op"] == "stale":  # a fresh worker, dead before its first action: the machine, not the action
                 raise SandboxError("a fresh sandbox worker died before its first action; is the machine out of memory?")
         self.actions += 1
         self._host_tainted = self._host_tainted or reply["tainted"]
         result = ActionResult.from_json(reply["result"])
+        if result.outcome is not None:
+            result.outcome = with_text(result.outcome, self.corpus)
+        spent = reply["spent"]
+        for figure in ("worker_cpu_seconds", "host_cpu_seconds", "host_seconds"):
+            setattr(result, figure, spent[figure])
+        result.reply_cpu_seconds = round(time.thread_time() - cpu_started, 6)
         result.variables_lost = result.variables_lost or lost
-        if reply["limit"] is not None:
-            status = self._end_worker(reply["grace"])
-            result.limit_hit = self._death_reason(status) if reply["limit"] == "crash" else reply["limit"]
+        limit, grace = reply["limit"], reply["grace"]
+        if limit is None:  # its reply, sent, read and decoded, is the action's work too: charged to its budgets
+            if time.monotonic() - spent["started"] > self.limits.wall_seconds:  # both processes read CLOCK_MONOTONIC
+                limit = "wall_clock"
+            elif result.worker_cpu_seconds + result.host_cpu_seconds + result.reply_cpu_seconds > self.limits.cpu_seconds:
+                limit = "cpu_time"
+        if limit is not None:
+            status = self._end_worker(grace)
+            result.limit_hit = self._death_reason(status) if limit == "crash" else limit
             self._replace(result)
         if result.outcome is not None and self.outcome is None:
             self.outcome = result.outcome
@@ -348,6 +370,17 @@ class Sandbox:
         if status.get("exit_code") == worker.EXIT_MEMORY and status.get("max_rss_bytes", 0) >= self.limits.memory_bytes // 2:
             return "memory"
         return "crash"
+
+
+_longest_ids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def longest_paper_id(corpus: Corpus) -> int:
+    """The longest paper id of ``corpus``, in characters (an outcome's cited paragraphs carry their ids)."""
+    longest = _longest_ids.get(corpus)
+    if longest is None:
+        longest = _longest_ids[corpus] = max(map(len, corpus.paper_ids), default=0)
+    return longest
 
 
 def _release_quietly(zygote: Zygote, pid: int, sock: socket.socket | None = None) -> None:

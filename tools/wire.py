@@ -5,7 +5,8 @@ announces a gigabyte costs the host four bytes, not a gigabyte. The host's end n
 read and write waits with ``poll()`` (no 1024-descriptor ceiling) until a deadline, and a watchdog
 may interrupt the wait (the host's CPU clock on the worker).
 
-Tool arguments cross as plain JSON. ``to_wire`` (worker side) copies what an action passes into
+Frames are JSON in UTF-8, characters as themselves (``dumps``): at most 6 bytes a character, so
+the bounds set in characters hold in bytes. Tool arguments cross as plain JSON. ``to_wire`` (worker side) copies what an action passes into
 plain data and replaces what cannot cross (a function, a non-string key, a structure too deep or
 too large) by a small marker, so that the *host* still sees the call, records it and refuses it
 with its own message. Only the standard library is imported here: the worker uses this module.
@@ -49,9 +50,42 @@ class FrameMalformed(Exception):
     """Not one JSON object (or JSON nested past the parser's recursion limit)."""
 
 
+def dumps(value: Any) -> bytes:
+    """``value`` as strict JSON in UTF-8, as frames carry it. Characters go as themselves, not as
+    ``\\u`` escapes (ensure_ascii would send an astral character as 12 bytes, not 4, and make every
+    reader undo them): only control characters and lone surrogates are escaped, at 6 bytes each, so a
+    frame is never more than 6 bytes per character of its strings, and always valid UTF-8. A
+    non-finite float raises ValueError here, at the sender's bug."""
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (JSON allows one): its escape, inside the string it is in
+        return LONE_SURROGATE.sub(_escaped, text).encode("utf-8")
+
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # in a str json.dumps made, every surrogate is a lone one
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def size(value: Any) -> int:
+    """How many bytes ``value`` takes in a frame."""
+    return len(dumps(value))
+
+
 def encode(payload: dict) -> bytes:
-    """One frame of strict JSON: a non-finite float raises ValueError here, at the sender's bug."""
-    data = json.dumps(payload, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+    """One frame: its length, then ``payload`` as ``dumps`` writes it."""
+    data = dumps(payload)
+    return HEADER.pack(len(data)) + data
+
+
+def encode_around(envelope: dict, key: str, encoded: bytes) -> bytes:
+    """One frame of ``envelope`` with ``encoded`` (a value ``dumps`` wrote) under ``key``: a large
+    value encoded first, and figures about its encoding added after it."""
+    head = dumps(envelope)
+    data = head[:-1] + (b"," if envelope else b"") + dumps(key) + b":" + encoded + b"}"
     return HEADER.pack(len(data)) + data
 
 

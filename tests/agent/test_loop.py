@@ -80,6 +80,20 @@ def test_format_errors_and_cut_observations_are_recorded(run):
     assert "[observation cut:" in second.observation
 
 
+def test_an_episode_of_floods_keeps_its_records_within_its_budgets_and_says_where_it_cut(run):
+    """Issue 31: 500 calls an action recorded 4.7 MB of arguments, 47 MB an episode, in the trajectory
+    and in memory; now each action's and each episode's records have a budget, in the config."""
+    flood = "q = '\\U0001F600' * 990\nfor i in range(500):\n    try:\n        submit('x' * 1990, evidence=[q] * 7)\n    except ToolError:\n        pass"
+    trajectory = run(Fixed(action(flood)), max_steps=8, record_kb=64, episode_record_kb=200)
+    assert trajectory.config.record_kb == 64 and trajectory.config.episode_record_kb == 200
+    limits = [step.limit_hit for step in trajectory.steps]
+    assert limits[:2] == ["records", "records"] and limits[-1] == "episode_records"
+    for step in trajectory.steps:
+        assert f"Limit hit: {step.limit_hit}." in step.observation and step.tool_calls[-1].error.startswith("not run:")
+    recorded = sum(len(call.model_dump_json().encode()) for step in trajectory.steps for call in step.tool_calls)
+    assert recorded <= 200 * 1024 + 1_000 * len(trajectory.steps)  # past the budget, one short record per action
+
+
 def test_messages_rebuild_the_conversation_with_the_tool_page_once(run):
     trajectory = run(make_policy(PolicyConfig(name="scripted")))
     messages = trajectory.messages()

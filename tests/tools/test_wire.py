@@ -33,3 +33,18 @@ def test_what_to_wire_sends_the_host_decodes():
 def test_encode_refuses_what_decode_would():
     with pytest.raises(ValueError):
         wire.encode({"value": float("inf")})
+
+
+@pytest.mark.parametrize("text", ["\U0001f600" * 100, "\x00\x1f" * 100, "\ud800" * 100, "\udc00\U0001f600\ud83dx" * 50, 'é\u2028"\\' * 100])
+def test_a_frame_is_valid_utf_8_and_at_most_6_bytes_a_character(text):
+    """Astral characters go as their 4 UTF-8 bytes, not as 12 bytes of escapes; lone surrogates and
+    control characters as 6-byte escapes; a lone surrogate is read back as U+FFFD, as ever."""
+    frame = wire.encode({"s": text})
+    body = frame[wire.HEADER.size :]
+    body.decode("utf-8")  # strict
+    assert len(body) - len('{"s":""}') <= 6 * len(text)
+    assert wire.size({"s": text}) == len(body)
+    expected = "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    assert wire.decode(body)["s"] == expected
+    if text.startswith("\U0001f600"):
+        assert len(body) - len('{"s":""}') == 4 * len(text)
