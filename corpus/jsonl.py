@@ -97,7 +97,7 @@ def read_bytes(path: Path, what: str, inside: Path | None = None) -> bytes:
     """A file's bytes (``corpus.files``: a regular file, bounded, not out of ``inside`` by a link,
     not binary); FileNotFoundError is the caller's to name, other problems are one line."""
     try:
-        data = files.read_bytes(path, limit=files.DATA_BYTES, inside=inside, what=f"{what} file (.jsonl)")
+        data = files.read_bytes(path, limit=files.DATA_BYTES, inside=inside, what=what)
         files.refuse_binary(data, path)
     except files.FileRefused as error:
         raise JsonLinesError(str(error)) from None

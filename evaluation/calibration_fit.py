@@ -185,7 +185,7 @@ def file_sha256(path: Path) -> str:
     """The SHA-256 of one of a run's files (``corpus.files.sha256``: a regular file of the run's
     directory, never a link out of it, a FIFO or a device); anything else is one line."""
     try:
-        return files.sha256(path, inside=path.parent, what="run file")
+        return files.sha256(path, inside=path.parent, what="run")
     except files.FileRefused as error:
         raise EvaluationError(str(error)) from None
 

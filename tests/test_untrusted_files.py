@@ -247,3 +247,15 @@ def test_a_calibration_file_nested_too_deep_or_with_a_huge_number_is_one_line(ru
     calibration = tmp_path / "calibration.json"
     calibration.write_text('{"format": 1,\n "temperature": ' + value + "}")
     one_line(run_cli("calibrate", "apply", str(run_copy), "--calibration", str(calibration)), "calibration.json")
+
+
+@pytest.mark.parametrize("broken", ["fifo", "empty", "invalid-report"])
+def test_train_dry_run_reads_a_dataset_directory_safely(tmp_path, broken):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "build_report.json").write_text('{"x": [' if broken == "invalid-report" else "{}")
+    (data / "train.jsonl").write_text("")
+    if broken == "fifo":
+        replace_with(data / "train.jsonl", "fifo", tmp_path)
+    done = bounded_cli("train", "--data", str(data), "--dry-run")
+    one_line(done, "train.jsonl" if broken == "fifo" else "build_report.json")  # empty: no examples is no traceback
