@@ -20,9 +20,9 @@ from tools.modules import DEFAULT_MODULES, VETTED_MODULES
 
 def read_action(path: Path) -> str:
     """The action text of a file (``-`` is standard input), or one clear line saying why not."""
-    if str(path) == "-":
-        return sys.stdin.read()
     try:
+        if str(path) == "-":
+            return files.read_stream(sys.stdin, limit=files.TEXT_BYTES, what="action")
         return files.read_text(path, limit=files.TEXT_BYTES, what="action (.py)")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such action file") from None

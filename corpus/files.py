@@ -84,7 +84,7 @@ def read_bytes(path: PathLike, *, limit: int, inside: PathLike | None = None, wh
     path = Path(path)
     with _opened(path, inside, what) as (fd, size):
         if size > limit:
-            raise _too_large(path, size, limit, what)
+            raise _too_large(path, limit, what, size)
         chunks, total = [], 0
         while total <= limit:  # one read as the size says; more only if the file holds more than it said
             chunk = os.read(fd, min(max(size - total, 0) + READ_BLOCK, limit + 1 - total))
@@ -93,7 +93,7 @@ def read_bytes(path: PathLike, *, limit: int, inside: PathLike | None = None, wh
             chunks.append(chunk)
             total += len(chunk)
         if total > limit:
-            raise _too_large(path, total, limit, what)
+            raise _too_large(path, limit, what)
         return b"".join(chunks)
 
 
@@ -109,9 +109,19 @@ def open_regular(path: PathLike, *, limit: int, inside: PathLike | None = None, 
     path = Path(path)
     with _opened(path, inside, what) as (fd, size):
         if size > limit:
-            raise _too_large(path, size, limit, what)
+            raise _too_large(path, limit, what, size)
         with os.fdopen(os.dup(fd), "rb") as handle:
             yield handle
+
+
+def read_stream(stream: IO, *, limit: int, name: str = "<stdin>", what: str = "input") -> str:
+    """The text of a stream (standard input), at most ``limit`` bytes of it, decoded as ``decode``
+    does: ``explorer exec - < /dev/zero`` ends at the bound instead of filling memory."""
+    binary = getattr(stream, "buffer", None)
+    data = binary.read(limit + 1) if binary is not None else stream.read(limit + 1).encode("utf-8", "surrogateescape")
+    if len(data) > limit:
+        raise _too_large(Path(name), limit, what)
+    return decode(data, name)
 
 
 def sha256(path: PathLike, *, inside: PathLike | None = None, what: str = "file") -> str:
@@ -168,8 +178,10 @@ def _kind(mode: int) -> str:
     return next((name for test, name in kinds if test(mode)), "a block device" if stat.S_ISBLK(mode) else "a special file")
 
 
-def _too_large(path: Path, size: int, limit: int, what: str) -> FileRefused:
-    return FileRefused(f"{path}: more than {_size(limit)} (at least {_size(size)}), larger than {a(what)} may be; is it the right file?")
+def _too_large(path: Path, limit: int, what: str, size: int | None = None) -> FileRefused:
+    """``size``: what ``fstat`` said, when it said more than the bound (a stream or a /proc file does not)."""
+    said = f" ({_size(size)})" if size is not None else ""
+    return FileRefused(f"{path}: more than {_size(limit)}{said}, larger than {a(what)} may be; is it the right file?")
 
 
 def _size(count: int) -> str:

@@ -29,16 +29,24 @@ DEEP = "[" * 100_000 + "]" * 100_000
 HUGE = "9" * 5000
 
 
-def bounded_cli(*args: str) -> subprocess.CompletedProcess:
-    """`explorer ARGS` in a fresh process with at most ADDRESS_SPACE of memory and SECONDS of time."""
+def bounded_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """`explorer ARGS` in a fresh process with at most ADDRESS_SPACE of memory and SECONDS of time
+    (``stdin``: a file to read standard input from)."""
 
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE, ADDRESS_SPACE))
 
     try:
-        return subprocess.run(
-            explorer_command(*args), capture_output=True, text=True, env=checkout_environment(), timeout=SECONDS, preexec_fn=limit
-        )
+        with open(stdin or os.devnull, "rb") as source:
+            return subprocess.run(
+                explorer_command(*args),
+                stdin=source,
+                capture_output=True,
+                text=True,
+                env=checkout_environment(),
+                timeout=SECONDS,
+                preexec_fn=limit,
+            )
     except subprocess.TimeoutExpired:
         pytest.fail(f"explorer {' '.join(args)}: still running after {SECONDS} s (blocked on a FIFO?)")
 
@@ -259,3 +267,7 @@ def test_train_dry_run_reads_a_dataset_directory_safely(tmp_path, broken):
         replace_with(data / "train.jsonl", "fifo", tmp_path)
     done = bounded_cli("train", "--data", str(data), "--dry-run")
     one_line(done, "train.jsonl" if broken == "fifo" else "build_report.json")  # empty: no examples is no traceback
+
+
+def test_exec_reads_a_bounded_action_from_standard_input():
+    one_line(bounded_cli("exec", "-", stdin="/dev/zero"), "<stdin>", "more than 64 MiB")
