@@ -17,6 +17,10 @@ What is protected:
   after the final newline; ``repair`` cuts it off, logged, before the next append, and a reader of
   a log that may still be written steps around it (``read_numbered``).
 - Whole files (``write_records``, ``write_lines``) appear whole or not at all (``corpus.files.atomic_file``).
+- Files are opened by ``corpus.files``: a regular file, bounded (DATA_BYTES), not binary, not a
+  link out of the directory the user named (``inside``); an append never follows a link. A line
+  of a pydantic record is parsed by pydantic's JSON reader (nesting and numbers bounded), a plain
+  one by ``corpus.files.parse_json``.
 
 What is not: two processes appending to one file at once (each line stays whole under
 ``O_APPEND`` on a local filesystem, but nothing orders them, and a repair may race an append);

@@ -21,7 +21,8 @@ What this module owns:
   ``write_metrics``), each atomically (``corpus.files.atomic_file``): whole or absent after a kill.
 - Reading a finished run (``Run.load``): every file through its pydantic model, every JSON-lines
   file through ``corpus.jsonl`` (bytes split on ``b"\\n"`` only: an answer holding U+2028 stays
-  one line), each problem one ``EvaluationError`` naming the file.
+  one line), each problem one ``EvaluationError`` naming the file. Each file is opened by
+  ``corpus.files`` as a file of the directory: a link out of it, a FIFO or a device is refused.
 
 What it does not: stop two processes writing one directory, or check a run against a corpus
 (``evaluation.run`` and ``evaluation.report_data`` do that, with the corpus in hand).
