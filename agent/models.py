@@ -8,12 +8,12 @@ quantization and the compute dtype for QLoRA), dtype and device; the hf policy a
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import corpus.files as files
 from agent.errors import AgentError
 from agent.renderer import ChatRenderer
 
@@ -21,11 +21,11 @@ QUANTIZATIONS = ("auto", "4bit", "none")
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """A file's SHA-256, read in blocks (``corpus.files.sha256``: a regular file, never a FIFO or a device)."""
+    try:
+        return files.sha256(path)
+    except files.FileRefused as error:
+        raise AgentError(str(error)) from None
 
 
 def file_hashes(directory: Path) -> dict[str, str]:

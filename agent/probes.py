@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import hashlib
 import math
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import corpus.files as files
 from agent.errors import AgentError
 from agent.served import ids_sha256
 from agent.trajectory import ProbeResult
@@ -65,11 +65,13 @@ class ProbeSet:
 def load_probes(path: Path = PROBES_FILE) -> ProbeSet:
     """The probes of ``path``, read at each call (a few hundred bytes; each result records the
     digest of the file it was asked from); a malformed file is one AgentError line."""
-    data = path.read_bytes()
     try:
-        table = tomllib.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-        raise AgentError(f"{path}: not a probes file ({error})") from None
+        data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="probes .toml")
+        table = files.parse_toml(files.decode(data, path), path)
+    except FileNotFoundError:
+        raise AgentError(f"{path}: no such probes file") from None
+    except files.FileRefused as error:
+        raise AgentError(f"{error}; not a probes file") from None
     return ProbeSet({name: _probe(path, name, entry) for name, entry in table.items()}, hashlib.sha256(data).hexdigest(), path)
 
 

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import corpus.files as files
 from agent.chat_template import Piece, TemplateRefused, TemplateSource, placeholder, read_template, render, split_at_placeholders
 from agent.errors import AgentError
 
@@ -151,7 +152,10 @@ class ChatRenderer:
         """``file``: a tokenizer.json; the chat template is read from the same directory."""
         from tokenizers import Tokenizer
 
-        data = file.read_bytes()
+        try:  # a regular file, bounded (corpus.files); links followed: a hub snapshot's files are links to its blobs
+            data = files.read_bytes(file, limit=files.DOCUMENT_BYTES, what="tokenizer.json")
+        except files.FileRefused as error:
+            raise AgentError(str(error)) from None
         try:
             tokenizer = Tokenizer.from_str(data.decode())
         except Exception as error:  # the tokenizers library raises plain Exception on a bad file

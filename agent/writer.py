@@ -10,9 +10,11 @@ U+2028 stays one line); this module says what a line holds (a ``Trajectory``) an
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from agent.errors import AgentError
 from agent.trajectory import Trajectory
+from corpus.files import FileRefused
 from corpus.jsonl import AppendOnlyLines, JsonLinesError, Record, TornLine, read_numbered, repair
 
 __all__ = ["TrajectoryLog", "TornLine", "read_log", "read_trajectories", "read_whole_lines", "repair"]
@@ -22,7 +24,14 @@ WHAT = "trajectory"  # as the reader's errors name a line: "not a trajectory", "
 
 class TrajectoryLog(AppendOnlyLines):
     """``with TrajectoryLog(path) as out: out.append(trajectory)``; ``append_all`` writes several
-    with one fsync (a group commit), ``torn_bytes`` says what the opening repair cut off."""
+    with one fsync (a group commit), ``torn_bytes`` says what the opening repair cut off. A log that
+    is a symbolic link, a FIFO or a device is refused in one AgentError line (``corpus.files``)."""
+
+    def __init__(self, path: Path, **dump: Any) -> None:
+        try:
+            super().__init__(path, **dump)
+        except FileRefused as error:
+            raise AgentError(str(error)) from None
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+import corpus.files as files
 from agent.config import load_config
 from agent.terminal_text import json_visible
 from cli.errors import UsageError
@@ -19,18 +20,14 @@ from tools.modules import DEFAULT_MODULES, VETTED_MODULES
 
 def read_action(path: Path) -> str:
     """The action text of a file (``-`` is standard input), or one clear line saying why not."""
-    if str(path) == "-":
-        return sys.stdin.read()
     try:
-        return path.read_text(encoding="utf-8")
+        if str(path) == "-":
+            return files.read_stream(sys.stdin, limit=files.TEXT_BYTES, what="action")
+        return files.read_text(path, limit=files.TEXT_BYTES, what="action (.py)")
     except FileNotFoundError:
         raise UsageError(f"{path}: no such action file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory; name action files (.py)") from None
-    except UnicodeDecodeError as error:
-        raise UsageError(f"{path}: not UTF-8 (byte {error.start}); save the action as UTF-8") from None
-    except OSError as error:
-        raise UsageError(f"{path}: cannot read ({error.strerror})") from None
+    except files.FileRefused as error:
+        raise UsageError(str(error)) from None
 
 
 def json_line(result: dict, pretty: bool = False) -> str:

@@ -59,8 +59,8 @@ def preregister_command(
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
     """Freeze the corpus and question hashes of a future run, with its pass rule, into a TOML file."""
-    from corpus.atomic import atomic_file
     from corpus.collection import questions_sha256
+    from corpus.files import atomic_file
     from evaluation.prereg import template
 
     if out.exists() and not force:

@@ -34,11 +34,13 @@ from cli.schema_command import schema_command
 from cli.sft_commands import sft_app, train_command
 from cli.usage_errors import OneLineUsageErrors
 from corpus.errors import CorpusError
+from corpus.files import FileRefused
 from evaluation.errors import EvaluationError
 from sft.errors import TrainingError
 
-# Bad input, found by the layer that read it: one line, exit 2.
-INPUT_ERRORS = (UsageError, CorpusError, AgentError, EvaluationError, TrainingError)
+# Bad input, found by the layer that read it: one line, exit 2. FileRefused: a file that is not one
+# to read or write (corpus.files), where no layer put it in words of its own.
+INPUT_ERRORS = (UsageError, CorpusError, AgentError, EvaluationError, TrainingError, FileRefused)
 
 app = typer.Typer(
     name="explorer",

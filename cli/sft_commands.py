@@ -252,9 +252,10 @@ def dry_run_report(config, data: Path | None, card_gib: float) -> None:
     if data is not None and (data / "train.jsonl").exists():
         from sft.dataset import load_examples
 
-        examples = load_examples(data / "train.jsonl")
-        share = max(sum(t.end - t.start for t in e.turns) / len(e.input_ids) for e in examples)
-        note = f"at most {share:.0%} of an example's tokens are trained (from {data})"
+        examples = [e for e in load_examples(data / "train.jsonl") if e.input_ids]
+        if examples:  # none: the typical share stands
+            share = max(sum(t.end - t.start for t in e.turns) / len(e.input_ids) for e in examples)
+            note = f"at most {share:.0%} of an example's tokens are trained (from {data})"
     quantized = config.quantization != "none"
     terms = estimate(
         shape, config.max_length, config.lora_r, config.target_modules, quantized, config.gradient_checkpointing, share, config.batch_size
@@ -271,9 +272,15 @@ def dry_run_report(config, data: Path | None, card_gib: float) -> None:
     speed = tokens_per_second(shape)
     console.print(f"throughput on an L4, estimated: {speed:,.0f} tokens/s (6N FLOPs per token at 30% of 121 TFLOPS)")
     if data is not None and (data / "build_report.json").exists():
+        from pydantic import ValidationError
+
         from sft.dataset import load_report
 
-        tokens = load_report(data).statistics["train"].tokens or 0
+        try:
+            tokens = load_report(data).statistics["train"].tokens or 0
+        except (ValidationError, KeyError) as error:
+            message = error.errors(include_url=False)[0]["msg"] if isinstance(error, ValidationError) else f"no {error} split"
+            raise UsageError(f"{data / 'build_report.json'}: not a build report ({message}); rebuild it with explorer sft build") from None
         console.print(f"one epoch of {tokens:,} tokens: about {tokens / speed / 60:.1f} minutes on an L4")
     fits = terms["total"] <= card_gib * 1e9 / 2**30
     verdict = "fits" if fits else "does NOT fit"

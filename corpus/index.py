@@ -27,9 +27,10 @@ from typing import Literal
 
 import numpy as np
 
-from corpus.atomic import atomic_file
+import corpus.files as files
 from corpus.bm25 import BM25, BM25Params
 from corpus.collection import Corpus
+from corpus.files import atomic_file
 from corpus.schema import Paragraph
 from corpus.tokenize import STOP_WORDS, TOKEN_PATTERN, tokenize
 
@@ -171,7 +172,10 @@ class BM25Index:
         index = cls.build(corpus, params, stopwords)
         try:
             _save(path, header, index.bm25, index.quotes)
-        except OSError as error:  # a read-only cache costs speed, not correctness: say so and go on
+        except (
+            OSError,
+            files.FileRefused,
+        ) as error:  # a read-only cache (or a FIFO where it belongs) costs speed, not correctness: say so and go on
             log.warning("could not write the BM25 index cache %s: %s", path, error)
         return index
 
@@ -302,7 +306,10 @@ def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndar
     if not path.exists():
         return None
     try:
-        with np.load(path, allow_pickle=False) as data:
+        with (
+            files.open_regular(path, limit=files.DATA_BYTES, inside=path.parent, what="BM25 index cache") as handle,
+            np.load(handle, allow_pickle=False) as data,
+        ):
             stored = json.loads(data["header"].tobytes())
             if stored != header:
                 log.info("rebuilding BM25 index: cache %s was built for other content or settings", path)
@@ -311,7 +318,7 @@ def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndar
             vocabulary = {word: i for i, word in enumerate(words.split("\n"))} if words else {}
             arrays = [data[name] for name in _ARRAYS]
             quote_text, quote_starts = data["quote_text"].tobytes(), data["quote_starts"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError) as error:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, files.FileRefused) as error:
         log.warning("rebuilding BM25 index: cache %s is unreadable (%s)", path, error)
         return None
     consistent = len(vocabulary) + 1 == len(arrays[0]) and len(quote_starts) == len(arrays[-1])

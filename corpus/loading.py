@@ -30,6 +30,7 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
+import corpus.files as files
 from corpus.collection import Corpus
 from corpus.errors import CorpusError, LoadWarning, from_validation_error, where
 from corpus.jsonl import every_line
@@ -59,24 +60,16 @@ class _Duplicates:
         return result
 
 
-def _read_text(path: Path) -> tuple[bytes, str]:
-    """The file's bytes without a UTF-8 byte order mark, and its text; one line if it is not UTF-8."""
+def _read_text(path: Path, inside: Path | None = None) -> tuple[bytes, str]:
+    """The file's bytes without a UTF-8 byte order mark, and its text; one line if it is not a
+    regular file (``corpus.files``: bounded, not a link out of ``inside``), not UTF-8, or binary."""
     try:
-        data = path.read_bytes()
+        data = files.read_bytes(path, limit=files.DATA_BYTES, inside=inside, what="corpus")
+        return data.removeprefix(codecs.BOM_UTF8), files.decode(data, path)
     except FileNotFoundError:
         raise CorpusError(f"{path}: no such file; check the path") from None
-    except IsADirectoryError:
-        raise CorpusError(f"{path}: is a directory with no corpus files") from None
-    except OSError as error:
-        raise CorpusError(f"{path}: cannot read ({error.strerror})") from None
-    try:
-        return data.removeprefix(codecs.BOM_UTF8), data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        line = data.count(b"\n", 0, error.start) + 1
-        raise CorpusError(
-            f"{path}:{line}: bytes that are not UTF-8 at offset {error.start} "
-            f"({data[error.start : error.start + 4]!r}); re-encode the file as UTF-8"
-        ) from None
+    except files.FileRefused as error:
+        raise CorpusError(str(error)) from None
 
 
 class _ExtraData(Exception):
@@ -86,7 +79,9 @@ class _ExtraData(Exception):
 def _parse_json(path: Path, text: str, line: int | None = None) -> object:
     duplicates = _Duplicates()
     try:
-        value = json.loads(text, object_pairs_hook=duplicates)
+        value = files.parse_json(text, path, line, object_pairs_hook=duplicates)
+    except files.FileRefused as error:
+        raise CorpusError(str(error)) from None
     except json.JSONDecodeError as error:
         if line is None and error.msg == "Extra data":
             raise _ExtraData from None
@@ -100,9 +95,10 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> object:
     return value
 
 
-def _json_documents(path: Path, expected: str = SUPPORTED) -> Iterator[tuple[int | None, object]]:
-    """(line number or None, parsed value): one value for a JSON file, one per line for JSONL."""
-    data, text = _read_text(path)
+def _json_documents(path: Path, expected: str = SUPPORTED, inside: Path | None = None) -> Iterator[tuple[int | None, object]]:
+    """(line number or None, parsed value): one value for a JSON file, one per line for JSONL.
+    ``inside``: the corpus directory the file was found in (a link out of it is refused)."""
+    data, text = _read_text(path, inside)
     if not text.strip():
         raise CorpusError(f"{path}: the file is empty; expected {expected}")
     if path.suffix != ".jsonl":
@@ -117,9 +113,9 @@ def _json_documents(path: Path, expected: str = SUPPORTED) -> Iterator[tuple[int
         yield line.number, _parse_json(path, line.data.decode("utf-8"), line.number)
 
 
-def _records(path: Path) -> Iterator[tuple[int | None, str | None, object]]:
+def _records(path: Path, inside: Path | None = None) -> Iterator[tuple[int | None, str | None, object]]:
     """(line, paper id if known from the layout, raw record) for every paper in the file."""
-    for line, value in _json_documents(path):
+    for line, value in _json_documents(path, inside=inside):
         if isinstance(value, dict) and line is None and not _is_row(value):
             for paper_id, raw in value.items():
                 yield None, paper_id, raw
@@ -188,12 +184,17 @@ def _from_explorer_record(raw: dict) -> tuple[Paper, list[Question]]:
 
 
 def corpus_files(path: Path) -> list[Path]:
+    """The file named, or a directory's .json and .jsonl files in name order (``corpus.files.files_in``:
+    a FIFO, a device or a link out of the directory under such a name is refused, not passed over)."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.iterdir() if p.suffix.lower() in (".json", ".jsonl") and p.is_file())
-    if not files:
+    try:
+        found = files.files_in(path, (".json", ".jsonl"), what="corpus")
+    except files.FileRefused as error:
+        raise CorpusError(str(error)) from None
+    if not found:
         raise CorpusError(f"{path}: directory holds no .json or .jsonl files; point --corpus at a corpus file")
-    return files
+    return found
 
 
 def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, split_of: dict[str, str] | None = None) -> Corpus:
@@ -213,13 +214,14 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, sp
     all_questions: list[_Placed] = []
     first_seen: dict[str, str] = {}
     stated = dict(split_of or {})
-    files = corpus_files(path)
-    unknown = set(stated) - {str(file.resolve()) for file in files}
+    found = corpus_files(path)
+    inside = path if path.is_dir() else None
+    unknown = set(stated) - {str(file.resolve()) for file in found}
     if unknown:
         raise CorpusError(f"--split-of names {sorted(unknown)[0]}, which is not a file of the corpus {path}")
-    for file in files:
+    for file in found:
         named = split_from_name(file)
-        for line, key, raw in _records(file):
+        for line, key, raw in _records(file, inside):
             paper, paper_questions = _paper_from_record(file, line, key, raw)
             split = stated.get(str(file.resolve())) or paper.split or _row_split(raw) or named
             if split != paper.split:

@@ -21,8 +21,11 @@ import re
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from pydantic import ValidationError
+
+import corpus.files as files
 from corpus.collection import Corpus
-from corpus.errors import CorpusError
+from corpus.errors import CorpusError, from_validation_error
 from corpus.loading import from_parts
 from corpus.schema import Paper, Section
 
@@ -33,52 +36,69 @@ FENCE = re.compile(r"^ {0,3}(```|~~~)")
 FRONT_TITLE = re.compile(r"""^title:[ \t]*(?P<quote>["']?)(?P<title>.*?)(?P=quote)[ \t]*$""")
 
 
-def text_files(paths: Iterable[str | Path]) -> list[Path]:
-    """The files named, and a directory's .txt/.md/.markdown files in name order."""
-    files: list[Path] = []
+def text_files(paths: Iterable[str | Path]) -> list[tuple[Path, Path | None]]:
+    """(file, the directory it was found in or None when named itself): the files named, and a
+    directory's .txt/.md/.markdown files in name order (``corpus.files.files_in``: a FIFO, a device
+    or a link out of the directory under such a name is refused, not passed over)."""
+    found: list[tuple[Path, Path | None]] = []
     for path in map(Path, paths):
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in SUFFIXES)
-            if not found:
+            try:
+                listed = files.files_in(path, SUFFIXES, what="text")
+            except files.FileRefused as error:
+                raise CorpusError(str(error)) from None
+            if not listed:
                 raise CorpusError(f"{path}: directory holds no {', '.join(SUFFIXES)} files; name the papers' text files")
-            files.extend(found)
-        elif path.is_file():
-            files.append(path)
+            found.extend((file, path) for file in listed)
+        elif path.exists():
+            found.append((path, None))  # named itself: a FIFO or device is refused when it is read
         else:
             raise CorpusError(f"{path}: no such file or directory; name text files or a directory of them")
-    if not files:
+    if not found:
         raise CorpusError("no text files named; give files or a directory of .txt/.md files")
-    return files
+    return found
 
 
 def papers_from_text(paths: Iterable[str | Path]) -> Corpus:
     """A corpus of bare papers (no questions, no split), one per file, checked as a loaded file is."""
-    files = text_files(paths)
+    found = text_files(paths)
     seen: dict[str, Path] = {}
     papers = []
-    for file in files:
-        paper = paper_from_text(file.stem, _read(file), file)
+    for file, inside in found:
+        paper = paper_from_text(file.stem, _read(file, inside), file)
         if paper.id in seen:
             raise CorpusError(f"{file}: paper id {paper.id!r} is also {seen[paper.id]}'s (ids are file names); rename one")
         seen[paper.id] = file
         papers.append(paper)
     corpus = from_parts(papers, [], source="text files")
-    return Corpus(papers=corpus.papers, sources=tuple(str(file) for file in files))
+    return Corpus(papers=corpus.papers, sources=tuple(str(file) for file, _ in found))
 
 
-def _read(file: Path) -> str:
+def _read(file: Path, inside: Path | None) -> str:
+    """The file's text (``corpus.files``: a regular file, bounded, UTF-8 without NUL), newlines made ``\\n``."""
     try:
-        data = file.read_bytes()
-    except OSError as error:
-        raise CorpusError(f"{file}: cannot read ({error.strerror})") from None
-    try:
-        return data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
-    except UnicodeDecodeError as error:
-        raise CorpusError(f"{file}: bytes that are not UTF-8 at offset {error.start}; re-encode the file as UTF-8") from None
+        text = files.read_text(file, limit=files.TEXT_BYTES, inside=inside, what="text")
+    except FileNotFoundError:
+        raise CorpusError(f"{file}: no such file; name text files or a directory of them") from None
+    except files.FileRefused as error:
+        raise CorpusError(str(error)) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def paper_from_text(paper_id: str, text: str, file: Path | str = "<text>") -> Paper:
-    """One paper from one file's text (the rules in this module's docstring)."""
+    """One paper from one file's text (the rules in this module's docstring); a paper the schema
+    refuses (an id with a control character, from the file's name) is one CorpusError line."""
+    try:
+        return _paper(paper_id, text, file)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        if tuple(first["loc"]) == ("id",):
+            reason = first["msg"].removeprefix("Value error, ")
+            raise CorpusError(f"{file}: the file's name gives the paper's id, and {reason}; rename the file") from None
+        raise from_validation_error(error, str(file)) from None
+
+
+def _paper(paper_id: str, text: str, file: Path | str) -> Paper:
     if not paper_id:
         raise CorpusError(f"{file}: a file name gives the paper's id; this one gives none")
     lines = text.split("\n")

@@ -32,9 +32,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from corpus.atomic import atomic_file
 from corpus.collection import Corpus
 from corpus.errors import CorpusError, LoadWarning, format_location
+from corpus.files import atomic_file
 from corpus.schema import FIGURE_EVIDENCE_PREFIX, Paper
 
 PLACEHOLDER = "<<FILL IN"

@@ -1,6 +1,6 @@
 """Write corpora as our JSONL (one paper and its questions per line), or as QASPER v0.3 JSON.
 
-Files appear whole or not at all (``corpus.atomic``): an interrupted export never leaves half a
+Files appear whole or not at all (``corpus.files.atomic_file``): an interrupted export never leaves half a
 corpus behind.
 
 An export keeps the hashes (``corpus_sha256``, ``questions_sha256``) when it can, and
@@ -19,9 +19,9 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
-from corpus.atomic import atomic_file
 from corpus.collection import Corpus
 from corpus.errors import CorpusError
+from corpus.files import atomic_file
 from corpus.loading import SCHEMA_VERSION, load
 from corpus.qasper import to_qasper_v03
 from corpus.schema import Question

@@ -51,7 +51,8 @@ from typing import Final, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from corpus.atomic import atomic_file
+import corpus.files as files
+from corpus.files import atomic_file
 from evaluation.calibration import (
     DEFAULT_BINS,
     TEMPERATURE_BOUNDS,
@@ -156,11 +157,15 @@ def write_calibration(content: dict, out: Path) -> CalibrationFile:
 def load_calibration(path: Path) -> CalibrationFile:
     """A calibration file whose hash matches its contents; anything else is one line."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = files.parse_json(files.read_text(path, limit=files.DOCUMENT_BYTES, what="calibration"), path)
     except FileNotFoundError:
         raise EvaluationError(f"{path}: no such calibration file (explorer calibrate fit writes one)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise EvaluationError(f"{path}: not a calibration file ({error})") from None
+    except files.FileRefused as error:
+        raise EvaluationError(str(error)) from None
+    except json.JSONDecodeError as error:
+        raise EvaluationError(
+            f"{path}:{error.lineno}: not a calibration file (not valid JSON: {error.msg} at column {error.colno})"
+        ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("sha256"), str):
         raise EvaluationError(f"{path}: not a calibration file of explorer calibrate fit (format {FORMAT})")
     recorded = data.pop("sha256")
@@ -177,11 +182,12 @@ def load_calibration(path: Path) -> CalibrationFile:
 
 
 def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 of one of a run's files (``corpus.files.sha256``: a regular file of the run's
+    directory, never a link out of it, a FIFO or a device); anything else is one line."""
+    try:
+        return files.sha256(path, inside=path.parent, what="run")
+    except files.FileRefused as error:
+        raise EvaluationError(str(error)) from None
 
 
 # -- fitting ------------------------------------------------------------------------------------

@@ -33,8 +33,8 @@ from pydantic import BaseModel, ConfigDict
 from agent.config import dotted
 from agent.manifest import RecordedEvalConfig, RunManifest, acting_settings
 from agent.trajectory import Hashes
-from corpus.atomic import atomic_file
 from corpus.collection import questions_sha256
+from corpus.files import atomic_file
 from corpus.splits import parse_shard, shard_of
 from evaluation.errors import EvaluationError
 from evaluation.run_directory import (

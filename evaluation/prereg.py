@@ -31,13 +31,13 @@ apply`` with that file (eval lists it under ``pending``).
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import corpus.files as files
 from evaluation.errors import EvaluationError
 from evaluation.records import AbstentionTable, PreregistrationResult
 from evaluation.stats import abstention_fisher
@@ -94,13 +94,11 @@ class Preregistration(Strict):
 
 def load(path: Path) -> Preregistration:
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        data = files.parse_toml(files.read_text(path, limit=files.DOCUMENT_BYTES, what="preregistration .toml"), path)
     except FileNotFoundError:
         raise EvaluationError(f"{path}: no such preregistration file") from None
-    except IsADirectoryError:
-        raise EvaluationError(f"{path}: is a directory; name the preregistration .toml file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise EvaluationError(f"{path}: not valid TOML ({error})") from None
+    except files.FileRefused as error:
+        raise EvaluationError(str(error)) from None
     try:
         prereg = Preregistration.model_validate(data)
     except ValidationError as error:
@@ -139,8 +137,9 @@ def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, Abstent
     assert prereg.comparison is not None
     other_dir = (path.parent / prereg.comparison.run).resolve()  # absolute as preregister writes it; older files: beside the TOML
     try:
-        return other_dir, AbstentionTable.model_validate(json.loads((other_dir / "metrics.json").read_text())["abstention"])
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValidationError):
+        metrics = files.read_bytes(other_dir / "metrics.json", limit=files.DOCUMENT_BYTES, inside=other_dir, what="run metrics")
+        return other_dir, AbstentionTable.model_validate(files.parse_json(metrics, other_dir / "metrics.json")["abstention"])
+    except (OSError, ValueError, KeyError, TypeError, ValidationError, files.FileRefused):  # ValueError: invalid JSON, not UTF-8
         raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
 
 

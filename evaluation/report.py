@@ -179,7 +179,7 @@ def replay_section(drift: ReplayDrift | None) -> str:
 
 
 def write_html(text: str, out: Path) -> Path:
-    from corpus.atomic import atomic_file
+    from corpus.files import atomic_file
 
     with atomic_file(out) as handle:
         handle.write(text)

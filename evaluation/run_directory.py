@@ -18,10 +18,11 @@ What this module owns:
   ``improve`` run or round, an exported dataset. A command given the wrong kind names what it
   got and the command that takes it, instead of advising one that cannot help.
 - Writing the files a run rewrites whole (``write_manifest``, ``drop_superseded_errors``,
-  ``write_metrics``), each atomically (``corpus.atomic``): whole or absent after a kill.
+  ``write_metrics``), each atomically (``corpus.files.atomic_file``): whole or absent after a kill.
 - Reading a finished run (``Run.load``): every file through its pydantic model, every JSON-lines
   file through ``corpus.jsonl`` (bytes split on ``b"\\n"`` only: an answer holding U+2028 stays
-  one line), each problem one ``EvaluationError`` naming the file.
+  one line), each problem one ``EvaluationError`` naming the file. Each file is opened by
+  ``corpus.files`` as a file of the directory: a link out of it, a FIFO or a device is refused.
 
 What it does not: stop two processes writing one directory, or check a run against a corpus
 (``evaluation.run`` and ``evaluation.report_data`` do that, with the corpus in hand).
@@ -39,11 +40,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+import corpus.files as files
 from agent.environment import git_commit, hardware, versions
 from agent.manifest import RecordedEvalConfig, RunManifest, acting_settings, stranger
 from agent.trajectory import Trajectory
-from corpus.atomic import atomic_file
 from corpus.collection import Corpus
+from corpus.files import atomic_file
 from corpus.index import BM25Index
 from corpus.jsonl import JsonLinesError, Record, TornLine, read_numbered, read_records, write_lines
 from evaluation.errors import EvaluationError
@@ -192,12 +194,7 @@ def read_manifest(directory: Path, advice: str = "start a new run with another -
     valid). A missing one raises FileNotFoundError: only the caller knows what its absence means
     (nothing to resume, not a shard, not a run)."""
     path = directory / MANIFEST
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as error:
-        raise EvaluationError(f"{path}: cannot be read ({error.strerror})") from None
+    data = read_file(directory, MANIFEST, "run manifest")
     try:
         return RunManifest.model_validate_json(data)
     except ValidationError as error:
@@ -210,8 +207,17 @@ def read_log(directory: Path) -> tuple[list[Record[Trajectory]], TornLine | None
     """Every whole line of the run's log (each with its bytes as written) and its torn last line,
     if a kill left one; a missing log raises FileNotFoundError."""
     try:
-        return read_numbered(directory / TRAJECTORIES, Trajectory, what="trajectory")
+        return read_numbered(directory / TRAJECTORIES, Trajectory, what="trajectory", inside=directory)
     except JsonLinesError as error:
+        raise EvaluationError(str(error)) from None
+
+
+def read_file(directory: Path, name: str, what: str) -> bytes:
+    """The bytes of one of the run's JSON files (``corpus.files``: a regular file of the directory,
+    not a link out of it, bounded); a missing one raises FileNotFoundError, anything else is one line."""
+    try:
+        return files.read_bytes(directory / name, limit=files.DOCUMENT_BYTES, inside=directory, what=what)
+    except files.FileRefused as error:
         raise EvaluationError(str(error)) from None
 
 
@@ -248,8 +254,8 @@ class Run:
         manifest = read_manifest(directory, "it was written by another version of explorer eval")
         finish = f"is the run finished? ({finish_command(directory)} finishes it)"
         try:
-            metrics = RunMetrics.model_validate_json((directory / METRICS).read_bytes())
-            scores = read_records(directory / SCORES, EpisodeScore, what="episode score")  # bytes split on \n only
+            metrics = RunMetrics.model_validate_json(read_file(directory, METRICS, "run metrics"))
+            scores = read_records(directory / SCORES, EpisodeScore, what="episode score", inside=directory)  # bytes split on \n only
         except FileNotFoundError as error:
             raise EvaluationError(f"{directory}: no {Path(error.filename).name}; {finish}") from None
         except (ValidationError, JsonLinesError) as error:

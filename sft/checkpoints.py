@@ -9,14 +9,14 @@ is trained is refused, before the model loads.
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 from pydantic import ValidationError
 
+import corpus.files as files
 from agent.models import file_sha256
-from corpus.atomic import atomic_file
+from corpus.files import atomic_file
 from sft.config import TrainConfig
 from sft.errors import TrainingError
 from sft.records import CheckpointManifest, ValidationRecord
@@ -43,7 +43,15 @@ def newest_complete(out: Path) -> Path | None:
 
 def finished(checkpoint: Path) -> int | None:
     """The checkpoint's step when it is the run's last (its trainer state says so), else None."""
-    state = json.loads((checkpoint / "trainer_state.json").read_text())
+    path = checkpoint / "trainer_state.json"
+    try:
+        state = files.parse_json(files.read_bytes(path, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="trainer state"), path)
+    except (files.FileRefused, ValueError) as error:  # ValueError: invalid JSON, or not UTF-8
+        raise TrainingError(
+            f"{path}: not a trainer state ({str(error).splitlines()[0]}); remove the checkpoint to resume from the one before"
+        ) from None
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int) or not isinstance(state.get("max_steps", 0), int):
+        raise TrainingError(f"{path}: not a trainer state (no global_step); remove the checkpoint to resume from the one before")
     return state["global_step"] if state.get("max_steps") and state["global_step"] >= state["max_steps"] else None
 
 
@@ -63,7 +71,11 @@ def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path | None
 
 def checkpoint_manifest(checkpoint: Path) -> CheckpointManifest:
     try:
-        return CheckpointManifest.model_validate_json((checkpoint / MANIFEST).read_text())
+        return CheckpointManifest.model_validate_json(
+            files.read_bytes(checkpoint / MANIFEST, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="checkpoint manifest")
+        )
+    except files.FileRefused as error:
+        raise TrainingError(f"{error}; remove the checkpoint to resume from the one before") from None
     except ValidationError as error:
         raise TrainingError(
             f"{checkpoint / MANIFEST}: not a checkpoint manifest ({error.errors()[0]['msg']}); "

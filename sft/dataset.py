@@ -17,9 +17,10 @@ from pathlib import Path
 from statistics import fmean
 from typing import NamedTuple
 
+import corpus.files as files
 from agent.renderer import ChatRenderer
 from agent.trajectory import Trajectory, ending_step, is_direct_submit, research_before_end, without_timings
-from corpus.atomic import atomic_file
+from corpus.files import atomic_file
 from corpus.jsonl import JsonLinesError, read_records, write_records
 from corpus.schema import Question
 from evaluation.answers import best_over_references, token_f1
@@ -236,10 +237,16 @@ def load_examples(path: Path) -> list[Example]:
     a bad line is one TrainingError naming file and line. A missing file is FileNotFoundError, for
     the caller to name."""
     try:
-        return read_records(path, Example, what="training example")
+        return read_records(path, Example, what="training example", inside=path.parent)
     except JsonLinesError as error:
         raise TrainingError(f"{error}; rebuild the data with explorer sft build") from None
 
 
 def load_report(data: Path) -> BuildReport:
-    return BuildReport.model_validate_json((data / "build_report.json").read_text())
+    """The dataset's build report; a missing one is FileNotFoundError and an invalid one a
+    ValidationError, for the caller to word; a file that is not one to read is a TrainingError line."""
+    try:
+        data_bytes = files.read_bytes(data / "build_report.json", limit=files.DOCUMENT_BYTES, inside=data, what="build report")
+    except files.FileRefused as error:
+        raise TrainingError(str(error)) from None
+    return BuildReport.model_validate_json(data_bytes)

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+import corpus.files as files
 from agent.models import tokenizer_file
-from corpus.atomic import atomic_file
+from corpus.files import atomic_file
 from sft.build import NothingToTrain, build_dataset
 from sft.config import BuildConfig, TrainConfig
 from sft.errors import TrainingError
@@ -38,6 +39,8 @@ from sft.known_warnings import known_warnings_silenced
 from sft.records import TrainingSummary
 from sft.train import SUMMARY, train
 from sft.validation import shown
+
+M = TypeVar("M", bound=BaseModel)
 
 SETTINGS_FILE = "improve.json"
 
@@ -126,13 +129,14 @@ def _check_out(out: Path, settings: ImproveSettings) -> None:
         raise TrainingError(f"{other.named(out)}, not an explorer improve run; {other.taken_by(out)}; choose another --out")
     recorded = out / SETTINGS_FILE
     if recorded.exists():
-        then = ImproveSettings.model_validate_json(recorded.read_text())
+        then = _read(recorded, ImproveSettings, "improve run's settings", out)
         changed = sorted(k for k, v in settings.model_dump().items() if getattr(then, k) != v)
         if changed:
             raise TrainingError(f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another --out")
         return
     out.mkdir(parents=True, exist_ok=True)
-    recorded.write_text(settings.model_dump_json(indent=2))
+    with atomic_file(recorded) as handle:
+        handle.write(settings.model_dump_json(indent=2))
 
 
 def run_round(
@@ -143,7 +147,7 @@ def run_round(
 
     record_path = directory / "round.json"
     if record_path.exists():
-        return RoundRecord.model_validate_json(record_path.read_text())
+        return _read(record_path, RoundRecord, "round record", directory)
     directory.mkdir(parents=True, exist_ok=True)
     samples = Run.load(_sample(directory / "samples", number, settings, corpus, adapter, reporter))
     successful = sum(1 for score in samples.scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
@@ -263,7 +267,7 @@ def _served(manifest) -> dict:
 def _train(run: Path, data: Path, settings: ImproveSettings, corpus) -> TrainingSummary:
     """The round's training run; one an earlier try left (even with only a checkpoint a kill cut off) is resumed."""
     if (run / SUMMARY).exists():
-        return TrainingSummary.model_validate_json((run / SUMMARY).read_text())
+        return _read(run / SUMMARY, TrainingSummary, "training summary", run)
     config = TrainConfig(
         model=settings.model,
         quantization=settings.quantization,
@@ -279,3 +283,11 @@ def _finish(path: Path, record: RoundRecord) -> RoundRecord:
     with atomic_file(path) as handle:
         handle.write(record.model_dump_json(indent=2))
     return record
+
+
+def _read(path: Path, model: type[M], what: str, directory: Path) -> M:
+    """A record of the run's directory (``corpus.files.read_model``); anything wrong is one TrainingError line."""
+    try:
+        return files.read_model(path, model, what=what, inside=directory)
+    except files.FileRefused as error:
+        raise TrainingError(f"{error}; remove it to run that stage again") from None

@@ -7,10 +7,10 @@ allocator fragmentation); bench/gpu_check.py --train measures the real peak to c
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import corpus.files as files
 from sft.errors import TrainingError
 
 GIB = 2**30
@@ -125,7 +125,11 @@ def model_shape(model: str) -> tuple[Shape, str]:
     published one when offline."""
     local = Path(model) / "config.json"
     if local.exists():
-        return Shape.from_config(json.loads(local.read_text())), str(local)
+        try:
+            config = files.parse_json(files.read_bytes(local, limit=files.DOCUMENT_BYTES, what="model config"), local)
+            return Shape.from_config(config), str(local)
+        except (files.FileRefused, ValueError, KeyError, TypeError, AttributeError) as error:  # ValueError: invalid JSON
+            raise TrainingError(f"{local}: not a model's config.json ({str(error).splitlines()[0]})") from None
     if model == "Qwen/Qwen3-8B":  # the default: no network needed to plan a run
         return Shape.from_config(QWEN3_8B), "Qwen/Qwen3-8B's published config.json (built in)"
     try:

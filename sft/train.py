@@ -35,9 +35,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+import corpus.files as files
 from agent.chat_template import read_template
 from agent.models import file_sha256, load_renderer, tokenizer_file
-from corpus.atomic import atomic_file
+from corpus.files import atomic_file
 from sft.checkpoints import check_resume, finished, newest_complete, resumable_checkpoint
 from sft.config import TrainConfig
 from sft.dataset import load_examples, load_report
@@ -210,7 +211,10 @@ def _train(config: TrainConfig, data: Path, out: Path, corpus, resume: bool, log
         if finished(checkpoint) and (out / SUMMARY).exists():
             if os.environ.get("RANK", "0") == "0":  # under accelerate launch: said once
                 log(f"{out}: training already finished at step {finished(checkpoint)}; nothing to train, its {SUMMARY} is kept")
-            return TrainingSummary.model_validate_json((out / SUMMARY).read_text())
+            try:
+                return files.read_model(out / SUMMARY, TrainingSummary, what="training summary", inside=out)
+            except files.FileRefused as error:
+                raise TrainingError(f"{error}; remove it to train again") from None
     args = training_arguments(config, out, torch.cuda.is_available())  # under accelerate launch: joins the process group
     main = args.process_index == 0
     log = log if main else (lambda *_: None)

@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
+from corpus.files import FileRefused
 from corpus.jsonl import JsonLinesError, append_records, read_records, write_records
 from sft.checkpoints import complete_checkpoint
 from sft.config import TrainConfig
@@ -216,7 +217,10 @@ class Validator:
             self.write(record)
 
     def write(self, record: ValidationRecord) -> None:
-        append_records(self.path, [record])  # a whole line, fsynced; a line torn by a kill is cut off first
+        try:
+            append_records(self.path, [record])  # a whole line, fsynced; a line torn by a kill is cut off first
+        except FileRefused as error:  # a link, a FIFO or a device where the log belongs (corpus.files)
+            raise TrainingError(str(error)) from None
         tf, seen = record.teacher_forced, record.behaviour
         self.log(
             f"validation at step {record.step}: loss {shown(tf.loss_all)}, "
@@ -228,7 +232,7 @@ class Validator:
         if not self.path.exists():
             return []
         try:  # lines split as bytes on \n only (corpus.jsonl)
-            return read_records(self.path, ValidationRecord, what="validation record")
+            return read_records(self.path, ValidationRecord, what="validation record", inside=self.path.parent)
         except JsonLinesError as error:
             raise TrainingError(str(error)) from None
 

@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import string
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+import corpus.files as files
 from agent.errors import AgentError
 
 PROMPTS_FILE = Path(__file__).parent / "prompts" / "memory_reader.toml"
@@ -72,10 +72,12 @@ class ReaderPrompts:
     def load(cls, path: Path = PROMPTS_FILE) -> ReaderPrompts:
         """The prompts in the TOML file at ``path`` (default: the packaged one), every key checked."""
         try:
-            data = path.read_bytes()
-            table = tomllib.loads(data.decode("utf-8"))
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
-            raise AgentError(f"{path}: cannot read the memory reader's prompts ({error})") from None
+            data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="prompts .toml")
+            table = files.parse_toml(files.decode(data, path), path)
+        except FileNotFoundError:
+            raise AgentError(f"{path}: no such file; cannot read the memory reader's prompts") from None
+        except files.FileRefused as error:
+            raise AgentError(f"{error}; cannot read the memory reader's prompts") from None
         unknown = sorted(set(table) - set(PLACEHOLDERS))
         if unknown:
             raise AgentError(f"{path}: unknown key {unknown[0]!r}; the keys are {', '.join(PLACEHOLDERS)}")

@@ -1,0 +1,499 @@
+"""Files as untrusted input: every file the project reads or writes for a user is opened here.
+
+A corpus, a questions file, a run directory or a config may come from someone else, and a path
+may name anything the file system holds. What is protected:
+
+- Only regular files are read or written. A FIFO, socket or device is refused from its ``stat``,
+  before it is opened (opening a device can act); the open itself is ``O_NONBLOCK``, so a FIFO
+  swapped in after the ``stat`` cannot block, and ``fstat`` checks again what was opened.
+- A file of a directory the user named (a run's ``manifest.json``, a corpus folder's files) stays
+  in it: a symbolic link that leads out of the directory is refused (``inside``), and the file is
+  opened ``O_NOFOLLOW`` at its resolved path. A file the user names itself is followed wherever
+  its link points: the user asked for it.
+- Sizes are bounded before reading (``fstat``) and while reading (a ``/proc`` file says 0 bytes):
+  a file over its bound is refused in one line that says the bound.
+- Text is UTF-8 without NUL (``decode``): a binary file, or text in UTF-16 or UTF-32, is refused in
+  one line instead of becoming a paper full of NUL characters.
+- JSON and TOML (``parse_json``, ``parse_toml``) bound nesting (Python's recursion limit, caught)
+  and number sizes, and refuse NaN and Infinity, which JSON does not have; each problem is one
+  line naming the file and the line. Records with a pydantic model are parsed by pydantic's own
+  JSON reader, which bounds nesting at 200 levels and numbers at 4,300 digits (``corpus.jsonl``).
+- Outputs are never written through a symbolic link: appends open ``O_NOFOLLOW`` (a link, dangling
+  or not, is refused; nothing is created where it points) and refuse a file with other names (a
+  hard link); whole files are written beside the target and renamed over it (``atomic_file``),
+  which replaces a link instead of writing where it points.
+
+What is not: a race by someone who can write the directory while we read it (an intermediate
+directory swapped for a link between the check and the open); a regular file that is merely
+huge but under its bound (it is read, and costs its size in memory).
+
+Every problem is a ``FileRefused`` whose message is one line naming the file; each layer turns it
+into its own error (``CorpusError``, ``EvaluationError``, ...), and the CLI prints it with exit 2.
+A missing file stays ``FileNotFoundError``: only the caller knows what its absence means.
+
+Why one module of this size: it is the one place a path becomes a descriptor, for reading and for
+writing, and the one place file bytes become text, JSON or TOML; split, a reader could take one
+half of the rules and skip the other.
+"""
+
+from __future__ import annotations
+
+import codecs
+import errno
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+import tempfile
+import tomllib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+MiB = 1 << 20
+GiB = 1 << 30
+DOCUMENT_BYTES = 64 * MiB  # one JSON or TOML document: a manifest, metrics, a config, a calibration
+TEXT_BYTES = 64 * MiB  # one paper's text, an action file
+DATA_BYTES = 1 * GiB  # a corpus, a questions file, a trajectory log, scores, training data
+MAX_DIGITS = 100  # digits in one JSON or TOML number: counts, seeds and ids need 20; Python's own bound is 4,300
+READ_BLOCK = 1 << 16  # how much more than its stated size is asked of a file (a /proc file says 0)
+
+PathLike = str | os.PathLike
+M = TypeVar("M", bound=BaseModel)
+
+
+class FileRefused(Exception):
+    """A file that is not one to read or write as asked; the message is one line naming it."""
+
+
+# -- reading ------------------------------------------------------------------------------------
+
+
+def read_bytes(path: PathLike, *, limit: int, inside: PathLike | None = None, what: str = "file") -> bytes:
+    """The bytes of the regular file ``path``, if it holds at most ``limit`` of them.
+
+    ``inside``: the directory the user named, when ``path`` is a file of it the user did not name
+    (a run's files, a corpus folder's): a symbolic link that leads out of it is refused. Without
+    it, the user named ``path`` itself and a link is followed. ``what`` names the file in errors
+    ("run manifest"). FileNotFoundError (a missing file, a dangling link) is left to the caller."""
+    path = Path(path)
+    with _opened(path, inside, what) as (fd, size):
+        if size > limit:
+            raise _too_large(path, limit, what, size)
+        chunks, total = [], 0
+        while total <= limit:  # one read as the size says; more only if the file holds more than it said
+            chunk = os.read(fd, min(max(size - total, 0) + READ_BLOCK, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        if total > limit:
+            raise _too_large(path, limit, what)
+        return b"".join(chunks)
+
+
+def read_text(path: PathLike, *, limit: int, inside: PathLike | None = None, what: str = "file") -> str:
+    """``read_bytes``, decoded as UTF-8 (a byte order mark allowed) with NUL refused (``decode``)."""
+    return decode(read_bytes(path, limit=limit, inside=inside, what=what), path)
+
+
+@contextmanager
+def open_regular(path: PathLike, *, limit: int, inside: PathLike | None = None, what: str = "file") -> Iterator[IO[bytes]]:
+    """The regular file ``path`` opened for reading in binary (for a reader that seeks: a zip, an
+    ``np.load``), with the checks of ``read_bytes``; its size is bounded when it is opened."""
+    path = Path(path)
+    with _opened(path, inside, what) as (fd, size):
+        if size > limit:
+            raise _too_large(path, limit, what, size)
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            yield handle
+
+
+def read_stream(stream: IO, *, limit: int, name: str = "<stdin>", what: str = "input") -> str:
+    """The text of a stream (standard input), at most ``limit`` bytes of it, decoded as ``decode``
+    does: ``explorer exec - < /dev/zero`` ends at the bound instead of filling memory."""
+    binary = getattr(stream, "buffer", None)
+    data = binary.read(limit + 1) if binary is not None else stream.read(limit + 1).encode("utf-8", "surrogateescape")
+    if len(data) > limit:
+        raise _too_large(Path(name), limit, what)
+    return decode(data, name)
+
+
+def sha256(path: PathLike, *, inside: PathLike | None = None, what: str = "file") -> str:
+    """The SHA-256 of a regular file (any size: read in blocks, never whole)."""
+    digest = hashlib.sha256()
+    with _opened(Path(path), inside, what) as (fd, _):
+        while block := os.read(fd, 1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _opened(path: Path, inside: PathLike | None, what: str) -> Iterator[tuple[int, int]]:
+    """(descriptor, size) of the regular file ``path``, opened for reading; closed after."""
+    target = _within(path, Path(inside)) if inside is not None else os.fspath(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if inside is not None else 0)
+    try:
+        _regular(path, os.stat(target).st_mode, what)  # a FIFO or a device is refused before it is opened
+        fd = os.open(target, flags)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path)) from None  # named as the caller named it
+    except FileRefused:
+        raise
+    except OSError as error:
+        raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
+    try:
+        status = os.fstat(fd)
+        _regular(path, status.st_mode, what)  # what was opened, if it was swapped after the stat
+        yield fd, status.st_size
+    finally:
+        os.close(fd)
+
+
+def _within(path: Path, directory: Path) -> str:
+    """``path`` resolved, if it stays inside ``directory`` (resolved too); else one line."""
+    root, real = os.path.realpath(directory), os.path.realpath(path)
+    if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
+        raise FileRefused(
+            f"{path}: a symbolic link out of {directory} (to {real}); a file of the directory is read only from inside it: copy the file in"
+        )
+    return real
+
+
+def _regular(path: Path, mode: int, what: str) -> None:
+    if stat.S_ISREG(mode):
+        return
+    if stat.S_ISDIR(mode):
+        raise FileRefused(f"{path}: is a directory; name {a(what)} file")
+    raise FileRefused(f"{path}: is {_kind(mode)}, not a regular file; name {a(what)} file")
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"))
+    return next((name for test, name in kinds if test(mode)), "a block device" if stat.S_ISBLK(mode) else "a special file")
+
+
+def _too_large(path: Path, limit: int, what: str, size: int | None = None) -> FileRefused:
+    """``size``: what ``fstat`` said, when it said more than the bound (a stream or a /proc file does not)."""
+    said = f" ({_size(size)})" if size is not None else ""
+    return FileRefused(f"{path}: more than {_size(limit)}{said}, larger than {a(what)} may be; is it the right file?")
+
+
+def _size(count: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", MiB), ("KiB", 1 << 10)):
+        if count >= scale:
+            return f"{count / scale:.1f} {unit}".replace(".0 ", " ")
+    return f"{count} bytes"
+
+
+def _reason(error: OSError) -> str:
+    if error.errno == errno.ELOOP:
+        return "a symbolic link where a file of its own was expected"
+    return error.strerror or str(error)
+
+
+def a(noun: str) -> str:
+    """'a trajectory', 'an episode score'."""
+    return f"{'an' if noun[:1] in 'aeiou' else 'a'} {noun}"
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
+
+
+def decode(data: bytes, path: PathLike) -> str:
+    """UTF-8 text (a UTF-8 byte order mark dropped); a file in another encoding, or holding a NUL
+    byte (a binary file, or UTF-16 without its mark), is one line naming the file and the line."""
+    refuse_binary(data, path)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        raise FileRefused(
+            f"{path}:{line_of(data, error.start)}: bytes that are not UTF-8 at offset {error.start} "
+            f"({data[error.start : error.start + 4]!r}); re-encode the file as UTF-8"
+        ) from None
+
+
+def refuse_binary(data: bytes, path: PathLike) -> None:
+    """One line if ``data`` is text in UTF-16 or UTF-32, or holds a NUL byte (no UTF-8 text does)."""
+    for bom, encoding in _WIDE_BOMS:
+        if data.startswith(bom):
+            raise FileRefused(f"{path}: text in {encoding} (its byte order mark says so); save it as UTF-8")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise FileRefused(
+            f"{path}:{line_of(data, nul)}: a NUL byte at offset {nul}: a binary file, or text in UTF-16 or UTF-32; name a UTF-8 text file"
+        )
+
+
+def line_of(data: bytes | str, offset: int) -> int:
+    """The 1-based line that holds ``offset``."""
+    if isinstance(data, bytes):
+        return data.count(b"\n", 0, offset) + 1
+    return data.count("\n", 0, offset) + 1
+
+
+# -- JSON and TOML ------------------------------------------------------------------------------
+
+
+class _Bound(ValueError):
+    """Raised inside a parse by a hook; turned into one FileRefused line with its place."""
+
+
+def _number(text: str, convert: Callable[[str], Any]) -> Any:
+    if len(text) > MAX_DIGITS:
+        raise _Bound(f"a number of {len(text)} characters (at most {MAX_DIGITS})")
+    value = convert(text)
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        raise _Bound(f"the number {text} (not a finite number)")
+    return value
+
+
+def _constant(name: str) -> Any:
+    raise _Bound(f"{name}, which JSON does not have")
+
+
+def _int(text: str) -> int:
+    return _number(text, int)
+
+
+def _float(text: str) -> float:
+    return _number(text, float)
+
+
+_DECODER = json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant)
+# A JSON number or string (so that digits inside a string are passed over), for finding a bad number's line.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[-+]?\d[\d.eE+_-]*|NaN|-?Infinity|[-+]?\b(?:nan|inf)\b|[\[\]{}]', re.DOTALL)
+
+
+def parse_json(text: str | bytes, path: PathLike, line: int | None = None, object_pairs_hook: Callable | None = None) -> Any:
+    """``json.loads`` within bounds: nesting as deep as Python's recursion limit allows, numbers of
+    at most MAX_DIGITS characters and finite; NaN and Infinity refused. A bound is one FileRefused
+    line naming the file and the line (``line``: the line of a JSON-lines file ``text`` is);
+    invalid JSON stays ``json.JSONDecodeError``, for the caller to word."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    decoder = (
+        _DECODER
+        if object_pairs_hook is None
+        else json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant, object_pairs_hook=object_pairs_hook)
+    )
+    try:
+        return decoder.decode(text)
+    except RecursionError:
+        raise FileRefused(f"{_place(path, line, text, _too_deep(text))}: {_depth_message()}") from None
+    except json.JSONDecodeError:
+        raise
+    except ValueError as error:  # _Bound, or Python's own bound on an integer's digits
+        raise _bad_number(path, line, text, error) from None
+
+
+def parse_toml(text: str, path: PathLike) -> dict[str, Any]:
+    """``tomllib.loads`` within the same bounds; every problem, invalid TOML included, is one
+    FileRefused line naming the file (TOML's own message names the line)."""
+    try:
+        return tomllib.loads(text, parse_float=_float)
+    except tomllib.TOMLDecodeError as error:
+        raise FileRefused(f"{path}: not valid TOML ({error})") from None
+    except RecursionError:
+        raise FileRefused(f"{_place(path, None, text, _too_deep(text))}: {_depth_message()}") from None
+    except ValueError as error:  # _Bound, or an integer past Python's bound on digits
+        raise _bad_number(path, None, text, error) from None
+
+
+def _bad_number(path: PathLike, line: int | None, text: str, error: ValueError) -> FileRefused:
+    """'FILE:LINE: a number of 5000 characters (at most 100) near '"seed": 1111...'; ...'."""
+    offset = _first_bad_number(text)
+    near = ""
+    if offset is not None:
+        start = max(text.rfind("\n", 0, offset) + 1, offset - 30)
+        end = text.find("\n", offset)
+        near = f" near {text[start : min(offset + 12, end if end >= 0 else len(text))]!r}"
+    reason = str(error).split(":")[0] if not isinstance(error, _Bound) else str(error)
+    return FileRefused(f"{_place(path, line, text, offset)}: {reason}{near}; not a value this file may hold")
+
+
+def _depth_message() -> str:
+    return f"nested more deeply than can be read (about {sys.getrecursionlimit()} levels); is it the right file?"
+
+
+def _place(path: PathLike, line: int | None, text: str, offset: int | None) -> str:
+    if line is not None:
+        return f"{path}:{line}"
+    return f"{path}:{line_of(text, offset)}" if offset is not None else str(path)
+
+
+def _too_deep(text: str, depth: int = 100) -> int | None:
+    """Where the nesting first passes ``depth`` levels (for an error's line; slow, so only then)."""
+    level = 0
+    for token in _TOKEN.finditer(text):
+        first = token.group()[0]
+        if first in "[{":
+            level += 1
+            if level > depth:
+                return token.start()
+        elif first in "]}":
+            level -= 1
+    return None
+
+
+def _first_bad_number(text: str) -> int | None:
+    """Where the first number that breaks a bound is (for an error's line)."""
+    for token in _TOKEN.finditer(text):
+        value = token.group()
+        number = value.lstrip("+-")
+        if number[:1] in "0123456789NIni" and (len(value) > MAX_DIGITS or number in ("NaN", "Infinity", "nan", "inf") or _overflows(value)):
+            return token.start()
+    return None
+
+
+def _overflows(value: str) -> bool:
+    try:
+        number = float(value.replace("_", ""))
+    except ValueError:
+        return False
+    return number in (float("inf"), float("-inf"))
+
+
+def read_model(path: PathLike, model: type[M], *, what: str, inside: PathLike | None = None, limit: int = DOCUMENT_BYTES) -> M:
+    """A JSON document (a manifest, a summary, a record) read by ``read_bytes`` and validated by
+    ``model`` with pydantic's JSON reader (nesting bounded at 200 levels, numbers at 4,300 digits).
+    Invalid JSON or a bad field is one FileRefused line naming the file, and the line or the field."""
+    data = read_bytes(path, limit=limit, inside=inside, what=what)
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as error:
+        raise FileRefused(invalid(path, error, what)) from None
+
+
+def invalid(path: PathLike, error: ValidationError, what: str) -> str:
+    """A pydantic error about a file, as one line: where the JSON breaks, or the first bad field."""
+    first = error.errors(include_url=False)[0]
+    if first["type"] == "json_invalid":
+        reason = str(first.get("ctx", {}).get("error") or first["msg"])
+        found = re.search(r" at line (\d+) column (\d+)$", reason)
+        if found:
+            return f"{path}:{found.group(1)}: not valid JSON ({reason[: found.start()]} at column {found.group(2)}); not {a(what)}"
+        return f"{path}: not valid JSON ({reason}); not {a(what)}"
+    where = ".".join(str(part) for part in first["loc"]) or "(the document itself)"
+    return f"{path}: not {a(what)}: field '{where}': {first['msg']}"
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def open_append(path: PathLike, *, what: str = "file", create: bool = True) -> int:
+    """A descriptor (read and append) of the regular file ``path``, created when absent (``create``).
+
+    Never through a symbolic link: ``O_NOFOLLOW`` refuses a link, dangling or not, so nothing is
+    written, truncated or created where it points; nor a FIFO or device (refused from ``lstat``,
+    before the open), nor a file with another name (a hard link would carry the writes elsewhere).
+    The caller closes it."""
+    path = Path(path)
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        if not create:
+            raise
+    else:
+        _writable(path, status, what)
+    flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileNotFoundError:
+        raise
+    except OSError as error:
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
+    try:
+        _writable(path, os.fstat(fd), what)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _writable(path: Path, status: os.stat_result, what: str) -> None:
+    if stat.S_ISLNK(status.st_mode):
+        raise FileRefused(
+            f"{path}: a symbolic link; {a(what)} file is written only as a file of its own, never where a link points: "
+            "remove the link, or choose another place"
+        )
+    _regular(path, status.st_mode, what)
+    if status.st_nlink > 1:
+        raise FileRefused(f"{path}: a file with {status.st_nlink} names (a hard link); writing it would change the others: copy it")
+
+
+@contextmanager
+def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
+    """A file that appears whole or not at all: written beside the target, fsynced, renamed over
+    it. A crash mid-write leaves the old file (or none), never half of one; a symbolic link at
+    ``path`` is replaced, never written through; a directory or a special file there is refused."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # an OSError here (a read-only place) is the caller's to word
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not (stat.S_ISREG(status.st_mode) or stat.S_ISLNK(status.st_mode)):
+            _regular(path, status.st_mode, "output")
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the file should get the mode open() would give
+    try:
+        mode = "wb" if binary else "w"
+        encoding = None if binary else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding, newline=None if binary else "\n") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# -- directories --------------------------------------------------------------------------------
+
+
+def files_in(directory: PathLike, suffixes: tuple[str, ...], what: str = "file") -> list[Path]:
+    """The files of ``directory`` whose names end in one of ``suffixes`` (any case), in name order.
+
+    A name that ends so but is not a regular file inside the directory (a FIFO, a device, a link
+    out of the directory or to nothing) is refused in one line, not passed over: a file the user
+    meant to load would go missing in silence. A subdirectory is not a file and is passed over."""
+    directory = Path(directory)
+    found = []
+    try:
+        names = sorted(directory.iterdir())
+    except OSError as error:
+        raise FileRefused(f"{directory}: cannot be listed ({_reason(error)})") from None
+    for path in names:
+        if not path.name.lower().endswith(suffixes) or path.is_dir():
+            continue
+        if path.is_symlink():
+            _within(path, directory)
+        try:
+            _regular(path, os.stat(path).st_mode, what)
+        except FileNotFoundError:
+            raise FileRefused(f"{path}: a symbolic link to nothing; remove it or mend it") from None
+        except OSError as error:
+            raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
+        found.append(path)
+    return found

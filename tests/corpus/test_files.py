@@ -1,0 +1,328 @@
+"""``corpus.files``, one adversarial property per test: what a path names is looked at before it
+is read or written (a FIFO never blocks, a device is never read, a link never leads out of the
+directory the user named nor carries a write elsewhere), sizes are bounded before reading, text
+is UTF-8 without NUL, and JSON/TOML bounds are one line with the file and the line.
+
+A reader that regresses to blocking on a FIFO must fail, not hang the suite: such calls run in a
+thread given ``SECONDS``, and the FIFO is then opened for writing so that the thread ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from corpus import files
+from corpus.jsonl import AppendOnlyLines, JsonLinesError, read_numbered, read_records, repair
+from corpus.schema import Question
+
+SECONDS = 30
+
+
+def bounded(call, fifo: Path | None = None):
+    """``call()``'s result or exception, failing the test if it has not returned in SECONDS."""
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["value"] = call()
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome["error"] = error
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(SECONDS)
+    if thread.is_alive():
+        if fifo is not None:  # let the blocked open/read return, so no thread outlives the test
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail(f"still blocked after {SECONDS} s (on a FIFO?)")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
+@pytest.fixture
+def fifo(tmp_path) -> Path:
+    path = tmp_path / "pipe.jsonl"
+    os.mkfifo(path)
+    return path
+
+
+# -- what a path names --------------------------------------------------------------------------
+
+
+def test_a_fifo_is_refused_without_blocking(fifo):
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        bounded(lambda: files.read_bytes(fifo, limit=100), fifo)
+
+
+def test_a_fifo_inside_a_named_directory_is_refused_without_blocking(fifo):
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        bounded(lambda: files.read_bytes(fifo, limit=100, inside=fifo.parent), fifo)
+
+
+def test_a_link_to_a_fifo_is_refused_without_blocking(fifo):
+    link = fifo.parent / "link.jsonl"
+    link.symlink_to(fifo)
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        bounded(lambda: files.read_bytes(link, limit=100), fifo)
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null", "/dev/urandom"])
+def test_a_device_is_refused_before_it_is_read(tmp_path, device):
+    link = tmp_path / "metrics.json"
+    link.symlink_to(device)
+    for path in (Path(device), link):
+        with pytest.raises(files.FileRefused, match="character device"):
+            files.read_bytes(path, limit=files.DOCUMENT_BYTES)
+    with pytest.raises(files.FileRefused, match="character device"):
+        files.sha256(link)
+
+
+def test_a_socket_and_a_directory_are_refused(tmp_path):
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "s.json"))
+    try:
+        with pytest.raises(files.FileRefused, match="a socket"):
+            files.read_bytes(tmp_path / "s.json", limit=100)
+    finally:
+        server.close()
+    with pytest.raises(files.FileRefused, match="is a directory"):
+        files.read_bytes(tmp_path, limit=100)
+
+
+def test_a_link_out_of_the_named_directory_is_refused_and_one_the_user_names_is_followed(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the secret\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "scores.jsonl").symlink_to(secret)
+    with pytest.raises(files.FileRefused, match="symbolic link out of") as refused:
+        files.read_bytes(run / "scores.jsonl", limit=100, inside=run)
+    assert "the secret" not in str(refused.value)
+    assert files.read_bytes(run / "scores.jsonl", limit=100) == b"the secret\n"  # named itself: followed
+
+
+def test_a_link_that_stays_inside_the_directory_is_read(tmp_path):
+    (tmp_path / "old.jsonl").write_text("{}\n")
+    (tmp_path / "new.jsonl").symlink_to("old.jsonl")
+    assert files.read_bytes(tmp_path / "new.jsonl", limit=100, inside=tmp_path) == b"{}\n"
+
+
+def test_a_link_through_a_linked_subdirectory_out_of_the_directory_is_refused(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "manifest.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "samples").symlink_to(outside)
+    with pytest.raises(files.FileRefused, match="out of"):
+        files.read_bytes(run / "samples" / "manifest.json", limit=100, inside=run)
+
+
+def test_missing_files_and_dangling_links_stay_file_not_found(tmp_path):
+    (tmp_path / "dangling.json").symlink_to(tmp_path / "nowhere.json")
+    for name in ("absent.json", "dangling.json"):
+        with pytest.raises(FileNotFoundError) as missing:
+            files.read_bytes(tmp_path / name, limit=100, inside=tmp_path)
+        assert Path(missing.value.filename).name == name
+
+
+# -- sizes --------------------------------------------------------------------------------------
+
+
+def test_a_file_over_its_bound_is_refused_before_it_is_read(tmp_path):
+    huge = tmp_path / "huge.json"
+    with open(huge, "wb") as handle:
+        handle.truncate(3 << 30)  # 3 GiB, sparse: nothing of it is on the disk
+    with pytest.raises(files.FileRefused, match=r"more than 1 GiB \(3 GiB\)"):
+        files.read_bytes(huge, limit=files.DATA_BYTES)
+
+
+def test_a_file_that_says_it_is_empty_is_still_bounded():
+    """A /proc file says 0 bytes and holds more: the bound holds while reading."""
+    with pytest.raises(files.FileRefused, match="more than 16 bytes"):
+        files.read_bytes("/proc/self/status", limit=16)
+
+
+# -- text ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ("a paper\n".encode("utf-16"), "UTF-16"),
+        ("a paper\n".encode("utf-32"), "UTF-32"),
+        ("a paper\n".encode("utf-16-le"), "NUL byte"),  # no byte order mark: every other byte NUL
+        (b"text\nmore\x00binary", ":2: a NUL byte"),
+        (b"caf\xe9\n", "not UTF-8"),
+    ],
+)
+def test_text_that_is_not_utf8_is_one_line(tmp_path, data, said):
+    path = tmp_path / "paper.txt"
+    path.write_bytes(data)
+    with pytest.raises(files.FileRefused, match=said) as refused:
+        files.read_text(path, limit=files.TEXT_BYTES)
+    assert "\n" not in str(refused.value)
+
+
+def test_utf8_with_its_byte_order_mark_is_text(tmp_path):
+    path = tmp_path / "paper.txt"
+    path.write_bytes(b"\xef\xbb\xbfa paper\n")
+    assert files.read_text(path, limit=100) == "a paper\n"
+
+
+# -- JSON and TOML ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("\n" + "[" * 100_000 + "]" * 100_000, "F:2: nested more deeply"),
+        ('{"seed": ' + "1" * 5000 + "}", "F:1: a number of 5000 characters"),
+        ('{\n"t": NaN}', "F:2: NaN, which JSON does not have"),
+        ('{"t": -Infinity}', "-Infinity, which JSON does not have"),
+        ('{"t": 1e999}', "not a finite number"),
+    ],
+)
+def test_json_bounds_are_one_line_with_the_file_and_line(text, said):
+    with pytest.raises(files.FileRefused, match=said) as refused:
+        files.parse_json(text, "F")
+    assert "\n" not in str(refused.value)
+
+
+def test_json_within_bounds_reads_as_json_does():
+    text = json.dumps({"a": [1, 2.5, -3e10, "NaN", "1" * 5000, None, True], "b": "\ud800"})
+    assert files.parse_json(text, "F") == json.loads(text)
+    with pytest.raises(json.JSONDecodeError):
+        files.parse_json("{", "F")
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("a = " + "[" * 5000 + "]" * 5000, "nested more deeply"),
+        ("a = 1\nb = " + "1" * 5000, "T:2: Exceeds the limit"),
+        ("a = nan", "not a finite number"),
+        ("a = [", "not valid TOML"),
+    ],
+)
+def test_toml_bounds_are_one_line(text, said):
+    with pytest.raises(files.FileRefused, match=said):
+        files.parse_toml(text, "T")
+
+
+def test_a_json_lines_file_with_a_deep_or_huge_line_is_one_line(tmp_path):
+    path = tmp_path / "questions.jsonl"
+    for line, said in (("[" * 50_000 + "]" * 50_000, "nested"), ('{"id": ' + "9" * 5000 + "}", "number")):
+        path.write_text("\n" + line + "\n")  # line 1 blank: the bad line is line 2
+        for read in (lambda: read_records(path, what="question"), lambda: read_records(path, Question, what="question")):
+            with pytest.raises(JsonLinesError, match=f"{path}:2: .*{said}"):
+                read()
+
+
+def test_a_json_lines_file_with_a_nul_byte_is_refused_as_binary(tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b'{"a": 1}\n\x00\x00\n')
+    with pytest.raises(JsonLinesError, match=":2: a NUL byte"):
+        read_records(path, what="episode score")
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def test_an_append_never_follows_a_link(tmp_path):
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_bytes(b'{"kept": 1}\n{"torn')  # a "torn last line" a repair would cut
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "trajectories.jsonl").symlink_to(target)
+    with pytest.raises(files.FileRefused, match="symbolic link"):
+        AppendOnlyLines(out / "trajectories.jsonl")
+    with pytest.raises(files.FileRefused, match="symbolic link"):
+        repair(out / "trajectories.jsonl")
+    assert target.read_bytes() == b'{"kept": 1}\n{"torn'
+
+
+def test_an_append_never_creates_a_dangling_links_target(tmp_path):
+    (tmp_path / "trajectories.jsonl").symlink_to(tmp_path / "created-elsewhere.jsonl")
+    with pytest.raises(files.FileRefused, match="symbolic link"):
+        AppendOnlyLines(tmp_path / "trajectories.jsonl")
+    assert not (tmp_path / "created-elsewhere.jsonl").exists()
+
+
+def test_an_append_to_a_fifo_or_a_hard_link_is_refused(fifo, tmp_path):
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        bounded(lambda: files.open_append(fifo), fifo)
+    original = tmp_path / "original.jsonl"
+    original.write_text("{}\n")
+    os.link(original, tmp_path / "second-name.jsonl")
+    with pytest.raises(files.FileRefused, match="hard link"):
+        files.open_append(tmp_path / "second-name.jsonl")
+
+
+def test_an_append_creates_a_file_and_cuts_its_torn_line(tmp_path):
+    path = tmp_path / "log.jsonl"
+    with AppendOnlyLines(path) as log:
+        log.append({"a": 1})
+    path.write_bytes(path.read_bytes() + b'{"to')
+    with AppendOnlyLines(path) as log:
+        assert log.torn_bytes == 4
+        log.append({"b": 2})
+    assert read_records(path, what="record") == [{"a": 1}, {"b": 2}]
+
+
+def test_a_whole_file_replaces_a_link_instead_of_writing_through_it(tmp_path):
+    target = tmp_path / "precious.txt"
+    target.write_text("precious\n")
+    (tmp_path / "metrics.json").symlink_to(target)
+    with files.atomic_file(tmp_path / "metrics.json") as handle:
+        handle.write("{}")
+    assert target.read_text() == "precious\n"
+    assert not (tmp_path / "metrics.json").is_symlink() and (tmp_path / "metrics.json").read_text() == "{}"
+
+
+def test_a_whole_file_is_not_written_over_a_fifo_or_a_directory(fifo, tmp_path):
+    (tmp_path / "report.html").mkdir()
+    for path in (fifo, tmp_path / "report.html"):
+        with pytest.raises(files.FileRefused, match="FIFO|directory"), files.atomic_file(path) as handle:
+            handle.write("x")
+
+
+# -- directories --------------------------------------------------------------------------------
+
+
+def test_a_directory_listing_refuses_what_is_not_a_file_of_it(tmp_path):
+    folder = tmp_path / "papers"
+    folder.mkdir()
+    (folder / "a.txt").write_text("a\n")
+    (folder / "sub.txt").mkdir()  # a directory is not a file: passed over
+    assert files.files_in(folder, (".txt",)) == [folder / "a.txt"]
+    (tmp_path / "secret.txt").write_text("secret\n")
+    for name, target, said in (
+        ("env.txt", "/proc/self/environ", "out of"),
+        ("leak.txt", tmp_path / "secret.txt", "out of"),
+        ("zero.txt", "/dev/zero", "out of"),
+        ("gone.txt", folder / "gone", "to nothing"),
+    ):
+        (folder / name).symlink_to(target)
+        with pytest.raises(files.FileRefused, match=said):
+            files.files_in(folder, (".txt",))
+        (folder / name).unlink()
+    os.mkfifo(folder / "pipe.TXT")
+    with pytest.raises(files.FileRefused, match="FIFO"):
+        files.files_in(folder, (".txt",))
+
+
+def test_a_log_read_back_through_a_link_out_of_its_directory_is_refused(tmp_path):
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_text("{}\n")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "trajectories.jsonl").symlink_to(elsewhere)
+    with pytest.raises(JsonLinesError, match="out of"):
+        read_numbered(run / "trajectories.jsonl", Question, what="trajectory", inside=run)
