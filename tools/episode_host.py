@@ -70,9 +70,11 @@ from tools.zygote import Zygote, serve_forks
 
 DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
 # What an action's reply costs per byte of its records, from the host's encoding to the policy's
-# process having read, decoded and validated it: ~15 ns measured on a loaded two-core machine, doubled.
-# The action's deadline comes that much earlier per byte recorded, so that its reply fits in its budget.
-REPLY_SECONDS_PER_BYTE = 30e-9
+# process having read, decoded and validated it: ~15 ns for plain text on a loaded two-core machine,
+# but ~145 ns for the worst content measured (escaped backslashes beside a control character: a
+# decoder callback every two bytes), which is what a hostile action sends; rounded up. The action's
+# deadline comes that much earlier per byte recorded, so that its reply fits in its budget.
+REPLY_SECONDS_PER_BYTE = 150e-9
 FROM_HOST_CAP = 64 << 20  # frames from the policy's process: an action (at most worker.CODE_CAP) and attach
 PR_SET_PDEATHSIG = 1
 

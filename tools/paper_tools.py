@@ -142,6 +142,7 @@ HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("sectio
 # to RECORD_ERROR_CHARS) and the record's other fields take at most half the reserve, so a refused
 # call's record always fits too, and an action's records never pass its budget.
 RECORD_RESERVE = 16 << 10
+RECORD_VALUE_BYTES = 64  # a decoded value's memory (an empty list: 56 bytes and a pointer), charged at least per value
 RECORD_ERROR_CHARS = 1_000
 
 
@@ -187,7 +188,7 @@ def returned_record(result: Any, budget_left: int, shown: Shown | None = None, b
             sha256=sha256,
             cut=f"not kept: {said}, over the {budget_left:,} left of the action's {ACTION_RETURNED_CHARS:,} characters of kept results",
         )
-    if bytes_left is not None and (size := wire.size(text) + (0 if shown is None else wire.size(shown.model_dump()))) > bytes_left:
+    if bytes_left is not None and (size := wire.size(text) + (0 if shown is None else record_cost(shown.model_dump()))) > bytes_left:
         return Returned(
             text=None,
             chars=chars,
@@ -220,6 +221,23 @@ class RecordsFull(Exception):
     def __init__(self, limit: str) -> None:
         super().__init__(limit)
         self.limit = limit
+
+
+def record_cost(value: Any) -> int:
+    """What a record (or its arguments) is charged to the budgets for records: its bytes as tools.wire
+    sends them, or, when more, what its values cost to hold as Python objects once decoded (the
+    host's and the policy's process keep every record of the episode): an empty list is 3 bytes on
+    the wire and ~64 in memory, so bytes alone would let an action hold 20 times its budget."""
+    return max(wire.size(value), RECORD_VALUE_BYTES * _values(value))
+
+
+def _values(value: Any) -> int:
+    """The containers and scalars in ``value``, itself included."""
+    if isinstance(value, dict):
+        return 1 + sum(1 + _values(item) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return 1 + sum(_values(item) for item in value)
+    return 1
 
 
 def _recorded_error(text: str) -> str:
@@ -256,6 +274,9 @@ class PaperTools:
         self._results_left: int | None = None  # of them, bytes its kept results may still take
         self._records_limit = "records"  # the budget that binds: the action's, or what is left of the episode's
         self.record_bytes = 0  # bytes of records this action added, as tools.wire sends them
+        # Looked up once: a name built per call (getattr(self, f"_{name}")) would sit in CPython's type
+        # method cache, pinning the memory the episode allocated around it (tools.process_caches).
+        self._implementations: dict[str, Callable[[Any], Any]] = {tool.name: getattr(self, "_" + tool.name) for tool in TOOLS}
 
     # -- the functions the policy sees ------------------------------------------------------------
 
@@ -285,7 +306,7 @@ class PaperTools:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
             room = self._room(record)
-            result = getattr(self, f"_{name}")(parsed)
+            result = self._implementations[name](parsed)
             if isinstance(result, Rendered):  # a research call: its rendering and what it showed, written together
                 record.returned = self._kept(result.text, room, result.shown)
                 return result.value
@@ -328,7 +349,7 @@ class PaperTools:
         RecordsFull cuts the action."""
         if self._record_left is None:
             return None
-        arguments = wire.size(record.arguments)
+        arguments = record_cost(record.arguments)
         room = self._record_left - arguments - RECORD_RESERVE
         if room < 0:
             record.arguments = {"arguments_not_recorded": f"{arguments:,} bytes"}
@@ -352,7 +373,7 @@ class PaperTools:
     def _append(self, record: ToolCallRecord) -> None:
         self.calls.append(record)
         if self._record_left is not None:
-            size = wire.size(record.model_dump())
+            size = record_cost(record.model_dump())
             self.record_bytes += size
             self._record_left -= size
 
@@ -368,7 +389,7 @@ class PaperTools:
             kept = (
                 0
                 if returned.text is None
-                else wire.size(returned.text) + (0 if returned.shown is None else wire.size(returned.shown.model_dump()))
+                else wire.size(returned.text) + (0 if returned.shown is None else record_cost(returned.shown.model_dump()))
             )
             self._results_left = self._results_left - kept if returned.text is not None else 0
         return returned

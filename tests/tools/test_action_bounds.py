@@ -204,3 +204,25 @@ def test_an_outcome_cites_paragraphs_with_their_text_though_the_reply_carries_no
     (first, second) = result.outcome.evidence
     for item in (first, second):
         assert item.text == small_demo.paper(item.paper_id).sections[item.section].paragraphs[item.paragraph] != ""
+
+
+def test_records_of_many_small_values_are_charged_what_they_cost_to_hold(small_demo, index):
+    """An empty list is 3 bytes on the wire and ~64 as a Python object: charged by bytes alone, an
+    action of nested evidence held ~23 times its budget in the host and in this process."""
+    import tracemalloc
+
+    from tools.paper_tools import record_cost
+
+    limits = Limits(wall_seconds=30, cpu_seconds=30, host_seconds=30, tool_calls=10**4)
+    code = (
+        "inner = [[] for _ in range(620)]\nfor i in range(2000):\n    try:\n        submit('x', evidence=[inner] * 4)\n"
+        "    except ToolError:\n        pass\n"
+    )
+    with Sandbox(small_demo, limits, index=index) as sandbox:
+        tracemalloc.start()
+        result = sandbox.execute(code)
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+    assert result.limit_hit == "records"
+    assert sum(record_cost(call.model_dump()) for call in result.tool_calls) <= limits.record_bytes
+    assert held < 3 * limits.record_bytes, held  # what this process holds of them: of the budget's order, not 20 times it

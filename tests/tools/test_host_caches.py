@@ -13,7 +13,7 @@ from tools.episode_host import IdleHosts
 from tools.sandbox import Limits, Sandbox
 from tools.zygote import Zygote
 
-LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000)
+LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000, record_bytes=8 << 20, episode_record_bytes=64 << 20)
 # State of the episode in flight, not a cache: what the census finds there is gone at reset.
 PER_EPISODE = ("tools.episode_host._TIMERS.clocks",)
 
@@ -154,3 +154,25 @@ def test_a_pattern_an_earlier_episode_used_is_no_faster_for_the_next(small_demo,
     seconds = {call.arguments["query"]: call.seconds for call in result.tool_calls}
     ratio = statistics.median(seconds[pattern] for pattern in earlier) / statistics.median(seconds[pattern] for pattern in new)
     assert ratio > 0.6, f"a pattern of the last episode took {ratio:.2f}x a new one's time"
+
+
+NESTED_SUBMITS = (
+    "inner = [[] for _ in range(620)]\nfor i in range(400):\n    try:\n        submit('x', evidence=[inner] * 4)\n"
+    "    except ToolError:\n        pass\n"
+)
+
+
+def test_a_reset_host_keeps_no_memory_of_an_episode_of_many_small_values(small_demo, index):
+    """Failing submits whose evidence held thousands of empty lists: the names the tools looked up per
+    call sat in CPython's type method cache and pinned the blocks the episode allocated, +80 MB in
+    the host after its reset."""
+    limits = Limits(wall_seconds=30, cpu_seconds=30, host_seconds=30, tool_calls=10**4)
+    with Sandbox(small_demo, limits, index=index) as first:
+        first.execute("1")
+        host, fresh = first.host_pid, host_memory(first.host_pid)
+        for _ in range(4):
+            first.execute(NESTED_SUBMITS)
+    with Sandbox(small_demo, limits, index=index) as second:
+        second.execute("1")
+        assert second.host_pid == host
+        assert host_memory(host) - fresh < 12 * 2**20
