@@ -10,6 +10,8 @@ from the trajectories (``explorer eval --out RUN --resume``).
 
 What is checked, without the corpus:
 
+- the log holds one episode that counts per question and sample the manifest says the run
+  selected (a finished run has them all: an episode removed after the run is not a better run).
 - scores.jsonl holds one line per episode that counts (``run_directory.counted``), in the log's
   order, and every field the trajectory alone decides is what ``scoring.score_episode`` gives for
   it (status, prediction, steps, tool calls, tokens, probes, and the detector flags; the flags
@@ -60,7 +62,7 @@ from evaluation.errors import EvaluationError
 from evaluation.records import DerivedFrom, RunMetrics
 from evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, model_metrics, run_metrics, score_episode
 
-SCORES, METRICS, TRAJECTORIES = "scores.jsonl", "metrics.json", "trajectories.jsonl"  # run_directory's names (it imports this)
+MANIFEST, SCORES, METRICS, TRAJECTORIES = "manifest.json", "scores.jsonl", "metrics.json", "trajectories.jsonl"  # run_directory's names
 
 # The fields of a line of scores.jsonl that the trajectory alone decides (score_episode without gold).
 TRAJECTORY_FIELDS = (
@@ -157,6 +159,14 @@ def check(
     if metrics.derived_from is None:
         raise run.refuse(
             METRICS, "records no digest of the episodes and scores it was computed from (an older version wrote it, or it was edited)"
+        )
+    selected = manifest.config.questions * manifest.config.samples
+    if len(episodes) != selected:  # a finished run holds one counted episode per selected question and sample
+        raise run.refuse(
+            TRAJECTORIES,
+            f"holds {len(episodes)} episodes that count, but the run selected {manifest.config.questions} questions x "
+            f"{manifest.config.samples} samples ({MANIFEST}): episodes were removed or added after it ran",
+            f"explorer eval --out {directory} --resume runs the missing ones and scores the run again",
         )
     _check_lines(run, episodes, scores)
     values = [score for _, score in scores]

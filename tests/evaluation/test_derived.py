@@ -312,3 +312,17 @@ def test_the_demo_corpus_runs_are_what_load_corpus_gives(runs):
 
     run = Run.load(runs / "scripted")
     derived.check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, load_corpus(None))
+
+
+def test_episodes_removed_from_the_log_and_the_scores_alike_are_refused(runs, tmp_path):
+    """The failures dropped from every file, metrics recomputed and digests forged: the manifest
+    still says how many questions the run selected, and a finished run has them all."""
+    copy = copy_of(runs, tmp_path, "scripted")
+    scores = lines(copy / "scores.jsonl")
+    kept = [index for index, score in enumerate(scores) if score["answer_f1"] > 0]
+    assert 0 < len(kept) < len(scores)
+    episodes = lines(copy / "trajectories.jsonl")
+    write(copy / "trajectories.jsonl", [episodes[index] for index in kept])
+    write(copy / "scores.jsonl", [scores[index] for index in kept])
+    forge_metrics(copy)
+    refused(copy, tmp_path, f"trajectories.jsonl: holds {len(kept)} episodes that count, but the run selected 12 questions x 1 samples")
