@@ -32,6 +32,7 @@ calibration of options other than the first (top-label calibration).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -129,9 +130,27 @@ class Observations:
         return self.probabilities[:, 0]
 
 
+SUM_TOLERANCE = 1e-6  # how far from 1 a recorded row may sum (agent.probes renormalises it in floating point)
+
+
+def probability_problem(options: Sequence[str], probabilities: Sequence[float]) -> str | None:
+    """Why a recorded row is not a probability per option (NaN, infinity, outside [0, 1], a row that
+    does not sum to 1, or one value too many or few), or None when it is one. A temperature or a
+    McNemar test computed from such a row would be a number that means nothing."""
+    if len(probabilities) != len(options):
+        return f"{len(probabilities)} probabilities for {len(options)} options"
+    for value in probabilities:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:  # NaN fails both comparisons
+            return f"{value!r} is not a probability (finite, in [0, 1])"
+    if abs(math.fsum(probabilities) - 1) > SUM_TOLERANCE:
+        return f"they sum to {math.fsum(probabilities)!r}, not 1"
+    return None
+
+
 def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None = None) -> Observations:
     """The episodes of ``scores`` whose end-of-episode ``probe`` has probabilities and whose label
-    is defined. Options must agree across episodes (one probes file per run)."""
+    is defined. Options must agree across episodes (one probes file per run); a row that is not
+    probabilities (``probability_problem``) is refused, naming the episode."""
     rule = parse_label(label or default_label(probe))
     rows, labels, ids, options, not_measured = [], [], [], None, 0
     for score in scores:
@@ -141,6 +160,12 @@ def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None =
         if found.probabilities is None:
             not_measured += 1
             continue
+        problem = probability_problem(found.options, found.probabilities)
+        if problem is not None:
+            raise EvaluationError(
+                f"episode {score.episode_id}: probe {probe!r} recorded {found.probabilities[:8]!r} for options {found.options[:8]!r}: "
+                f"{problem}; the run's record was edited or damaged: run the episode again"
+            )
         truth = rule.of(score)
         if truth is None:
             continue

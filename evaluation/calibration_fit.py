@@ -12,24 +12,31 @@ are 0, every calibrated probability of the run, and 1.
 
 The calibration file (JSON) holds the probe, its options, the label definition, the temperature
 (and whether the search stopped at its bound), the threshold, the validation run's path, split,
-policy and model, the sha256 of its trajectories.jsonl, scores.jsonl and probes file, the figures
-before and after, and ``sha256``: the sha256 of the canonical JSON of everything else (keys sorted,
-no spaces). A file whose hash does not match its contents - edited or damaged - is refused in one
-line; so is one whose values are out of range (a temperature not finite and > 0, bins outside
-2..1000, a threshold outside [0, 1], a validation split of test or all); a preregistration pins a
-file by that hash.
+policy and model, the sha256 of its trajectories.jsonl, scores.jsonl and probes file, short digests
+of the questions its episodes asked (``question_keys``), the figures before and after, and
+``sha256``: the sha256 of the canonical JSON of everything else (keys sorted, no spaces). A file
+whose hash does not match its contents - edited or damaged - is refused in one line; so is one
+whose values are out of range (a temperature outside the fit's search bounds [0.05, 20], not
+finite, or 5e-324; bins outside 2..1000; a threshold, an ECE, a Brier score or an accuracy outside
+[0, 1]; a negative NLL or count; fewer than two options; an unknown label; a validation split of
+test or all); a preregistration pins a file by that hash.
 
 The probabilities are the trajectories' (``Trajectory.probes``, the record of what the model
 said): scores.jsonl's copy is checked against them and a disagreement is refused, naming the
-episode. The labels are scores.jsonl's (gold answerability, answer F1), as ``explorer eval`` wrote.
+episode, and a row that is not probabilities (NaN, infinity, outside [0, 1], not summing to 1) is
+refused before any figure or test is computed from it. The labels are scores.jsonl's (gold
+answerability, answer F1), as ``explorer eval`` wrote them and ``Run.load`` checked them
+(``evaluation.derived``).
 
 ``apply`` writes RUN/calibrated.json: per episode the raw and calibrated probability, the
 threshold's decision beside the policy's own (answered or abstained), ECE raw against calibrated,
 and exact McNemar tests (``evaluation.compare.mcnemar``) of the policy's decisions against the
 threshold's on the same questions - is the decision right (abstain exactly on unanswerable gold),
-and did it abstain - over the episodes where the policy made a decision. It refuses the very run
-the file was fitted on, notes a run of another policy or model, and with a preregistration checks
-its [frozen] corpus and questions hashes against the run's manifest first.
+and did it abstain - over the episodes where the policy made a decision. It refuses the run the
+file was fitted on - decided by its episodes, not its bytes: any run that asks a question the
+validation run asked (a copy, with a blank line added or an episode changed, or a rerun) - notes a
+run of another policy or model, and with a preregistration checks its [frozen] corpus and
+questions hashes against the run's manifest first.
 
 Not protected: a file rewritten whole with a freshly computed hash is accepted (the hash finds
 edits, it is not a signature; a preregistration that pins the hash is what fixes a file in advance).
@@ -46,7 +53,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -61,6 +68,7 @@ from evaluation.calibration import (
     fit_temperature,
     nll,
     observations,
+    parse_label,
     probe_calibration,
     scaled,
 )
@@ -85,13 +93,16 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # an ECE, a Brier score, an accuracy
+
+
 class Figures(Record):
     """A probe's figures on one set of probabilities (raw or calibrated)."""
 
-    ece_equal_width: float
-    ece_equal_mass: float
-    brier: float
-    nll: float
+    ece_equal_width: Share
+    ece_equal_mass: Share
+    brier: Share
+    nll: float = Field(ge=0, allow_inf_nan=False)
 
 
 class Threshold(Record):
@@ -99,19 +110,21 @@ class Threshold(Record):
 
     threshold: float = Field(ge=0, le=1, allow_inf_nan=False)  # abstain when the calibrated probability is below it
     chosen_by: str  # "preregistered bounds (...)" or "highest decision accuracy"
-    correct_abstentions: int  # on unanswerable gold
-    false_abstentions: int  # on answerable gold
-    decision_accuracy: float
-    episodes: int
+    correct_abstentions: int = Field(ge=0)  # on unanswerable gold
+    false_abstentions: int = Field(ge=0)  # on answerable gold
+    decision_accuracy: Share
+    episodes: int = Field(ge=0)
 
 
 class ValidationRun(Record):
     run: str
     split: str
     trajectories_sha256: str
-    episodes: int  # measured and labelled
+    episodes: int = Field(ge=1)  # measured and labelled
     # Older files (before these were recorded) load without them.
     scores_sha256: str | None = None
+    # question_keys of the run's episodes: a run that asks any of them is not another run
+    questions: list[str] | None = None
     probes_sha256: str | None = None  # the probes file the trajectories record for the probe
     policy: str | None = None  # the validation run's manifest: --policy and --model
     model: str | None = None
@@ -127,16 +140,26 @@ class ValidationRun(Record):
 class CalibrationFile(Record):
     format: Literal["explorer-calibration/1"] = FORMAT
     probe: str
-    options: list[str]
+    options: list[str] = Field(min_length=2)
     label: str
     bins: int = Field(ge=2, le=1000)
-    temperature: float = Field(gt=0, allow_inf_nan=False)
+    # what fit_temperature can give: a T outside its search bounds was not fitted (5e-324 turns every probability into 0 or 1)
+    temperature: float = Field(ge=TEMPERATURE_BOUNDS[0], le=TEMPERATURE_BOUNDS[1], allow_inf_nan=False)
     at_bound: bool = False  # the NLL search stopped at a bound of TEMPERATURE_BOUNDS
     threshold: Threshold | None  # only the answerable probe sets one
     validation: ValidationRun
     before: Figures
     after: Figures
     sha256: str
+
+    @field_validator("label")
+    @classmethod
+    def _known_label(cls, label: str) -> str:
+        try:
+            parse_label(label)
+        except EvaluationError as error:
+            raise ValueError(str(error)) from None
+        return label
 
 
 # -- the file -----------------------------------------------------------------------------------
@@ -263,6 +286,18 @@ def _named(probes, probe: str):
     return None if found is None else (found.options, found.probabilities)
 
 
+def question_keys(trajectories) -> list[str]:
+    """Short digests of the questions episodes asked, two per question: its id, and its paper with
+    its text (so that a copy with its ids renamed still asks the same questions). Sorted, unique."""
+    keys = set()
+    for trajectory in trajectories:
+        asked = [f"text:{trajectory.paper_id or ''}\x00{trajectory.question}"]
+        if trajectory.question_id is not None:
+            asked.append(f"id:{trajectory.question_id}")
+        keys.update(hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16] for key in asked)
+    return sorted(keys)
+
+
 def probes_file_sha256(run: Run, probe: str) -> str | None:
     """The probes file the run's trajectories record for ``probe`` (the first; one file per run)."""
     return next((p.probes_sha256 for t in run.trajectories for p in t.probes or [] if p.probe == probe), None)
@@ -332,6 +367,7 @@ def fit(
             "episodes": int(found.labels.size),
             "scores_sha256": file_sha256(run.directory / SCORES),
             "probes_sha256": probes_file_sha256(run, probe),
+            "questions": question_keys(run.trajectories),
             "policy": run.manifest.config.policy.name,
             "model": run.manifest.config.policy.model,
         },
@@ -443,11 +479,25 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
 
 
 def refuse_the_fitted_run(run: Run, calibration: CalibrationFile, path: Path) -> None:
-    """Applying a calibration to the run it was fitted on measures the fit, not calibration."""
+    """Applying a calibration to the run it was fitted on measures the fit, not calibration. Which
+    run is another is decided by its episodes, not its bytes: a run that asks any question the
+    validation run asked (by id, or by paper and text) is refused - a copy of it, with a blank line
+    added or one episode changed, as much as a rerun on the same questions."""
     fitted = calibration.validation
-    same_log = (run.directory / TRAJECTORIES).is_file() and file_sha256(run.directory / TRAJECTORIES) == fitted.trajectories_sha256
-    if str(run.directory.resolve()) == fitted.run or same_log:
+    if str(run.directory.resolve()) == fitted.run:
         raise EvaluationError(f"{path}: was fitted on {run.directory} itself; apply it to another run (e.g. of the test split)")
+    if fitted.questions is None:  # a file from before they were recorded: the log's bytes are all it has
+        if (run.directory / TRAJECTORIES).is_file() and file_sha256(run.directory / TRAJECTORIES) == fitted.trajectories_sha256:
+            raise EvaluationError(f"{path}: was fitted on {run.directory} itself; apply it to another run (e.g. of the test split)")
+        return
+    fitted_on = set(fitted.questions)
+    shared = [t for t in run.trajectories if fitted_on.intersection(question_keys([t]))]
+    if shared:
+        raise EvaluationError(
+            f"{path}: was fitted on run {fitted.run}, and {len(shared)} of the {len(run.trajectories)} episodes of {run.directory} "
+            f"ask its questions (first: episode {shared[0].episode_id}); a calibration judged on the questions it was fitted on "
+            "flatters itself: apply it to a run of other questions (e.g. of the test split)"
+        )
 
 
 def other_policy_notes(run: Run, calibration: CalibrationFile, path: Path) -> list[str]:

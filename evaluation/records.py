@@ -160,6 +160,15 @@ class SampleMetrics(Record):
     agreement: float  # mean share of a question's samples that give its most common prediction
 
 
+class DerivedFrom(Record):
+    """What scores.jsonl and metrics.json were computed from, as ``evaluation.derived`` digests it:
+    ``Run.load`` refuses a run whose log or scores are no longer these."""
+
+    episodes: int = Field(ge=0)  # the log's counted episodes, one line of scores.jsonl each
+    episodes_sha256: str  # evaluation.derived.episodes_sha256: their records without wall-clock fields, in log order
+    scores_sha256: str  # evaluation.derived.scores_sha256: scores.jsonl's records, in order
+
+
 class RunMetrics(Record):
     """What ``explorer eval`` measured over a run's episodes (QASPER's metrics on the scored ones)."""
 
@@ -199,6 +208,7 @@ class RunMetrics(Record):
     replay: ReplayDrift | None = None  # --policy replay only
     sampling: SampleMetrics | None = None  # with --samples K > 1
     calibration: dict[str, ProbeCalibration] | None = None  # per probe (evaluation.calibration); None: the run measured none
+    derived_from: DerivedFrom | None = None  # None only in files written before it was recorded (refused by Run.load)
 
     # What the terminal summary and the HTML report lead with, in this order.
     HEADLINE: ClassVar[tuple[str, ...]] = (

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.trajectory import Drift, Trajectory
 from corpus.collection import Corpus
 from corpus.schema import Question
+from evaluation.derived import check_with_corpus
 from evaluation.errors import EvaluationError
 from evaluation.run_directory import Run
 from evaluation.scoring import EpisodeScore, compared_observations
@@ -60,7 +61,9 @@ class ReportEpisode(EpisodeScore):
 
 
 def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
-    """Refuse a corpus whose papers or questions are not the ones the run was made on."""
+    """Refuse a corpus whose papers or questions are not the ones the run was made on; then, with
+    the run's own corpus in hand, a run whose scores.jsonl or retrieval figures it does not give
+    (``evaluation.derived.check_with_corpus``: the gold fields, which ``Run.load`` cannot recompute)."""
     hashes = run.manifest.hashes
     for what, recorded, found in (
         ("papers", hashes.corpus_sha256, corpus.papers_sha256),
@@ -72,6 +75,7 @@ def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
                 f"{found[:12]}, the run recorded {recorded[:12]}); pass --corpus (and --questions) with the "
                 "corpus the run used"
             )
+    check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, corpus)
 
 
 def gold_answers(question: Question) -> list[GoldAnswer]:

@@ -235,7 +235,7 @@ def rescore(
     check is the returned ``Rescore``'s ``mismatch``."""
     if not (math.isfinite(tolerance) and tolerance >= 0):
         raise EvaluationError(f"--tolerance {tolerance}: give a finite number of 0 or more")
-    run = Run.load(run_dir)
+    run = Run.load(run_dir, check=False)  # reads the manifest and the log alone, never the derived files
     recorded, unmeasured = recorded_probes(run)
     first = (recorded or unmeasured)[0].trajectory.policy
     policy_name, settings = first.name, first.settings

@@ -7,9 +7,17 @@ names what differs and what to do; a directory of another kind (``run_directory.
 named as what it is, with the command that takes it, so that the hints for a new run ("pass
 --resume") and for a resume ("drop --resume") never point at each other.
 
-What may change on a resume: how episodes are run (``EXECUTION_FIELDS``: workers, concurrency)
-and where the corpus lies (it is found again by its recorded path or given anew, and checked by
-hash). Not checked here: the server's weights (a served model is named, not hashed).
+What may change on a resume: how episodes are run (``EXECUTION_FIELDS``: workers, concurrency),
+where the corpus lies (it is found again by its recorded path or given anew, and checked by
+hash), and the server(s) of an ``openai`` policy, named again with ``--base-url`` (a server
+moves; trajectories record which one answered each step). Not checked here: the server's weights
+(a served model is named, not hashed; the preflight checks its name).
+
+The user's key goes only to servers the user named in this invocation (``refuse_unnamed_server``):
+a run directory may come from someone else, and its manifest would otherwise direct
+``OPENAI_API_KEY`` to a server of its author's choosing. A recorded server is reused only when no
+key would be sent (``OPENAI_API_KEY`` unset, empty or "EMPTY"); with a key, the resume is refused
+until ``--base-url`` (or ``base_url`` in ``--config``) names the server again.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from evaluation.run_directory import (
 DERIVED_FIELDS = ("questions", "selected_questions_sha256")
 # How episodes are run, not which or how they go: a resumed run may change them.
 EXECUTION_FIELDS = ("workers", "concurrency")
+# Where an openai policy's requests go: a resumed run may change it, named in its own command.
+SERVER_FIELD = "policy.base_url"
 DEMO_SOURCE_PREFIX = "demo("  # how a generated corpus names its source (corpus.demo)
 
 
@@ -90,8 +100,11 @@ def eval_config(out: Path, overrides: dict[str, Any], config_file: Path | None =
     manifest = resumed_manifest(out)
     from_file = dotted(read_toml(config_file)) if config_file is not None else {}
     given = {key: value for key, value in overrides.items() if value is not None}
-    config = build_config(EvalConfig, recorded_config(manifest), from_file | given, MANIFEST)
+    named = from_file | given
+    config = build_config(EvalConfig, recorded_config(manifest), named, MANIFEST)
     refuse_changed_config(out, config, manifest)
+    if SERVER_FIELD not in named:
+        refuse_unnamed_server(out, config)
     return config
 
 
@@ -101,11 +114,32 @@ def recorded_config(manifest: RunManifest) -> dict[str, Any]:
     return manifest.config.model_dump(mode="json", exclude=set(DERIVED_FIELDS))
 
 
+def refuse_unnamed_server(out: Path, config: EvalConfig) -> None:
+    """A resume whose requests would carry the user's key to a server only the run directory names
+    is refused: the directory may be someone else's, and the key goes only where the user said."""
+    from agent.policies.servers import sends_key
+
+    urls = config.policy.base_url
+    if config.policy.serving != "openai" or not urls or not sends_key():
+        return
+    again = " ".join(f"--base-url {url}" for url in urls)
+    raise EvaluationError(
+        f"{out / MANIFEST}: names the server {', '.join(urls)}, which this command does not; OPENAI_API_KEY goes only to "
+        f"servers named in the command: pass {again} (or your own server's URL) to resume against it, or unset OPENAI_API_KEY"
+    )
+
+
+def differing(now: dict[str, Any], then: dict[str, Any]) -> list[str]:
+    """The settings that differ between two configs (dotted: ``policy``'s fields one by one), but
+    those a resume may change: how episodes are run, and the server(s)."""
+    now, then = dotted(now), dotted(then)
+    free = {*EXECUTION_FIELDS, SERVER_FIELD}
+    return sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key) and key not in free)
+
+
 def refuse_changed_config(out: Path, config: EvalConfig, manifest: RunManifest) -> None:
-    """A config that differs from the run's manifest (but in how episodes are run) is named and refused."""
-    then = recorded_config(manifest)
-    now = config.model_dump(mode="json")
-    changed = sorted(key for key in set(now) | set(then) if now.get(key) != then.get(key) and key not in EXECUTION_FIELDS)
+    """A config that differs from the run's manifest (but in how episodes are run, and where) is named and refused."""
+    changed = differing(config.model_dump(mode="json"), recorded_config(manifest))
     if changed:
         raise EvaluationError(
             f"{out}: refusing to resume: the config differs from the run's manifest ({', '.join(changed)}); "
@@ -118,10 +152,12 @@ def check_resumable(out: Path, config: dict[str, Any], hashes: dict[str, Any]) -
     and the same corpus and prompt hashes."""
     manifest = resumed_manifest(out)
     recorded = manifest.config.model_dump(mode="json")  # fields added since it was written: their defaults
-    recorded.update({key: config[key] for key in EXECUTION_FIELDS if key in config})  # a resumed run may run them otherwise
-    for name, now, then in (("corpus or prompt hashes", hashes, manifest.hashes.model_dump()), ("config", config, recorded)):
-        if now != then:
-            keys = sorted(k for k in set(now) | set(then or {}) if now.get(k) != (then or {}).get(k))
+    then_hashes = manifest.hashes.model_dump()
+    for name, keys in (
+        ("corpus or prompt hashes", sorted(k for k in set(hashes) | set(then_hashes) if hashes.get(k) != then_hashes.get(k))),
+        ("config", differing(config, recorded)),  # a resumed run may run them otherwise, and on another server
+    ):
+        if keys:
             raise EvaluationError(
                 f"{out}: refusing to resume: the {name} differ from the run's manifest ({', '.join(keys)}); "
                 "use the original settings, or start a new run with another --out"

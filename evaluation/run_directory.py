@@ -22,7 +22,9 @@ What this module owns:
 - Reading a finished run (``Run.load``): every file through its pydantic model, every JSON-lines
   file through ``corpus.jsonl`` (bytes split on ``b"\\n"`` only: an answer holding U+2028 stays
   one line), each problem one ``EvaluationError`` naming the file. Each file is opened by
-  ``corpus.files`` as a file of the directory: a link out of it, a FIFO or a device is refused.
+  ``corpus.files`` as a file of the directory: a link out of it, a FIFO or a device is refused;
+  then scores.jsonl and metrics.json are checked against the log they were derived from
+  (``evaluation.derived``), whose digest ``write_metrics`` records in metrics.json.
 
 What it does not: stop two processes writing one directory, or check a run against a corpus
 (``evaluation.run`` and ``evaluation.report_data`` do that, with the corpus in hand).
@@ -47,7 +49,8 @@ from agent.trajectory import Trajectory
 from corpus.collection import Corpus
 from corpus.files import atomic_file
 from corpus.index import BM25Index
-from corpus.jsonl import JsonLinesError, Record, TornLine, read_numbered, read_records, write_lines
+from corpus.jsonl import JsonLinesError, Record, TornLine, every_line, parse, read_bytes, read_numbered, write_lines
+from evaluation import derived
 from evaluation.errors import EvaluationError
 from evaluation.records import RunMetrics
 from evaluation.scoring import EpisodeScore
@@ -229,9 +232,9 @@ def finish_command(directory: Path) -> str:
 class Run:
     """A finished run of ``explorer eval``, read back: ``Run.load(path)``.
 
-    ``manifest``, ``metrics`` and ``scores`` are read when it is loaded; ``trajectories`` (the
-    largest file) when first asked for. ``trajectories`` holds the episodes that count (one per
-    question and sample, ``counted``), as ``scores`` does, in log order."""
+    ``manifest``, ``metrics``, ``scores`` and (to check the last two against them) ``trajectories``
+    are read when it is loaded. ``trajectories`` holds the episodes that count (one per question
+    and sample, ``counted``), as ``scores`` does, in log order."""
 
     directory: Path
     manifest: RunManifest
@@ -239,8 +242,13 @@ class Run:
     scores: list[EpisodeScore]
 
     @classmethod
-    def load(cls, path: str | Path) -> Run:
-        """A finished run, or one ``EvaluationError`` line saying what the directory is instead or what is missing."""
+    def load(cls, path: str | Path, check: bool = True) -> Run:
+        """A finished run, or one ``EvaluationError`` line saying what the directory is instead or what is missing.
+
+        ``check`` (the default): scores.jsonl and metrics.json are checked against the trajectories
+        they were derived from (``evaluation.derived``), which reads the log now; a run whose files
+        disagree is refused in one line. False only for a reader of the manifest and the log alone
+        (``explorer rescore``), which believes neither derived file."""
         directory = Path(path)
         if not directory.is_dir():
             raise EvaluationError(f"{directory}: no such run directory")
@@ -255,12 +263,18 @@ class Run:
         finish = f"is the run finished? ({finish_command(directory)} finishes it)"
         try:
             metrics = RunMetrics.model_validate_json(read_file(directory, METRICS, "run metrics"))
-            scores = read_records(directory / SCORES, EpisodeScore, what="episode score", inside=directory)  # bytes split on \n only
+            numbered = read_scores(directory / SCORES, inside=directory)
         except FileNotFoundError as error:
             raise EvaluationError(f"{directory}: no {Path(error.filename).name}; {finish}") from None
         except (ValidationError, JsonLinesError) as error:
             raise EvaluationError(f"{_unreadable(directory, error)}; {finish_command(directory)} writes it again") from None
-        return cls(directory, manifest, metrics, scores)
+        run = cls(directory, manifest, metrics, [score for _, score in numbered])
+        if check:
+            records = run._log()
+            episodes = counted(records)
+            derived.check(directory, manifest, episodes, len(records), numbered, metrics)
+            run.__dict__["trajectories"] = [record.value for record in episodes]  # read once: the cached property's value
+        return run
 
     @property
     def config(self) -> RecordedEvalConfig:
@@ -269,7 +283,11 @@ class Run:
 
     @cached_property
     def trajectories(self) -> list[Trajectory]:
-        """The episodes that count, in log order (read on first use; the log may be large)."""
+        """The episodes that count, in log order (read when the run is checked, else on first use)."""
+        return [record.value for record in counted(self._log())]
+
+    def _log(self) -> list[Record[Trajectory]]:
+        """Every whole line of the log of a finished run (a torn last line says it is not)."""
         try:
             records, torn = read_log(self.directory)
         except FileNotFoundError:
@@ -279,7 +297,7 @@ class Run:
                 f"{self.directory / TRAJECTORIES}:{torn.number}: torn last line (an interrupted run); "
                 f"{finish_command(self.directory)} mends it"
             )
-        return [record.value for record in counted(records)]
+        return records
 
     def by_question(self) -> dict[str | None, EpisodeScore]:
         return {score.question_id: score for score in self.scores}
@@ -308,6 +326,14 @@ class Run:
             "policy": self.manifest.config.policy.name,
         }
         return row
+
+
+def read_scores(path: Path, inside: Path | None = None) -> list[tuple[int, EpisodeScore]]:
+    """scores.jsonl's lines with their numbers (bytes split on \\n only; blank lines are no lines);
+    ``inside``: the run directory, which a link may not leave (``corpus.files``)."""
+    return [
+        (line.number, parse(path, line, EpisodeScore, "episode score")) for line in every_line(read_bytes(path, "episode score", inside))
+    ]
 
 
 def _unreadable(directory: Path, error: ValidationError | JsonLinesError) -> str:
@@ -373,6 +399,7 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
             "duplicate_lines": len(records) - len(unique),
             "retrieval": retrieval_metrics(index, questions),
             "searched_episodes": searched_episodes(unique),
+            "derived_from": derived.derived_from(unique, scores),
         }
     )
     if prereg is not None:

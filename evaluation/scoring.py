@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from statistics import fmean, median
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
 
 from agent.trajectory import Drift, Status, Trajectory, research_before_end
 from corpus.schema import Question
@@ -40,6 +41,10 @@ def question_type(question: Question) -> str:
     """The first annotator's answer type (used when no annotator has a reference answer)."""
     kinds = [answer.kind for answer in question.answers if answer.kind]
     return kinds[0] if kinds else "empty"
+
+
+# A figure in [0, 1] (an F1, a match): finite, never NaN (a line read back is bounded like one written).
+Share = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
 class ProbeScore(BaseModel):
@@ -81,26 +86,28 @@ class EpisodeScore(BaseModel):
     episode_id: str
     question_id: str | None
     question: str
-    sample: int = 0  # which of the question's attempts (--samples K)
+    sample: int = Field(0, ge=0)  # which of the question's attempts (--samples K)
     status: Status
     prediction: str
-    steps: int
-    tool_calls: int
-    tool_calls_before_end: int  # searches, reads and extracts that succeeded before the end (agent.trajectory.research_before_end)
+    steps: int = Field(ge=0)
+    tool_calls: int = Field(ge=0)
+    tool_calls_before_end: int = Field(
+        ge=0
+    )  # research whose result reached the policy before the end (agent.trajectory.research_before_end)
     flags: list[Flag]
     type: str | None = None
     answerable: bool | None = None
-    answer_f1: float | None = None
-    exact_match: float | None = None
-    sub_exact_match: float | None = None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
-    sub_exact_match_substring: float | None = None  # SubEM (substring, LongBench): substring_exact_match
-    evidence_f1: float | None = None
-    evidence_f1_text_only: float | None = None
-    evidence_f1_strict: float | None = None  # 0 for an episode that ended without submitting or abstaining
+    answer_f1: Share = None
+    exact_match: Share = None
+    sub_exact_match: Share = None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
+    sub_exact_match_substring: Share = None  # SubEM (substring, LongBench): substring_exact_match
+    evidence_f1: Share = None
+    evidence_f1_text_only: Share = None
+    evidence_f1_strict: Share = None  # 0 for an episode that ended without submitting or abstaining
     abstained: bool | None = None
-    model_tokens: int | None = None  # evaluation.tokens.model_tokens: None when the episode made no model call
-    document_tokens: int | None = None  # the memory reader's document (None for other policies)
-    unread_tokens: int | None = None  # of it, what its token budget left unread
+    model_tokens: int | None = Field(None, ge=0)  # evaluation.tokens.model_tokens: None when the episode made no model call
+    document_tokens: int | None = Field(None, ge=0)  # the memory reader's document (None for other policies)
+    unread_tokens: int | None = Field(None, ge=0)  # of it, what its token budget left unread
     probes: list[ProbeScore] | None = None  # option probes at the episode's end (evaluation.calibration reads them)
 
     @property

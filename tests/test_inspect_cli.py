@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from evaluation.summary import retrieval_label
 from tests.conftest import run_cli
 
 
@@ -143,11 +144,16 @@ def test_search_recall_is_labelled_as_the_questions_and_says_when_the_policy_nev
     searched = run_cli("inspect", str(scripted), env={"COLUMNS": "200"})
     assert "search recall@5 (of the questions' BM25 results)" in searched.stdout and "never searched" not in searched.stdout
     # a run scored before searches were counted: the figure is still the questions', and nothing is claimed about the policy
+    assert retrieval_label("recall@5", None) == "search recall@5 (of the questions' BM25 results)"
+    # such a run's metrics.json (no searched_episodes, no digest of what it was computed from) is refused until rescored
     shutil.copytree(directory / "base", tmp_path / "older")
-    (tmp_path / "older" / "metrics.json").write_text(json.dumps({key: value for key, value in base.items() if key != "searched_episodes"}))
+    (tmp_path / "older" / "metrics.json").write_text(
+        json.dumps({key: value for key, value in base.items() if key not in ("searched_episodes", "derived_from")})
+    )
     older = run_cli("inspect", str(tmp_path / "older"), env={"COLUMNS": "200"})
-    assert older.returncode == 0, older.stderr
-    assert "search recall@5 (of the questions' BM25 results)" in older.stdout and "never searched" not in older.stdout
+    assert older.returncode == 2 and "records no digest" in older.stderr and "--resume scores the run again" in older.stderr
+    assert run_cli("eval", "--out", str(tmp_path / "older"), "--corpus", str(corpus), "--resume").returncode == 0
+    assert run_cli("inspect", str(tmp_path / "older")).returncode == 0
 
 
 def test_compare_two_runs(runs):

@@ -2,6 +2,7 @@
 command, never a crash. Unit tests of ``agent.terminal_text``, then hostile text fuzzed through
 ``show``, ``inspect``, ``compare`` and ``run`` (in-process, typer's CliRunner)."""
 
+import functools
 import io
 import json
 import re
@@ -17,7 +18,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from agent.terminal_text import json_visible, untrusted, visible
-from tests.conftest import run_cli
+from tests.conftest import rescored, run_cli
 
 SHOWN = {"Cc", "Cf", "Zl", "Zp", "Cs"}  # control, format, line and paragraph separators, surrogates
 
@@ -226,16 +227,21 @@ def hostile_run(base: Path, out: Path, texts: list[str]) -> None:
         for call in step["tool_calls"]:
             call["arguments"] = {thought: code, "query": answer}
             call["error"] = reason
-        episode["outcome"].update(
-            answer=answer, reason=reason, evidence=[{"paper_id": flag, "section": 0, "paragraph": 0, "text": observation}]
+        episode["outcome"].update(  # submitted: the base run's abstentions (F1 1) now score otherwise, so compare lists them
+            status="submitted",
+            answer=answer,
+            reason=reason,
+            evidence=[{"paper_id": flag, "section": 0, "paragraph": 0, "text": observation}],
         )
     write_lines(out / "trajectories.jsonl", episodes)
-    scores = lines(base / "scores.jsonl")
-    for number, score in enumerate(scores):
-        score.update(
-            question=question, prediction=answer, answer_f1=number / 10, flags=[{"detector": "ungrounded_answer", "step": 0, "text": flag}]
-        )
-    write_lines(out / "scores.jsonl", scores)
+    rescored(out, demo_corpus())  # scores.jsonl and metrics.json from these episodes, as eval writes them (Run.load checks them)
+
+
+@functools.cache
+def demo_corpus():
+    from evaluation.run import load_corpus
+
+    return load_corpus(None)
 
 
 @contextmanager

@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import os
 import re
 import sys
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 from agent.config import ServedAdapter
 from agent.errors import AgentError
 from agent.models import file_hashes
-from agent.policies.servers import REFUSED_DETAIL_BYTES, HTTPStatus, ServerPool, read_capped
+from agent.policies.servers import REFUSED_DETAIL_BYTES, HTTPStatus, ServerPool, api_key, read_capped
 from agent.terminal_text import visible
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
@@ -87,7 +86,7 @@ class ServerAdapters:
     unloads them when the run ends (see the module docstring for Ctrl-C and failures)."""
 
     def __init__(self, base_urls: list[str] | str, timeout: float = 120.0, say=None) -> None:
-        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.api_key = api_key()
         self.pool = ServerPool(base_urls, self.api_key, timeout=timeout, retries=0)  # checks the URLs; reads /v1/models
         self.timeout = timeout
         self.loaded: list[tuple[str, ServedAdapter]] = []  # (replica, adapter), in loading order

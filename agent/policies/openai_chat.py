@@ -19,7 +19,6 @@ over its context ends the episode as ``context_limit``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from typing import Any
 from agent.actions import FENCED
 from agent.policies.base import Reply, Sampling
 from agent.policies.openai_server import OpenAIPolicy, count, label
-from agent.policies.servers import ServerPool
+from agent.policies.servers import ServerPool, api_key
 from agent.renderer import ChatRenderer
 from agent.trajectory import Generation
 
@@ -48,7 +47,7 @@ class OpenAIChatPolicy(OpenAIPolicy):
         sampling: Sampling = Sampling(),
     ) -> None:
         """Keyword-only, as ``OpenAIPolicy``: ``tokenizer`` is the student's (it records the prompts it would serve)."""
-        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.api_key = api_key()
         self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
         self.endpoint = "/chat/completions"
         self.model, self.tokenizer_path = model, tokenizer

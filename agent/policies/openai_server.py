@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -59,7 +58,7 @@ from typing import Any
 
 from agent.errors import AgentError
 from agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
-from agent.policies.servers import HTTPStatus, ServerPool, api_base, read_capped
+from agent.policies.servers import HTTPStatus, ServerPool, api_base, api_key, read_capped
 from agent.renderer import ChatRenderer, split_thinking
 from agent.trajectory import Generation
 
@@ -185,7 +184,7 @@ class OpenAIPolicy(Policy):
         swapped by position would pass silently. ``max_context`` None: the server's max_model_len."""
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
-        self.api_key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+        self.api_key = api_key()
         self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
         self.endpoint = "/completions"
         self.model, self.prompt_format = model, prompt_format

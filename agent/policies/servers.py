@@ -46,6 +46,17 @@ REFUSED_DETAIL_BYTES = 4096  # what is kept of an error answer's body
 STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+def api_key() -> str:
+    """The key every request carries as ``Authorization: Bearer``: ``OPENAI_API_KEY``, else "EMPTY"
+    (what vLLM's examples send to a server that checks none)."""
+    return os.environ.get("OPENAI_API_KEY", "EMPTY")
+
+
+def sends_key() -> bool:
+    """Whether requests would carry a real key (one a server could keep), not "EMPTY" or nothing."""
+    return api_key() not in ("", "EMPTY")
+
+
 def api_base(base_url: str) -> str:
     """The server's ``.../v1`` root, from a --base-url given with or without it."""
     if not base_url.startswith(("http://", "https://")):

@@ -30,6 +30,7 @@ class FakeServer:
     each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint),
     with ``max_model_len`` when given.
 
+    ``authorizations``: the Authorization header of every request it got, of any method and path.
     Preflight's test prompt (one token asked for, a prompt of a few) is answered as vLLM would and
     kept in ``probes``, not in ``requests``. ``return_ids``: the prompt's ids come back when a
     request asks (vLLM's ``return_token_ids``); ``refuse_ids``: a token-id prompt is refused with
@@ -38,9 +39,16 @@ class FakeServer:
 
     def __init__(self, models: list[str] | None = None, respond=None, return_ids=False, refuse_ids=False, max_model_len=None):
         self.answers, self.requests, self.headers, self.models, self.probes = [], [], [], models, []
+        self.authorizations: list[str | None] = []
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            def parse_request(self):
+                parsed = super().parse_request()
+                if parsed:
+                    fake.authorizations.append(self.headers.get("Authorization"))
+                return parsed
+
             def do_GET(self):
                 if fake.models is None:
                     self.send_error(501)

@@ -34,8 +34,7 @@ from evaluation.calibration_fit import at_bound, bound_note, content_sha256, fil
 from evaluation.prereg import CalibrationRule, Preregistration, judge
 from evaluation.records import RunMetrics
 from evaluation.run_directory import Run
-from evaluation.scoring import model_metrics, run_metrics, score_episode
-from tests.conftest import run_cli
+from tests.conftest import rescored, run_cli
 from tests.evaluation.test_report_browser import browser, console_errors, ink, screenshot  # noqa: F401 (browser: a fixture)
 
 WIDE = {"COLUMNS": "200"}
@@ -108,10 +107,10 @@ def test_scaling_never_changes_which_option_wins():
 # -- runs with probes ---------------------------------------------------------------------------
 
 
-def with_probes(run, questions, seed: int) -> None:
+def with_probes(run, corpus, seed: int) -> None:
     """Give each episode an ``answerable`` probe at its end, overconfident by TRUE_TEMPERATURE, and
     rescore the run as explorer eval does (scores.jsonl, metrics.json)."""
-    by_id = {q.id: q for q in questions}
+    by_id = {q.id: q for q in corpus.questions}
     rng = np.random.default_rng(seed)
     trajectories = []
     for trajectory in read_trajectories(run / "trajectories.jsonl"):
@@ -132,10 +131,7 @@ def with_probes(run, questions, seed: int) -> None:
         )
         trajectories.append(trajectory.model_copy(update={"probes": [probe]}))
     (run / "trajectories.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in trajectories))
-    scores = [score_episode(t, by_id[t.question_id]) for t in trajectories]
-    metrics = run_metrics(scores).model_copy(update=model_metrics(trajectories))
-    (run / "scores.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in scores))
-    (run / "metrics.json").write_text(metrics.to_json())
+    rescored(run, corpus)
 
 
 @pytest.fixture(scope="module")
@@ -148,9 +144,9 @@ def runs(tmp_path_factory):
         done = run_cli("eval", "--corpus", str(corpus), "--split", split, "--policy", "scripted", "--out", str(directory / split))
         assert done.returncode == 0, done.stderr
     shutil.copytree(directory / "validation", directory / "plain")
-    questions = load(corpus).questions
-    with_probes(directory / "validation", questions, seed=0)
-    with_probes(directory / "test", questions, seed=1)
+    loaded = load(corpus)
+    with_probes(directory / "validation", loaded, seed=0)
+    with_probes(directory / "test", loaded, seed=1)
     return directory
 
 
@@ -347,6 +343,17 @@ def forged(source, out, path: str, value) -> None:
         ("temperature", -1, "temperature"),
         ("temperature", float("nan"), "temperature"),
         ("temperature", float("inf"), "temperature"),
+        ("temperature", 5e-324, "temperature"),  # > 0, and every probability becomes 0 or 1
+        ("temperature", 0.01, "temperature"),  # below the fit's search bound: no fit gives it
+        ("temperature", 1e308, "temperature"),
+        ("before.ece_equal_width", float("nan"), "before.ece_equal_width"),
+        ("after.brier", 2.0, "after.brier"),
+        ("after.nll", -1.0, "after.nll"),
+        ("threshold.decision_accuracy", float("inf"), "threshold.decision_accuracy"),
+        ("threshold.false_abstentions", -3, "threshold.false_abstentions"),
+        ("options", ["yes"], "options"),
+        ("label", "answer-f1>=7", "label"),
+        ("validation.episodes", 0, "validation.episodes"),
         ("bins", 0, "bins"),
         ("bins", 1_000_000, "bins"),
         ("threshold.threshold", 1.5, "threshold"),
@@ -385,7 +392,10 @@ def test_forged_scores_are_refused_and_the_file_records_what_it_was_fitted_on(ru
     (copy / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     done = run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and lines[0]["episode_id"] in done.stderr, done.stderr
-    assert "disagrees with trajectories.jsonl" in done.stderr and not (tmp_path / "c.json").exists()
+    assert (
+        "scores.jsonl:1:" in done.stderr and "probes is" in done.stderr and "but its trajectory (trajectories.jsonl:1) gives" in done.stderr
+    )
+    assert not (tmp_path / "c.json").exists()
 
 
 def test_apply_checks_the_preregistrations_frozen_hashes(runs, tmp_path):
@@ -442,11 +452,63 @@ def test_apply_refuses_the_fitted_run_notes_another_model_and_says_no_decided_ep
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["config"]["policy"]["model"] = "another-model"
     (copy / "manifest.json").write_text(json.dumps(manifest))
-    lines = [json.loads(line) for line in (copy / "scores.jsonl").read_text().splitlines()]
-    for line in lines:  # no episode ended by the policy's own decision
-        line["status"] = "step_limit"
-    (copy / "scores.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    episodes = [json.loads(line) for line in (copy / "trajectories.jsonl").read_text().splitlines()]
+    for episode in episodes:  # no episode ended by the policy's own decision
+        episode["outcome"] = {"status": "step_limit", "reason": "the step limit", "evidence": []}
+    (copy / "trajectories.jsonl").write_text("".join(json.dumps(episode) + "\n" for episode in episodes))
+    rescored(copy, load(runs / "small.jsonl"))
     done = run_cli("calibrate", "apply", str(copy), "--calibration", str(out), env=WIDE)
     assert done.returncode == 0, done.stderr
     assert "no decided episodes" in done.stdout and "p = 1.000" not in done.stdout
     assert "this run's model is another-model" in done.stdout and json.loads((copy / "calibrated.json").read_text())["notes"]
+
+
+def test_another_run_is_decided_by_its_episodes_not_its_bytes(runs, tmp_path):
+    """The validation run with a blank line added, with one episode changed (and rescored), or rerun
+    on the same questions, is the run the file was fitted on: a calibration judged on the questions
+    it was fitted on flatters itself."""
+    out = fitted(runs, tmp_path)
+    blank = tmp_path / "blank"
+    shutil.copytree(runs / "validation", blank)
+    (blank / "trajectories.jsonl").write_text((blank / "trajectories.jsonl").read_text() + "\n")
+    assert Run.load(blank).metrics == Run.load(runs / "validation").metrics  # the same records: a readable run
+    done = run_cli("calibrate", "apply", str(blank), "--calibration", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "ask its questions" in done.stderr and "apply it to a run of other questions" in done.stderr
+
+    changed = tmp_path / "changed"
+    shutil.copytree(runs / "validation", changed)
+    episodes = [json.loads(line) for line in (changed / "trajectories.jsonl").read_text().splitlines()]
+    episodes[0]["question_id"] = "renamed"  # its id and its answer changed; its paper and text are the validation run's
+    episodes[0]["episode_id"] = "renamed:scripted"
+    (changed / "trajectories.jsonl").write_text("".join(json.dumps(episode) + "\n" for episode in episodes[:1]))
+    questions = tmp_path / "renamed.jsonl"
+    original = next(q for q in load(runs / "small.jsonl").questions if q.text == episodes[0]["question"])
+    questions.write_text(original.model_copy(update={"id": "renamed"}).model_dump_json() + "\n")
+    rescored(changed, load(runs / "small.jsonl", questions))
+    done = run_cli("calibrate", "apply", str(changed), "--calibration", str(out))
+    assert done.returncode == 2 and "1 of the 1 episodes" in done.stderr and "ask its questions" in done.stderr, done.stderr
+
+    assert run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out)).returncode == 0  # other questions: another run
+
+
+@pytest.mark.parametrize("probabilities", [[float("nan"), float("nan")], [0.9, 0.9], [1.0]])
+def test_probabilities_that_are_not_probabilities_never_reach_a_temperature_or_a_test(runs, tmp_path, probabilities):
+    out = fitted(runs, tmp_path)
+    for name in ("validation", "test"):
+        copy = tmp_path / name
+        shutil.copytree(runs / name, copy)
+        (copy / "calibrated.json").unlink(missing_ok=True)  # what an earlier apply wrote there
+        episodes = [json.loads(line) for line in (copy / "trajectories.jsonl").read_text().splitlines()]
+        episodes[1]["probes"][0]["probabilities"] = probabilities
+        (copy / "trajectories.jsonl").write_text("".join(json.dumps(episode) + "\n" for episode in episodes))
+        scores = [json.loads(line) for line in (copy / "scores.jsonl").read_text().splitlines()]
+        scores[1]["probes"][0]["probabilities"] = probabilities  # the copy agrees with its trajectory
+        (copy / "scores.jsonl").write_text("".join(json.dumps(score) + "\n" for score in scores))
+    for done in (
+        run_cli("calibrate", "fit", str(tmp_path / "validation"), "--out", str(tmp_path / "c.json")),
+        run_cli("calibrate", "apply", str(tmp_path / "test"), "--calibration", str(out)),
+    ):
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "trajectories.jsonl:2: episode" in done.stderr and 'probe "answerable" recorded' in done.stderr
+    assert not (tmp_path / "c.json").exists() and not (tmp_path / "test" / "calibrated.json").exists()

@@ -9,7 +9,8 @@ import pytest
 from scipy import stats as scipy_stats
 
 from evaluation.compare import RunComparison
-from tests.conftest import run_cli
+from evaluation.run import load_corpus
+from tests.conftest import rescored, run_cli
 
 WIDE = {"COLUMNS": "220"}
 
@@ -24,8 +25,9 @@ def runs(tmp_path_factory):
         assert done.returncode == 0, done.stderr
     # A without its first 5 questions: against B (A's first 30) the overlap is partial on both sides
     shutil.copytree(directory / "a", directory / "a-tail")
-    lines = (directory / "a" / "scores.jsonl").read_text().splitlines(keepends=True)
-    (directory / "a-tail" / "scores.jsonl").write_text("".join(lines[5:]))
+    lines = (directory / "a" / "trajectories.jsonl").read_text().splitlines(keepends=True)
+    (directory / "a-tail" / "trajectories.jsonl").write_text("".join(lines[5:]))
+    rescored(directory / "a-tail", load_corpus(None))  # the demo corpus the runs were made on
     return directory
 
 
@@ -146,15 +148,19 @@ def test_text_output_labels_paired_and_unpaired_and_prints_readable_p(runs):
 
 
 def test_runs_without_a_shared_question_or_with_a_question_twice_are_one_line(runs, tmp_path):
+    questions = tmp_path / "other.jsonl"  # the demo corpus's questions under other ids
+    questions.write_text(
+        "".join(q.model_copy(update={"id": f"other-{q.id}"}).model_dump_json() + "\n" for q in load_corpus(None).questions)
+    )
     moved = tmp_path / "moved"
-    shutil.copytree(runs / "b", moved)
-    lines = (moved / "scores.jsonl").read_text().splitlines()
-    (moved / "scores.jsonl").write_text("".join(line.replace('"question_id":"', '"question_id":"other-') + "\n" for line in lines))
+    done = run_cli("eval", "--split", "all", "--limit", "5", "--questions", str(questions), "--out", str(moved))
+    assert done.returncode == 0, done.stderr
     for flags in ([], ["--json"]):
         done = run_cli("compare", str(runs / "a"), str(moved), *flags)
         assert done.returncode == 2 and "share no scored question" in done.stderr and "Traceback" not in done.stderr
-    twice = tmp_path / "twice"
+    twice = tmp_path / "twice"  # a question scored twice: a line of scores.jsonl repeated is no line of the log's
     shutil.copytree(runs / "b", twice)
+    lines = (twice / "scores.jsonl").read_text().splitlines()
     (twice / "scores.jsonl").write_text("\n".join(lines + lines[:1]) + "\n")
     done = run_cli("compare", str(runs / "a"), str(twice))
-    assert done.returncode == 2 and "scored twice" in done.stderr
+    assert done.returncode == 2 and f"scores.jsonl:{len(lines) + 1}: episode" in done.stderr and "is scored again" in done.stderr

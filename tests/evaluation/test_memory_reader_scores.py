@@ -20,9 +20,9 @@ from corpus.loading import load
 from evaluation.answers import sub_exact_match, substring_exact_match
 from evaluation.compare import RunComparison
 from evaluation.records import RunMetrics
-from evaluation.scoring import model_metrics, run_metrics, score_episode
+from evaluation.run_directory import Run
 from evaluation.tokens import model_tokens
-from tests.conftest import run_cli
+from tests.conftest import rescored, run_cli
 
 WIDE = {"COLUMNS": "220"}
 CUT = "the final answer was cut at its cap of 64 tokens"
@@ -106,15 +106,11 @@ def runs(tmp_path_factory):
     return directory
 
 
-def rewrite(run, trajectories: list[Trajectory], questions) -> tuple[list, RunMetrics]:
+def rewrite(run, trajectories: list[Trajectory], corpus) -> tuple[list, RunMetrics]:
     """The run's log, scores.jsonl and metrics.json rewritten as explorer eval writes them."""
-    by_id = {q.id: q for q in questions}
     (run / "trajectories.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in trajectories))
-    scores = [score_episode(t, by_id[t.question_id]) for t in trajectories]
-    metrics = run_metrics(scores).model_copy(update=model_metrics(trajectories))
-    (run / "scores.jsonl").write_text("".join(s.model_dump_json() + "\n" for s in scores))
-    (run / "metrics.json").write_text(metrics.to_json())
-    return scores, metrics
+    loaded = Run.load(rescored(run, corpus))
+    return loaded.scores, loaded.metrics
 
 
 @pytest.fixture(scope="module")
@@ -122,7 +118,7 @@ def scored(runs):
     """The code run with model generations on its steps (prompt 1000 + 100 i, 20 generated each);
     the reader run with a Reading on each episode (model tokens 5000 + 1000 i), its first episode
     ended in no_answer (its final answer cut at the cap), and another seed in its manifest."""
-    questions = load(runs / "small.jsonl").questions
+    corpus = load(runs / "small.jsonl")
     code = read_trajectories(runs / "code" / "trajectories.jsonl")
     code = [with_steps(t, [Generation(prompt_tokens=1000 + 100 * i, generated_tokens=20) for i in range(len(t.steps))]) for t in code]
     reader = read_trajectories(runs / "reader" / "trajectories.jsonl")
@@ -131,7 +127,7 @@ def scored(runs):
     manifest = json.loads((runs / "reader" / "manifest.json").read_text())
     manifest["config"]["episode"]["seed"] = 1
     (runs / "reader" / "manifest.json").write_text(json.dumps(manifest))
-    return {"code": (code, *rewrite(runs / "code", code, questions)), "reader": (reader, *rewrite(runs / "reader", reader, questions))}
+    return {"code": (code, *rewrite(runs / "code", code, corpus)), "reader": (reader, *rewrite(runs / "reader", reader, corpus))}
 
 
 def test_model_tokens_sum_prompt_and_generated_tokens_over_every_model_call(runs):

@@ -16,7 +16,7 @@ from evaluation.errors import EvaluationError
 from evaluation.run import EvaluationInterrupted, evaluate
 from evaluation.run_directory import Run, counted, superseded
 from evaluation.scoring import EpisodeScore
-from tests.conftest import run_cli
+from tests.conftest import rescored, run_cli
 
 QUESTIONS = 4
 
@@ -155,18 +155,23 @@ def test_a_superseded_failure_left_in_the_log_is_scored_once_and_counted_everywh
     assert resumed.metrics.duplicate_lines == 0 and [t.episode_id for t in resumed.trajectories] == [t.episode_id for t in run.trajectories]
 
 
-def test_a_model_answer_holding_line_separators_does_not_cost_the_run(finished, tmp_path):
+def test_a_model_answer_holding_line_separators_does_not_cost_the_run(finished, tmp_path, small_demo):
     """scores.jsonl is read as bytes split on \\n: U+2028 in an answer (written raw, as pydantic
     writes it) is one line, for the API and for inspect, report, compare and export alike."""
     run, _ = finished
     copy = tmp_path / "run"
     copy.mkdir()
-    for name in ("manifest.json", "trajectories.jsonl", "metrics.json"):
-        (copy / name).write_bytes((run.directory / name).read_bytes())
-    odd = [score.model_copy(update={"prediction": f"one\u2028two\x85three {score.prediction}"}) for score in run.scores]
-    (copy / "scores.jsonl").write_text("".join(score.model_dump_json() + "\n" for score in odd), encoding="utf-8")
-    assert "\u2028" in (copy / "scores.jsonl").read_text(encoding="utf-8")
-    assert Run.load(copy).scores == odd
+    (copy / "manifest.json").write_bytes((run.directory / "manifest.json").read_bytes())
+    episodes = [
+        t.model_copy(update={"outcome": t.outcome.model_copy(update={"answer": f"one\u2028two\x85three {t.outcome.answer}"})})
+        for t in run.trajectories
+        if t.outcome.status == "submitted"
+    ]
+    (copy / "trajectories.jsonl").write_text("".join(t.model_dump_json() + "\n" for t in episodes), encoding="utf-8")
+    rescored(copy, small_demo)  # the answers scored as eval scores them
+    odd = Run.load(copy).scores
+    assert "\u2028" in (copy / "scores.jsonl").read_text(encoding="utf-8") and len(odd) == len(episodes) > 0
+    assert all(score.prediction.startswith("one\u2028two\x85three ") for score in odd)
     assert [EpisodeScore.model_validate_json(line) for line in (copy / "scores.jsonl").read_bytes().split(b"\n") if line] == odd
     shown = run_cli("inspect", str(copy))
     assert shown.returncode == 0, shown.stderr
