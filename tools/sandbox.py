@@ -78,6 +78,14 @@ What is still not protected
 * The episode host processes are trusted code without a fence of their own; they hold the corpus
   and index, nothing else of the policy's process (no model, no keys, no log).
 * Timing: an action can measure time and so learn how long the host's tools take.
+
+Why one module
+--------------
+``Sandbox`` is the one object the policy's process talks to for an episode: it starts and replaces
+workers, asks the host, reads the host's verdict on limits, and charges the reply's reading to the
+action. Split, each half would have to know the other's lifecycle (a worker replaced mid-action
+loses its variables, which the result must say; a tainted host is never kept), which is the state
+this module exists to keep in one place.
 """
 
 from __future__ import annotations

@@ -346,10 +346,10 @@ def forged(source, out, path: str, value) -> None:
         ("temperature", 5e-324, "temperature"),  # > 0, and every probability becomes 0 or 1
         ("temperature", 0.01, "temperature"),  # below the fit's search bound: no fit gives it
         ("temperature", 1e308, "temperature"),
-        ("before.ece_equal_width", float("nan"), "before.ece_equal_width"),
+        ("before.ece_equal_width", float("nan"), "NaN"),  # refused as it is read: not a JSON value
         ("after.brier", 2.0, "after.brier"),
         ("after.nll", -1.0, "after.nll"),
-        ("threshold.decision_accuracy", float("inf"), "threshold.decision_accuracy"),
+        ("threshold.decision_accuracy", float("inf"), "Infinity"),
         ("threshold.false_abstentions", -3, "threshold.false_abstentions"),
         ("options", ["yes"], "options"),
         ("label", "answer-f1>=7", "label"),
