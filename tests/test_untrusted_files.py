@@ -208,7 +208,7 @@ def test_resume_never_reads_or_writes_through_a_linked_log(run_copy, tmp_path, i
     done = bounded_cli("eval", "--out", str(run_copy), "--resume")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     error = done.stderr.strip().splitlines()[-1]  # after the resume's notes
-    assert error.startswith("error: ") and "trajectories.jsonl" in error and ("symbolic link" if inside else "out of") in error
+    assert error.startswith("error: ") and "trajectories.jsonl" in error and "symbolic link" in error  # refused at the start
     assert target.read_bytes() == torn
 
 
@@ -315,3 +315,25 @@ def test_exec_with_a_standard_input_it_cannot_read_is_one_line(tmp_path, stdin):
             preexec_fn=(lambda: os.close(0)) if stdin == "closed" else None,
         )
     one_line(done, "<stdin>")
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "scores.jsonl"])
+@pytest.mark.parametrize("kind", ["fifo", "outside"])
+def test_eval_refuses_an_output_that_is_not_a_file_before_any_episode(tmp_path, secret, name, kind):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).write_text("")
+    replace_with(out / name, kind, secret)
+    before = secret.read_text()
+    one_line(bounded_cli("eval", "--split", "all", "--limit", "1", "--out", str(out)), name, "choose another --out")
+    assert not (out / "trajectories.jsonl").exists() and secret.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_attention_heads", 0), ("hidden_size", "4096"), ("num_hidden_layers", -36), ("vocab_size", 1e30), ("head_dim", True)],
+)
+def test_train_dry_run_refuses_a_model_config_with_a_bad_dimension(tmp_path, field, value):
+    config = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
+    one_line(run_cli("train", "--dry-run", "--model", str(tmp_path)), "config.json", field)
