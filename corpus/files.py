@@ -556,9 +556,18 @@ def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        if error.errno not in _WRITE_ERRNOS:
+            raise
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)}); nothing was written") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# What the file system says when a write cannot go on: full, over a size or quota bound, read-only, failing.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 def _umask() -> int:

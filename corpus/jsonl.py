@@ -243,11 +243,14 @@ class AppendOnlyLines:
     def append_all(self, records: Iterable[BaseModel | Mapping]) -> None:
         """Each a whole line, then one fsync for them all (a group commit: records that come
         together, as episodes in flight finish together, cost one disk flush, not one each)."""
-        for record in records:
-            view = memoryview(encode(record, **self._dump))
-            while view:  # O_APPEND and one write call per line; loop only for a short write
-                view = view[os.write(self._fd, view) :]
-        os.fsync(self._fd)
+        try:
+            for record in records:
+                view = memoryview(encode(record, **self._dump))
+                while view:  # O_APPEND and one write call per line; loop only for a short write
+                    view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError as error:  # a full disk, a quota: one line (a partial line is a torn one, cut at the next open)
+            raise files.FileRefused(f"{self.path}: cannot be written ({error.strerror or error})") from None
 
     def close(self) -> None:
         if self._fd >= 0:

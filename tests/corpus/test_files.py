@@ -459,3 +459,25 @@ def test_a_toml_key_of_too_many_dotted_parts_is_refused_before_parsing():
     with pytest.raises(files.FileRefused, match="dotted key"):
         files.parse_toml(quoted, "c.toml")
     assert files.parse_toml(".".join(["a"] * 64) + " = 1\nurl = 'http://a.b.c'\n", "c.toml")["url"] == "http://a.b.c"
+
+
+def test_a_full_disk_while_writing_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(28, os.strerror(28))
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(files.FileRefused, match="metrics.json: cannot be written .*nothing was written"):
+        with files.atomic_file(target) as handle:
+            handle.write("new")
+    assert target.read_text() == "old" and [path.name for path in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_a_full_disk_while_appending_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    with AppendOnlyLines(path) as log:
+        monkeypatch.setattr("corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
+        with pytest.raises(files.FileRefused, match="log.jsonl: cannot be written"):
+            log.append({"a": 1})
