@@ -77,6 +77,10 @@ app.command("rescore")(rescore_command)
 class VisibleFormatter(logging.Formatter):
     """Log lines with their controls shown: a logged message may quote a server or a corpus file."""
 
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        """The message itself on one line: a path in it that holds a newline cannot start a forged line."""
+        return visible(super().formatMessage(record)).replace("\n", "\\n")
+
     def format(self, record: logging.LogRecord) -> str:
         return visible(super().format(record))
 

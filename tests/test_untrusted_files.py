@@ -337,3 +337,13 @@ def test_train_dry_run_refuses_a_model_config_with_a_bad_dimension(tmp_path, fie
     config = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
     (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
     one_line(run_cli("train", "--dry-run", "--model", str(tmp_path)), "config.json", field)
+
+
+def test_a_log_line_quoting_a_path_with_a_newline_stays_one_line():
+    import logging
+
+    from cli.main import VisibleFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "%s: removed a torn last line", ("a\nWARNING: forged",), None)
+    line = VisibleFormatter("%(levelname)s: %(message)s").format(record)
+    assert "\n" not in line and "a\\nWARNING: forged" in line
