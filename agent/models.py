@@ -20,17 +20,21 @@ from agent.renderer import ChatRenderer
 QUANTIZATIONS = ("auto", "4bit", "none")
 
 
-def file_sha256(path: Path) -> str:
-    """A file's SHA-256, read in blocks (``corpus.files.sha256``: a regular file, never a FIFO or a device)."""
+def file_sha256(path: Path, inside: Path | None = None) -> str:
+    """A file's SHA-256, read in blocks (``corpus.files.sha256``: a regular file, never a FIFO or a
+    device, bounded in size; ``inside``: the directory it must not be linked out of)."""
     try:
-        return files.sha256(path)
+        return files.sha256(path, inside=inside)
     except files.FileRefused as error:
         raise AgentError(str(error)) from None
 
 
 def file_hashes(directory: Path) -> dict[str, str]:
-    """SHA-256 of every file in a directory (an adapter, a checkpoint), by relative path."""
-    return {str(path.relative_to(directory)): file_sha256(path) for path in sorted(p for p in directory.rglob("*") if p.is_file())}
+    """SHA-256 of every file in a directory (an adapter, a checkpoint), by relative path. A link out
+    of the directory is refused: its hash would fingerprint (and read) a file the adapter is not."""
+    return {
+        str(path.relative_to(directory)): file_sha256(path, directory) for path in sorted(p for p in directory.rglob("*") if p.is_file())
+    }
 
 
 def resolve_model(model: str) -> str:

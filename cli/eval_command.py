@@ -15,9 +15,8 @@ import typer
 from rich.console import Console
 
 from agent.config import EvalConfig
-from agent.terminal_text import visible
 from cli.display import ConsoleReporter
-from cli.errors import UsageError
+from cli.errors import UsageError, error_line
 from cli.flags import config_flags
 from cli.options import ConfigOption, CorpusOption, QuestionsOption, ReplayOtherCorpusOption, SplitOfOption, split_of
 
@@ -77,6 +76,6 @@ def eval_command(
     except EvaluationFailed as failure:
         if failure.metrics is not None:
             print_summary(Console(), failure.metrics, out)
-        typer.echo(f"error: {visible(str(failure))}", err=True)
+        typer.echo(error_line(str(failure)), err=True)
         raise typer.Exit(1) from None
     print_summary(Console(), run.metrics, out)

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from agent.terminal_text import visible
 from cli.display import ConsoleReporter
-from cli.errors import UsageError
+from cli.errors import UsageError, error_line
 from cli.options import CorpusOption, SplitOfOption, open_corpus, split_of
 
 
@@ -99,5 +99,5 @@ def improve_command(
         )
         raise typer.Exit(130) from None
     except EvaluationFailed as failure:  # a round's sampling measured nothing: the policy or its server, not a flag
-        typer.echo(f"error: {visible(str(failure))}", err=True)
+        typer.echo(error_line(str(failure)), err=True)
         raise typer.Exit(1) from None

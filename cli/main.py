@@ -9,6 +9,7 @@ Error and log lines may quote a server, a worker or a data file: they are writte
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -18,7 +19,7 @@ from agent.errors import AgentError
 from agent.terminal_text import visible
 from cli.calibrate_command import calibrate_app
 from cli.corpus_commands import corpus_app
-from cli.errors import UsageError
+from cli.errors import UsageError, error_line
 from cli.eval_command import eval_command
 from cli.exec_command import exec_command
 from cli.export_command import export_command
@@ -76,6 +77,10 @@ app.command("rescore")(rescore_command)
 class VisibleFormatter(logging.Formatter):
     """Log lines with their controls shown: a logged message may quote a server or a corpus file."""
 
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 - logging's name
+        """The message itself on one line: a path in it that holds a newline cannot start a forged line."""
+        return visible(super().formatMessage(record)).replace("\n", "\\n")
+
     def format(self, record: logging.LogRecord) -> str:
         return visible(super().format(record))
 
@@ -107,16 +112,33 @@ def _is_sandbox_error(error: Exception) -> bool:
     return sandbox is not None and isinstance(error, sandbox.SandboxError)
 
 
+def _path_error(error: OSError) -> str | None:
+    """A file system error about a path the user gave (a name too long, a directory that may not
+    be searched, a file where a directory should be), met by a check outside ``corpus.files``
+    (``Path.exists`` raises these in Python 3.11): one line naming the path, or None when the error
+    names no path (then it is a bug, and its traceback is wanted)."""
+    if error.filename is None:
+        return None
+    reason = error.strerror or type(error).__name__
+    return f"{os.fsdecode(error.filename)}: {reason}; check the path"
+
+
 def main() -> None:
     try:
         app(prog_name="explorer")
     except INPUT_ERRORS as error:
-        typer.echo(f"error: {visible(str(error))}", err=True)
+        typer.echo(error_line(str(error)), err=True)
+        sys.exit(2)
+    except OSError as error:
+        line = _path_error(error)
+        if line is None:
+            raise
+        typer.echo(error_line(line), err=True)
         sys.exit(2)
     except Exception as error:
         if not _is_sandbox_error(error):
             raise
-        typer.echo(f"error: {visible(str(error))}", err=True)  # the machine, not the input: one line, exit 1
+        typer.echo(error_line(str(error)), err=True)  # the machine, not the input: one line, exit 1
         sys.exit(1)
     except KeyboardInterrupt:
         typer.echo("interrupted", err=True)

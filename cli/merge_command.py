@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from cli.errors import UsageError
+from cli.errors import UsageError, error_line
 from cli.options import open_corpus, select_questions
 
 if TYPE_CHECKING:
@@ -80,7 +80,9 @@ def merge_command(
     _say_left_out(shards)
     if metrics.preregistration is not None and not metrics.preregistration.passed:
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)
-        typer.echo(f"error: the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}", err=True)
+        typer.echo(
+            error_line(f"the preregistered rule of {config.preregistration} FAILED ({failed}); see {out / 'metrics.json'}"), err=True
+        )
         raise typer.Exit(1)
 
 

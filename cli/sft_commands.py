@@ -11,8 +11,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from agent.terminal_text import untrusted, visible
-from cli.errors import UsageError
+from agent.terminal_text import untrusted
+from cli.errors import UsageError, error_line
 from cli.flags import config_flags
 from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
 from sft.config import TrainConfig
@@ -131,7 +131,7 @@ def build_command(
             force=force,
         )
     except ParityMismatch as error:  # the machine's verdict on the data, not a bad flag: exit 1
-        typer.echo(f"error: {visible(str(error))}", err=True)
+        typer.echo(error_line(str(error)), err=True)
         raise typer.Exit(1) from None
     print_build_report(report)
     typer.echo(f"dataset written to {out}")

@@ -27,6 +27,10 @@ What is not: a race by someone who can write the directory while we read it (an 
 directory swapped for a link between the check and the open); a regular file that is merely
 huge but under its bound (it is read, and costs its size in memory).
 
+The OS's own refusals while reading or writing (EIO from ``/proc/self/mem``, EINVAL, a name too
+long, a parent that is a file, no permission) are ``FileRefused`` too, with the OS's reason; a
+file is hashed (``sha256``) within a bound and within the size it says it has.
+
 Every problem is a ``FileRefused`` whose message is one line naming the file; each layer turns it
 into its own error (``CorpusError``, ``EvaluationError``, ...), and the CLI prints it with exit 2.
 A missing file stays ``FileNotFoundError``: only the caller knows what its absence means.
@@ -61,6 +65,7 @@ DOCUMENT_BYTES = 64 * MiB  # one JSON or TOML document: a manifest, metrics, a c
 TEXT_BYTES = 64 * MiB  # one paper's text, an action file
 DATA_BYTES = 1 * GiB  # a corpus, a questions file, a trajectory log, scores, training data
 MAX_DIGITS = 100  # digits in one JSON or TOML number: counts, seeds and ids need 20; Python's own bound is 4,300
+HASHED_BYTES = 64 * GiB  # a file hashed, never held: a run's log, a model's weights
 READ_BLOCK = 1 << 16  # how much more than its stated size is asked of a file (a /proc file says 0)
 
 PathLike = str | os.PathLike
@@ -87,7 +92,7 @@ def read_bytes(path: PathLike, *, limit: int, inside: PathLike | None = None, wh
             raise _too_large(path, limit, what, size)
         chunks, total = [], 0
         while total <= limit:  # one read as the size says; more only if the file holds more than it said
-            chunk = os.read(fd, min(max(size - total, 0) + READ_BLOCK, limit + 1 - total))
+            chunk = _read(fd, min(max(size - total, 0) + READ_BLOCK, limit + 1 - total), path)
             if not chunk:
                 break
             chunks.append(chunk)
@@ -114,23 +119,49 @@ def open_regular(path: PathLike, *, limit: int, inside: PathLike | None = None, 
             yield handle
 
 
-def read_stream(stream: IO, *, limit: int, name: str = "<stdin>", what: str = "input") -> str:
+def read_stream(stream: IO | None, *, limit: int, name: str = "<stdin>", what: str = "input") -> str:
     """The text of a stream (standard input), at most ``limit`` bytes of it, decoded as ``decode``
     does: ``explorer exec - < /dev/zero`` ends at the bound instead of filling memory."""
+    if stream is None:  # Python sets sys.stdin to None when descriptor 0 is closed
+        raise FileRefused(f"{name}: closed; give the {what} on standard input, or name a file")
     binary = getattr(stream, "buffer", None)
-    data = binary.read(limit + 1) if binary is not None else stream.read(limit + 1).encode("utf-8", "surrogateescape")
+    try:
+        data = binary.read(limit + 1) if binary is not None else stream.read(limit + 1).encode("utf-8", "surrogateescape")
+    except OSError as error:  # EBADF: standard input opened for writing only
+        raise FileRefused(f"{name}: cannot be read ({_reason(error)})") from None
     if len(data) > limit:
         raise _too_large(Path(name), limit, what)
     return decode(data, name)
 
 
-def sha256(path: PathLike, *, inside: PathLike | None = None, what: str = "file") -> str:
-    """The SHA-256 of a regular file (any size: read in blocks, never whole)."""
+def sha256(path: PathLike, *, limit: int = HASHED_BYTES, inside: PathLike | None = None, what: str = "file") -> str:
+    """The SHA-256 of a regular file of at most ``limit`` bytes, read in blocks, never whole.
+
+    Bounded twice: by ``limit`` from ``fstat`` before reading, and by the size ``fstat`` said while
+    reading, so a file that holds more than it says (a ``/proc`` file says 0 and holds terabytes
+    of page map) is refused in one line instead of being hashed for hours."""
+    path = Path(path)
     digest = hashlib.sha256()
-    with _opened(Path(path), inside, what) as (fd, _):
-        while block := os.read(fd, 1 << 20):
+    with _opened(path, inside, what) as (fd, size):
+        if size > limit:
+            raise _too_large(path, limit, what, size)
+        total = 0
+        while block := _read(fd, 1 << 20, path):
+            total += len(block)
+            if total > size + READ_BLOCK:
+                raise FileRefused(
+                    f"{path}: holds more than the {_size(size)} its size says (a /proc or special file?); name {a(what)} file"
+                )
             digest.update(block)
     return digest.hexdigest()
+
+
+def _read(fd: int, count: int, path: Path) -> bytes:
+    """``os.read``, with the OS's refusal (EIO from /proc/self/mem, EINVAL, EISDIR) as one line."""
+    try:
+        return os.read(fd, count)
+    except OSError as error:
+        raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
 
 
 @contextmanager
@@ -148,7 +179,10 @@ def _opened(path: Path, inside: PathLike | None, what: str) -> Iterator[tuple[in
     except OSError as error:
         raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
     try:
-        status = os.fstat(fd)
+        try:
+            status = os.fstat(fd)
+        except OSError as error:
+            raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
         _regular(path, status.st_mode, what)  # what was opened, if it was swapped after the stat
         yield fd, status.st_size
     finally:
@@ -157,7 +191,10 @@ def _opened(path: Path, inside: PathLike | None, what: str) -> Iterator[tuple[in
 
 def _within(path: Path, directory: Path) -> str:
     """``path`` resolved, if it stays inside ``directory`` (resolved too); else one line."""
-    root, real = os.path.realpath(directory), os.path.realpath(path)
+    try:
+        root, real = os.path.realpath(directory), os.path.realpath(path)
+    except OSError as error:  # a name too long, a directory that may not be searched
+        raise FileRefused(f"{path}: cannot be read ({_reason(error)})") from None
     if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):
         raise FileRefused(
             f"{path}: a symbolic link out of {directory} (to {real}); a file of the directory is read only from inside it: copy the file in"
@@ -290,18 +327,67 @@ def parse_json(text: str | bytes, path: PathLike, line: int | None = None, objec
         else json.JSONDecoder(parse_int=_int, parse_float=_float, parse_constant=_constant, object_pairs_hook=object_pairs_hook)
     )
     try:
-        return decoder.decode(text)
+        value = decoder.decode(text)
     except RecursionError:
         raise FileRefused(f"{_place(path, line, text, _too_deep(text))}: {_depth_message()}") from None
     except json.JSONDecodeError:
         raise
     except ValueError as error:  # _Bound, or Python's own bound on an integer's digits
         raise _bad_number(path, line, text, error) from None
+    _refuse_lone_surrogate(text, value, path, line)
+    return value
+
+
+# An escaped surrogate (JSON's "\ud800"); in a decoded string one is left only if it had no partner.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+# A number pydantic's JSON reader takes as infinite or NaN (it allows NaN, Infinity and 1e400).
+_MAYBE_NOT_FINITE = re.compile(rb"NaN|Infinity|[eE]\+?[0-9]{3}|[0-9]{300}")
+
+
+def _refuse_lone_surrogate(text: str, value: Any, path: PathLike, line: int | None) -> None:
+    """A lone surrogate is valid JSON but not Unicode: it cannot be written back as UTF-8 (a later
+    write, or a chat template, would fail). A user's file holding one is refused, not mended
+    (replacing it with U+FFFD would change the text silently); one line with the file and line."""
+    found = _SURROGATE_ESCAPE.search(text)
+    if found is None:
+        return
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise FileRefused(
+            f"{_place(path, line, text, found.start())}: a lone surrogate ({found.group()}), which is not a character; "
+            "not text this file may hold: remove it or write the character it stood for"
+        ) from None
+
+
+def refuse_not_finite(data: bytes, path: PathLike, line: int | None = None) -> None:
+    """For a document pydantic's JSON reader will read (it takes NaN, Infinity and 1e400 as
+    numbers): the same check as ``parse_json``'s, one line naming the file and the line, run only
+    when the bytes hold something that may be such a number. Invalid JSON is left to pydantic."""
+    if _MAYBE_NOT_FINITE.search(data) is None:
+        return
+    try:
+        parse_json(data.decode("utf-8"), path, line)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return
+
+
+MAX_KEY_PARTS = 64  # parts of one dotted TOML key ("a.b.c" has 3)
+# MAX_KEY_PARTS + 1 key parts (bare or quoted) joined by dots: a key, or a table's name, too long.
+_DOTTED_KEY = re.compile(r"""(?:(?:[A-Za-z0-9_-]+|"[^"\n]*"|'[^'\n]*')[ \t]*\.[ \t]*){""" + str(MAX_KEY_PARTS) + "}")
 
 
 def parse_toml(text: str, path: PathLike) -> dict[str, Any]:
     """``tomllib.loads`` within the same bounds; every problem, invalid TOML included, is one
-    FileRefused line naming the file (TOML's own message names the line)."""
+    FileRefused line naming the file (TOML's own message names the line). A dotted key of more
+    than MAX_KEY_PARTS parts is refused before parsing: tomllib's time and memory grow with the
+    square of a key's parts (40,000 cost 21 s and 6 GB); a config's keys have a handful."""
+    dotted = _DOTTED_KEY.search(text)
+    if dotted is not None:
+        raise FileRefused(
+            f"{path}:{line_of(text, dotted.start())}: a dotted key of more than {MAX_KEY_PARTS} parts "
+            f"near {text[dotted.start() : dotted.start() + 30]!r}; not a key this file may hold"
+        )
     try:
         return tomllib.loads(text, parse_float=_float)
     except tomllib.TOMLDecodeError as error:
@@ -371,6 +457,7 @@ def read_model(path: PathLike, model: type[M], *, what: str, inside: PathLike | 
     ``model`` with pydantic's JSON reader (nesting bounded at 200 levels, numbers at 4,300 digits).
     Invalid JSON or a bad field is one FileRefused line naming the file, and the line or the field."""
     data = read_bytes(path, limit=limit, inside=inside, what=what)
+    refuse_not_finite(data, path)
     try:
         return model.model_validate_json(data)
     except ValidationError as error:
@@ -406,13 +493,17 @@ def open_append(path: PathLike, *, what: str = "file", create: bool = True) -> i
     except FileNotFoundError:
         if not create:
             raise
+    except OSError as error:  # a name too long, a directory that may not be searched
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
     else:
         _writable(path, status, what)
     flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_CREAT if create else 0)
     try:
         fd = os.open(path, flags, 0o644)
     except FileNotFoundError:
-        raise
+        if not create:
+            raise
+        raise FileRefused(f"{path}: cannot be written (its directory {path.parent} does not exist)") from None
     except OSError as error:
         raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
     try:
@@ -440,17 +531,24 @@ def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
     it. A crash mid-write leaves the old file (or none), never half of one; a symbolic link at
     ``path`` is replaced, never written through; a directory or a special file there is refused."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # an OSError here (a read-only place) is the caller's to word
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         status = os.lstat(path)
     except FileNotFoundError:
         pass
+    except OSError as error:  # a parent that is a file, a read-only place, a name too long
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
     else:
         if not (stat.S_ISREG(status.st_mode) or stat.S_ISLNK(status.st_mode)):
             _regular(path, status.st_mode, "output")
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the file should get the mode open() would give
     try:
+        # A short name of its own (13 characters): the target's name plus a suffix could pass the
+        # file system's bound on a name when the target's own name is near it.
+        fd, temporary = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=path.parent)
+    except OSError as error:
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
+    try:
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the file should get the mode open() would give
         mode = "wb" if binary else "w"
         encoding = None if binary else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding, newline=None if binary else "\n") as handle:
@@ -458,9 +556,18 @@ def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        if error.errno not in _WRITE_ERRNOS:
+            raise
+        raise FileRefused(f"{path}: cannot be written ({_reason(error)}); nothing was written") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
+
+
+# What the file system says when a write cannot go on: full, over a size or quota bound, read-only, failing.
+_WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
 def _umask() -> int:

@@ -23,7 +23,7 @@ import zipfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 
@@ -308,9 +308,9 @@ def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndar
     try:
         with (
             files.open_regular(path, limit=files.DATA_BYTES, inside=path.parent, what="BM25 index cache") as handle,
-            np.load(handle, allow_pickle=False) as data,
+            _bounded_npz(handle, path) as data,
         ):
-            stored = json.loads(data["header"].tobytes())
+            stored = files.parse_json(data["header"].tobytes(), path)
             if stored != header:
                 log.info("rebuilding BM25 index: cache %s was built for other content or settings", path)
                 return None
@@ -318,7 +318,7 @@ def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndar
             vocabulary = {word: i for i, word in enumerate(words.split("\n"))} if words else {}
             arrays = [data[name] for name in _ARRAYS]
             quote_text, quote_starts = data["quote_text"].tobytes(), data["quote_starts"]
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, files.FileRefused) as error:
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError, files.FileRefused, RecursionError) as error:
         log.warning("rebuilding BM25 index: cache %s is unreadable (%s)", path, error)
         return None
     consistent = len(vocabulary) + 1 == len(arrays[0]) and len(quote_starts) == len(arrays[-1])
@@ -327,6 +327,37 @@ def _load(path: Path, header: dict) -> tuple[dict[str, int], np.ndarray, np.ndar
         return None
     indptr, indices, weights, doc_lengths = arrays
     return vocabulary, indptr, indices, weights, doc_lengths, QuoteText(quote_text, quote_starts.astype(np.int64))
+
+
+CACHE_ARRAY_BYTES = 4 * files.DATA_BYTES  # all a cache's arrays decompressed: an index of the largest corpus
+CACHE_HEADER_BYTES = 1 << 20  # the cache's JSON header, as an array
+
+
+def _bounded_npz(handle: IO[bytes], path: Path) -> Any:
+    """``np.load`` of a cache whose decompressed arrays are bounded before any is read: the sizes
+    the zip declares (which ``zipfile`` holds each member to) at most CACHE_ARRAY_BYTES in all and
+    the header at most CACHE_HEADER_BYTES, and each array's shape (from its .npy header) no larger
+    than its member: numpy allocates the shape a header says before reading, so a small file could
+    otherwise ask for terabytes. Any mismatch is a ValueError: the caller logs it and rebuilds."""
+    with zipfile.ZipFile(handle) as archive:
+        members = archive.infolist()
+        if sum(member.file_size for member in members) > CACHE_ARRAY_BYTES:
+            raise ValueError(f"arrays of more than {CACHE_ARRAY_BYTES >> 30} GiB decompressed")
+        for member in members:
+            if member.filename == "header.npy" and member.file_size > CACHE_HEADER_BYTES:
+                raise ValueError("a header larger than a cache's")
+            with archive.open(member) as array:
+                version = np.lib.format.read_magic(array)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(array)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(array)
+                else:
+                    raise ValueError(f"{member.filename}: an array of format {version}, not one a cache is written in")
+                if dtype.hasobject or int(np.prod(shape, dtype=np.float64)) * dtype.itemsize > member.file_size:
+                    raise ValueError(f"{member.filename}: an array larger than the bytes that hold it")
+    handle.seek(0)
+    return np.load(handle, allow_pickle=False)
 
 
 def _ascending_within(starts: np.ndarray, size: int) -> bool:

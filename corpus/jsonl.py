@@ -15,7 +15,9 @@ What is protected:
 - Appends (``AppendOnlyLines``) write each record as one whole line (``O_APPEND``, one ``write`` call)
   and fsync once per batch (a group commit). A kill leaves at most one torn last line, the bytes
   after the final newline; ``repair`` cuts it off, logged, before the next append, and a reader of
-  a log that may still be written steps around it (``read_numbered``).
+  a log that may still be written steps around it (``read_numbered``). Only the start of a JSON
+  object is cut (what a kill leaves of a record): a whole record lacking its newline gets it, and
+  a file whose last line is anything else (notes, another tool's output) is refused untouched.
 - Whole files (``write_records``, ``write_lines``) appear whole or not at all (``corpus.files.atomic_file``).
 - Files are opened by ``corpus.files``: a regular file, bounded (DATA_BYTES), not binary, not a
   link out of the directory the user named (``inside``); an append never follows a link. A line
@@ -35,6 +37,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +127,10 @@ def parse(path: Path, line: Line, model: type[M] | None, what: str) -> M | Any:
     again by ``corpus.files.parse_json``, for the error's wording and for the JSON it is stricter
     about than Python (an escaped lone surrogate)."""
     if model is not None:
+        try:
+            files.refuse_not_finite(line.data, path, line.number)
+        except files.FileRefused as refused:
+            raise JsonLinesError(str(refused)) from None
         try:
             return model.model_validate_json(line.data)
         except ValidationError as error:
@@ -236,11 +243,14 @@ class AppendOnlyLines:
     def append_all(self, records: Iterable[BaseModel | Mapping]) -> None:
         """Each a whole line, then one fsync for them all (a group commit: records that come
         together, as episodes in flight finish together, cost one disk flush, not one each)."""
-        for record in records:
-            view = memoryview(encode(record, **self._dump))
-            while view:  # O_APPEND and one write call per line; loop only for a short write
-                view = view[os.write(self._fd, view) :]
-        os.fsync(self._fd)
+        try:
+            for record in records:
+                view = memoryview(encode(record, **self._dump))
+                while view:  # O_APPEND and one write call per line; loop only for a short write
+                    view = view[os.write(self._fd, view) :]
+            os.fsync(self._fd)
+        except OSError as error:  # a full disk, a quota: one line (a partial line is a torn one, cut at the next open)
+            raise files.FileRefused(f"{self.path}: cannot be written ({error.strerror or error})") from None
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -271,14 +281,89 @@ def repair(path: Path) -> int:
 
 
 def _cut_torn_line(fd: int, path: Path) -> int:
+    """Cut the bytes after the last newline if they are a record of ours torn by a kill (the start
+    of a JSON object, ``_torn_record``); add the newline if they are a whole record that lacks only
+    it (kept); refuse the file, touching nothing, if they are anything else: a file of notes or
+    another tool's output named as a log would otherwise lose its last line."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == NEWLINE:
         return 0
     keep = _after_last_newline(fd, size)
+    tail = os.pread(fd, min(size - keep, files.DATA_BYTES), keep)
+    kind = _torn_record(tail)
+    if kind == "whole":
+        os.write(fd, NEWLINE)
+        os.fsync(fd)
+        log.warning("%s: a last record without its newline (%d bytes); the newline added", path, size - keep)
+        return 0
+    if kind != "torn":
+        raise files.FileRefused(
+            f"{path}:{_line_count(fd, keep) + 1}: its last line is neither a record nor one torn by an interrupted run; "
+            "not a log written here (nothing was changed): choose another --out"
+        )
     os.ftruncate(fd, keep)
     os.fsync(fd)
     log.warning("%s: removed a torn last line (%d bytes) left by an interrupted run", path, size - keep)
     return size - keep
+
+
+def _torn_record(tail: bytes) -> str:
+    """'whole' (a JSON object: a record lacking only its newline), 'torn' (the start of one, as a
+    kill leaves it: JSON up to its end, perhaps inside a string or a UTF-8 character), or 'other'."""
+    if not tail.lstrip(BLANK).startswith(b"{"):
+        return "other"
+    text = tail.decode("utf-8", "ignore") if _cut_character(tail) else None
+    if text is None:
+        try:
+            text = tail.decode("utf-8")
+        except UnicodeDecodeError:
+            return "other"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        return "torn" if _cut_short(error, text) else "other"
+    except ValueError:
+        return "other"
+    return "whole" if isinstance(value, dict) else "other"
+
+
+def _cut_short(error: json.JSONDecodeError, text: str) -> bool:
+    """Whether the JSON of ``text`` is good up to its end, where it stops: inside a string, an
+    escape, a number or a literal, or where a value, a comma or a colon would come next."""
+    rest = text[error.pos :].rstrip(" \t\r")
+    if error.msg.startswith("Unterminated string") or not rest:
+        return True
+    if error.msg.startswith("Invalid \\uXXXX escape"):
+        return re.fullmatch(r"u[0-9a-fA-F]{0,3}", rest) is not None
+    if error.msg.startswith("Expecting"):
+        return any(word.startswith(rest) for word in ("true", "false", "null")) or re.fullmatch(r"-?[0-9.eE+-]*", rest) is not None
+    return False
+
+
+def _cut_character(data: bytes) -> bool:
+    """Whether ``data`` ends inside a UTF-8 character (a kill may tear one) and is UTF-8 before it."""
+    for cut in range(1, 4):
+        try:
+            data[:-cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            return True
+        return False
+    return False
+
+
+def _line_count(fd: int, end: int) -> int:
+    count, position = 0, 0
+    while position < end:
+        block = os.pread(fd, min(1 << 20, end - position), position)
+        if not block:
+            break
+        count += block.count(NEWLINE)
+        position += len(block)
+    return count
 
 
 def _after_last_newline(fd: int, size: int) -> int:

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -164,12 +165,18 @@ def write_inspect_log(log: EvalLog, out: Path) -> None:
     if out.suffix not in (".eval", ".json"):
         raise EvaluationError(f"{out}: an inspect log is named .eval (inspect's zip format) or .json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.stem}.{os.getpid()}.tmp{out.suffix}")
+    if out.is_dir() and not out.is_symlink():
+        raise EvaluationError(f"{out}: is a directory; name the inspect log's file")
+    # A directory of our own (mkdtemp: created new, mode 0700), not a name guessed from the pid: a
+    # link planted at a predictable name would carry the write elsewhere. The log is renamed out of
+    # it over ``out``, which replaces a link at ``out`` instead of writing where it points.
+    staging = Path(tempfile.mkdtemp(prefix=".", suffix=".tmp", dir=out.parent))
     try:
+        temporary = staging / f"log{out.suffix}"
         write_eval_log(log, str(temporary))
         os.replace(temporary, out)
     finally:
-        temporary.unlink(missing_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _sample(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[str]], model: str) -> EvalSample:
@@ -479,8 +486,9 @@ def save_dataset(out: Path, splits: dict[str, list[dict[str, Any]]], features, s
         for name, rows in splits.items()
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    old = out.with_name(f".{out.name}.{os.getpid()}.old")
+    # Built inside a directory of our own (mkdtemp), never at a predictable name a link could be planted at.
+    staging = Path(tempfile.mkdtemp(prefix=".", suffix=".tmp", dir=out.parent))
+    temporary, old = staging / "dataset", staging / "old"
     try:
         # datasets writes no shard for an empty split unless told to, and then cannot load it back.
         shards = {name: 1 if len(dataset) == 0 else None for name, dataset in built.items()}
@@ -496,6 +504,5 @@ def save_dataset(out: Path, splits: dict[str, list[dict[str, Any]]], features, s
             out.rename(old)
         temporary.rename(out)
     finally:
-        shutil.rmtree(temporary, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
     return {name: out / PARQUET / f"{name}.parquet" for name, dataset in built.items() if len(dataset)}

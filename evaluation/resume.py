@@ -22,7 +22,9 @@ until ``--base-url`` (or ``base_url`` in ``--config``) names the server again.
 
 from __future__ import annotations
 
+import os
 import shlex
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -61,8 +63,7 @@ def check_out(out: Path, resume: bool) -> None:
     if out.exists() and not out.is_dir():
         raise EvaluationError(f"{out}: is a file; --out names a run directory")
     for name in RUN_FILES:
-        if (out / name).is_dir():
-            raise EvaluationError(f"{out / name}: is a directory where the run's file belongs; choose another --out")
+        _check_run_file(out / name)
     kind = kind_of(out)
     if kind is not None and kind is not EVAL_RUN:
         if resume:
@@ -77,6 +78,25 @@ def check_out(out: Path, resume: bool) -> None:
         raise EvaluationError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
     if kind is None and resume:
         raise EvaluationError(f"{out}: no {MANIFEST}, so there is no run to resume; drop --resume to start one")
+
+
+def _check_run_file(path: Path) -> None:
+    """Each file the run will write is absent or a regular file of its own, found before any
+    episode runs: a FIFO, a link or a directory at scores.jsonl was found only when the run ended."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise EvaluationError(f"{path}: cannot be looked at ({error.strerror}); choose another --out") from None
+    if stat.S_ISDIR(mode):
+        raise EvaluationError(f"{path}: is a directory where the run's file belongs; choose another --out")
+    if stat.S_ISLNK(mode):
+        raise EvaluationError(f"{path}: a symbolic link where the run's own file belongs; remove it or choose another --out")
+    if not stat.S_ISREG(mode):
+        raise EvaluationError(
+            f"{path}: is not a regular file (a FIFO, socket or device) where the run's file belongs; choose another --out"
+        )
 
 
 def resumed_manifest(out: Path) -> RunManifest:

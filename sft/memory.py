@@ -45,14 +45,23 @@ class Shape:
 
     @classmethod
     def from_config(cls, config: dict) -> Shape:
-        head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        """The shape a config.json gives; a field the estimate uses that is missing, not a positive
+        whole number, or past any real model's size is a ValueError naming the field (a config of
+        0 heads divided by zero; a string, or a negative, gave a traceback or nonsense)."""
+        if not isinstance(config, dict):
+            raise ValueError("not a JSON object")
+        heads = _dimension(config, "num_attention_heads")
+        hidden = _dimension(config, "hidden_size")
+        head_dim = _dimension(config, "head_dim") if config.get("head_dim") is not None else hidden // heads
+        if head_dim < 1:
+            raise ValueError(f"hidden_size {hidden} is smaller than num_attention_heads {heads}")
         return cls(
-            config["vocab_size"],
-            config["hidden_size"],
-            config["intermediate_size"],
-            config["num_hidden_layers"],
-            config["num_attention_heads"],
-            config.get("num_key_value_heads") or config["num_attention_heads"],
+            _dimension(config, "vocab_size"),
+            hidden,
+            _dimension(config, "intermediate_size"),
+            _dimension(config, "num_hidden_layers"),
+            heads,
+            _dimension(config, "num_key_value_heads") if config.get("num_key_value_heads") is not None else heads,
             head_dim,
             bool(config.get("tie_word_embeddings")),
         )
@@ -69,6 +78,18 @@ class Shape:
             "up_proj": (self.hidden, self.intermediate),
             "down_proj": (self.intermediate, self.hidden),
         }
+
+
+MAX_DIMENSION = 1 << 24  # past any real model's width, vocabulary or depth (16 million)
+
+
+def _dimension(config: dict, field: str) -> int:
+    value = config.get(field)
+    if value is None:
+        raise ValueError(f"no {field}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DIMENSION:
+        raise ValueError(f"{field} is {repr(value)[:40]}, not a whole number from 1 to {MAX_DIMENSION:,}")
+    return value
 
 
 def estimate(

@@ -260,3 +260,24 @@ def test_each_sample_of_a_question_is_an_epoch(tmp_path):
     ]
     assert log.eval.config.epochs == 2
     assert all(sample.metadata["sample"] == sample.epoch - 1 for sample in log.samples)
+
+
+def test_an_export_never_writes_through_a_link_planted_beside_its_output(run, tmp_path):
+    """The temporary names are made new (mkdtemp), not guessed from the pid: links planted at every
+    name the old code used are left alone, and so are their targets."""
+    needs("inspect_ai.log")
+    needs("datasets")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    out = tmp_path / "out"
+    out.mkdir()
+    pid = os.getpid()  # run_cli runs in this process
+    planted = [out / f".log.{pid}.tmp.json", out / f".hf.{pid}.tmp", out / f".hf.{pid}.old"]
+    for link in planted:
+        link.symlink_to(victim / link.name)
+    assert export(str(run), "--to", "inspect", str(out / "log.json")).returncode == 0
+    assert export(str(run), "--to", "hf", str(out / "hf")).returncode == 0
+    assert (out / "log.json").is_file() and not (out / "log.json").is_symlink() and (out / "hf").is_dir()
+    assert list(victim.iterdir()) == []
+    assert all(link.is_symlink() for link in planted)
+    assert sorted(path.name for path in out.iterdir() if not path.name.startswith(".")) == ["hf", "log.json"]

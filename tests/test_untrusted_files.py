@@ -208,7 +208,7 @@ def test_resume_never_reads_or_writes_through_a_linked_log(run_copy, tmp_path, i
     done = bounded_cli("eval", "--out", str(run_copy), "--resume")
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     error = done.stderr.strip().splitlines()[-1]  # after the resume's notes
-    assert error.startswith("error: ") and "trajectories.jsonl" in error and ("symbolic link" if inside else "out of") in error
+    assert error.startswith("error: ") and "trajectories.jsonl" in error and "symbolic link" in error  # refused at the start
     assert target.read_bytes() == torn
 
 
@@ -271,3 +271,79 @@ def test_train_dry_run_reads_a_dataset_directory_safely(tmp_path, broken):
 
 def test_exec_reads_a_bounded_action_from_standard_input():
     one_line(bounded_cli("exec", "-", stdin="/dev/zero"), "<stdin>", "more than 64 MiB")
+
+
+# -- the OS's refusals and the error line itself ------------------------------------------------
+
+
+def test_a_file_the_os_refuses_to_read_is_one_line():
+    one_line(bounded_cli("corpus", "from-text", "/proc/self/mem", "--out", os.devnull + "-never"), "/proc/self/mem", "cannot be read")
+
+
+@pytest.mark.parametrize("command", [("inspect",), ("show",), ("corpus", "stats")])
+def test_a_path_too_long_is_one_line_naming_it(tmp_path, command):
+    long = str(tmp_path / ("x" * 300))
+    one_line(run_cli(*command, long), "xxxx", absent=("Traceback",))
+
+
+def test_a_line_break_in_a_path_cannot_forge_a_second_error_line(tmp_path):
+    forged = tmp_path / "a\nerror: forged\u2028b\rc\u0085d.txt"
+    forged.mkfifo() if hasattr(forged, "mkfifo") else os.mkfifo(forged)
+    line = one_line(bounded_cli("corpus", "from-text", str(forged), "--out", str(tmp_path / "c.jsonl")), "a\\nerror: forged")
+    assert "\u2028" not in line and "\r" not in line and "\u0085" not in line
+
+
+def test_an_error_line_is_cut_at_its_bound_saying_how_much():
+    from cli.errors import ERROR_LINE_CHARACTERS, error_line
+
+    line = error_line("k" * 10_000_000)
+    assert len(line) < ERROR_LINE_CHARACTERS + 100 and "more characters cut" in line and "\n" not in line
+
+
+@pytest.mark.parametrize("stdin", ["closed", "write-only"])
+def test_exec_with_a_standard_input_it_cannot_read_is_one_line(tmp_path, stdin):
+    target = tmp_path / "w"
+    target.write_text("")
+    with open(target, "wb") as write_only:
+        done = subprocess.run(
+            explorer_command("exec", "-"),
+            stdin=subprocess.DEVNULL if stdin == "closed" else write_only,
+            capture_output=True,
+            text=True,
+            env=checkout_environment(),
+            timeout=SECONDS,
+            preexec_fn=(lambda: os.close(0)) if stdin == "closed" else None,
+        )
+    one_line(done, "<stdin>")
+
+
+@pytest.mark.parametrize("name", ["metrics.json", "scores.jsonl"])
+@pytest.mark.parametrize("kind", ["fifo", "outside"])
+def test_eval_refuses_an_output_that_is_not_a_file_before_any_episode(tmp_path, secret, name, kind):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / name).write_text("")
+    replace_with(out / name, kind, secret)
+    before = secret.read_text()
+    one_line(bounded_cli("eval", "--split", "all", "--limit", "1", "--out", str(out)), name, "choose another --out")
+    assert not (out / "trajectories.jsonl").exists() and secret.read_text() == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("num_attention_heads", 0), ("hidden_size", "4096"), ("num_hidden_layers", -36), ("vocab_size", 1e30), ("head_dim", True)],
+)
+def test_train_dry_run_refuses_a_model_config_with_a_bad_dimension(tmp_path, field, value):
+    config = {"vocab_size": 1000, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps({**config, field: value}))
+    one_line(run_cli("train", "--dry-run", "--model", str(tmp_path)), "config.json", field)
+
+
+def test_a_log_line_quoting_a_path_with_a_newline_stays_one_line():
+    import logging
+
+    from cli.main import VisibleFormatter
+
+    record = logging.LogRecord("x", logging.WARNING, __file__, 1, "%s: removed a torn last line", ("a\nWARNING: forged",), None)
+    line = VisibleFormatter("%(levelname)s: %(message)s").format(record)
+    assert "\n" not in line and "a\\nWARNING: forged" in line

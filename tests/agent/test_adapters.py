@@ -329,3 +329,15 @@ def test_run_with_an_openai_adapter_says_where_it_belongs(tiny_tokenizer, tmp_pa
         "What?",
     )
     assert done.returncode == 2 and "is for explorer eval" in done.stderr, done.stderr
+
+
+def test_an_adapter_file_linked_out_of_its_directory_is_refused_not_hashed(tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    outside = tmp_path / "weights.bin"
+    with open(outside, "wb") as handle:
+        handle.truncate(1 << 20)
+    (adapter / "adapter_model.safetensors").symlink_to(outside)
+    with pytest.raises(AgentError, match="symbolic link out of"):
+        adapter_sha256(adapter)

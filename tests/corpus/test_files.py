@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from corpus import files
 from corpus.jsonl import AppendOnlyLines, JsonLinesError, read_numbered, read_records, repair
@@ -196,7 +197,7 @@ def test_json_bounds_are_one_line_with_the_file_and_line(text, said):
 
 
 def test_json_within_bounds_reads_as_json_does():
-    text = json.dumps({"a": [1, 2.5, -3e10, "NaN", "1" * 5000, None, True], "b": "\ud800"})
+    text = json.dumps({"a": [1, 2.5, -3e10, "NaN", "1" * 5000, None, True]})  # a lone surrogate: refused, tested below
     assert files.parse_json(text, "F") == json.loads(text)
     with pytest.raises(json.JSONDecodeError):
         files.parse_json("{", "F")
@@ -276,6 +277,35 @@ def test_an_append_creates_a_file_and_cuts_its_torn_line(tmp_path):
     assert read_records(path, what="record") == [{"a": 1}, {"b": 2}]
 
 
+@pytest.mark.parametrize("tail", [b"my notes, not a record", b'{"a": 1} and more', b"[1, 2"])
+def test_an_append_never_cuts_a_last_line_that_is_not_a_torn_record(tmp_path, tail):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"first line\n" + tail)
+    with pytest.raises(files.FileRefused, match=r"notes.txt:2: .*not a log written here .*choose another --out"):
+        AppendOnlyLines(path)
+    with pytest.raises(files.FileRefused, match="not a log written here"):
+        repair(path)
+    assert path.read_bytes() == b"first line\n" + tail
+
+
+@pytest.mark.parametrize("torn", [b'{"a": tr', b'{"a": "x\\u12', b'{"a": -', b'{"a": [1, {"b": 2}', b'{"a": "\xc3'])
+def test_an_append_cuts_a_record_torn_anywhere(tmp_path, torn):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"kept": 1}\n' + torn)
+    with AppendOnlyLines(path) as log:
+        assert log.torn_bytes == len(torn)
+    assert path.read_bytes() == b'{"kept": 1}\n'
+
+
+def test_an_append_keeps_a_whole_last_record_that_lacks_only_its_newline(tmp_path):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}')
+    with AppendOnlyLines(path) as log:
+        assert log.torn_bytes == 0
+        log.append({"c": 3})
+    assert read_records(path, what="record") == [{"a": 1}, {"b": 2}, {"c": 3}]
+
+
 def test_a_whole_file_replaces_a_link_instead_of_writing_through_it(tmp_path):
     target = tmp_path / "precious.txt"
     target.write_text("precious\n")
@@ -326,3 +356,128 @@ def test_a_log_read_back_through_a_link_out_of_its_directory_is_refused(tmp_path
     (run / "trajectories.jsonl").symlink_to(elsewhere)
     with pytest.raises(JsonLinesError, match="out of"):
         read_numbered(run / "trajectories.jsonl", Question, what="trajectory", inside=run)
+
+
+# -- the OS's own refusals ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["/proc/self/mem", "/proc/self/pagemap"])
+def test_a_file_the_os_refuses_to_read_is_one_line_naming_it(name):
+    """/proc/self/mem says EIO at offset 0, /proc/self/pagemap EINVAL for a read not of 8 bytes."""
+    with pytest.raises(files.FileRefused, match=f"^{name}: cannot be read"):
+        files.read_bytes(name, limit=files.TEXT_BYTES)
+    with pytest.raises(files.FileRefused, match=f"^{name}: (cannot be read|holds more than)"):
+        files.sha256(name)
+
+
+def test_a_hash_is_bounded_by_its_limit_and_by_the_size_the_file_says(tmp_path):
+    sparse = tmp_path / "weights.bin"
+    with open(sparse, "wb") as handle:
+        handle.truncate(3 << 30)
+    with pytest.raises(files.FileRefused, match="more than 1 GiB"):
+        files.sha256(sparse, limit=files.GiB)
+
+
+def test_a_name_too_long_is_one_line_inside_a_directory(tmp_path):
+    with pytest.raises(files.FileRefused, match="cannot be read"):
+        files.read_bytes(tmp_path / ("x" * 300), limit=10, inside=tmp_path)
+
+
+def test_writing_under_a_file_or_a_missing_directory_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(files.FileRefused, match="cannot be written"):
+        with files.atomic_file(tmp_path / "file" / "out.json") as handle:
+            handle.write("{}")
+    with pytest.raises(files.FileRefused, match="does not exist"):
+        files.open_append(tmp_path / "missing" / "log.jsonl")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["file"]
+
+
+def test_a_name_at_the_bound_of_the_file_system_is_written_whole(tmp_path):
+    """The temporary file beside it has a short name of its own, not the target's name and more."""
+    target = tmp_path / ("n" * 255)
+    with files.atomic_file(target) as handle:
+        handle.write("whole")
+    assert target.read_text() == "whole"
+    assert [path.name for path in tmp_path.iterdir()] == [target.name]
+
+
+def test_writing_where_writing_is_not_permitted_is_one_line(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        if os.access(locked, os.W_OK):
+            pytest.skip("running as a user the permission does not stop (root)")
+        with pytest.raises(files.FileRefused, match="cannot be written"):
+            with files.atomic_file(locked / "out.json") as handle:
+                handle.write("{}")
+    finally:
+        locked.chmod(0o700)
+
+
+# -- text JSON has but Unicode and numbers do not -----------------------------------------------
+
+
+def test_a_lone_surrogate_is_refused_with_its_line_and_a_pair_is_read(tmp_path):
+    with pytest.raises(files.FileRefused, match=r"^f.json:2: a lone surrogate \(\\udc00\)"):
+        files.parse_json('{"a": "x",\n "b": "\\udc00"}', "f.json")
+    assert files.parse_json('{"a": "\\ud83d\\ude00", "b": "\\\\ud800"}', "f.json") == {"a": "\U0001f600", "b": "\\ud800"}
+    path = tmp_path / "q.jsonl"
+    path.write_text('{"question_id": "q\\ud800"}\n')
+    with pytest.raises(JsonLinesError, match="q.jsonl:1: a lone surrogate"):
+        read_records(path, Question, what="question")
+
+
+class Metric(BaseModel):
+    value: float
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_number_that_is_not_finite_is_refused_where_pydantic_reads(tmp_path, number):
+    document = tmp_path / "metrics.json"
+    document.write_text('{"value":\n ' + number + "}")
+    with pytest.raises(files.FileRefused, match="metrics.json:2: .*not a value this file may hold"):
+        files.read_model(document, Metric, what="metrics file")
+    lines = tmp_path / "scores.jsonl"
+    lines.write_text('{"value": 1.5}\n{"value": ' + number + "}\n")
+    with pytest.raises(JsonLinesError, match="scores.jsonl:2: "):
+        read_records(lines, Metric, what="score")
+
+
+def test_finite_numbers_and_words_in_strings_are_read(tmp_path):
+    lines = tmp_path / "scores.jsonl"
+    lines.write_text('{"value": 1e300}\n{"value": 2.5, "note": "NaN Infinity"}\n')
+    assert [m.value for m in read_records(lines, Metric, what="score")] == [1e300, 2.5]
+
+
+def test_a_toml_key_of_too_many_dotted_parts_is_refused_before_parsing():
+    deep = "x = 1\n" + ".".join(["a"] * 40_000) + " = 1\n"
+    with pytest.raises(files.FileRefused, match=r"^c.toml:2: a dotted key of more than 64 parts"):
+        bounded(lambda: files.parse_toml(deep, "c.toml"))
+    quoted = "[" + ".".join(['"a"'] * 100) + "]\n"
+    with pytest.raises(files.FileRefused, match="dotted key"):
+        files.parse_toml(quoted, "c.toml")
+    assert files.parse_toml(".".join(["a"] * 64) + " = 1\nurl = 'http://a.b.c'\n", "c.toml")["url"] == "http://a.b.c"
+
+
+def test_a_full_disk_while_writing_is_one_line_and_leaves_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "metrics.json"
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(28, os.strerror(28))
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(files.FileRefused, match="metrics.json: cannot be written .*nothing was written"):
+        with files.atomic_file(target) as handle:
+            handle.write("new")
+    assert target.read_text() == "old" and [path.name for path in tmp_path.iterdir()] == ["metrics.json"]
+
+
+def test_a_full_disk_while_appending_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "log.jsonl"
+    with AppendOnlyLines(path) as log:
+        monkeypatch.setattr("corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
+        with pytest.raises(files.FileRefused, match="log.jsonl: cannot be written"):
+            log.append({"a": 1})

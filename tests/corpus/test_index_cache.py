@@ -79,3 +79,29 @@ def test_unwritable_cache_directory_still_gives_an_index(small_demo, tmp_path, c
     blocker.write_text("")
     index = BM25Index.cached(small_demo, directory=blocker / "cache")
     assert index.source == "built" and "could not write" in caplog.text
+
+
+def test_cache_whose_array_header_asks_for_more_than_it_holds_is_rebuilt_unread(small_demo, isolated_cache, caplog):
+    """numpy allocates the shape an .npy header says before reading: a cache of a few bytes that
+    says 10^12 weights is refused from the sizes, not allocated."""
+    import io
+    import zipfile
+
+    BM25Index.cached(small_demo)
+    (path,) = cache_files(isolated_cache)
+    with np.load(path) as data:
+        arrays = {name: data[name] for name in data.files}
+    bomb = io.BytesIO()
+    np.lib.format.write_array_header_1_0(bomb, {"descr": "<f4", "fortran_order": False, "shape": (10**12,)})
+    bomb.write(b"\0" * 64)
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, array in arrays.items():
+            if name == "weights":
+                archive.writestr("weights.npy", bomb.getvalue())
+            else:
+                member = io.BytesIO()
+                np.save(member, array)
+                archive.writestr(f"{name}.npy", member.getvalue())
+    index = BM25Index.cached(small_demo)
+    assert index.source == "built" and "larger than the bytes that hold it" in caplog.text
+    assert BM25Index.cached(small_demo).source == "cache"
