@@ -134,16 +134,15 @@ def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questi
 def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, AbstentionTable]:
     """The comparison run's directory and abstention table; one clear line when it has none
     (checked before a run starts, so a missing comparison fails before the episodes, not after)."""
-    from evaluation.run_directory import Run
-
     assert prereg.comparison is not None
     other_dir = (path.parent / prereg.comparison.run).resolve()  # absolute as preregister writes it; older files: beside the TOML
     if not (other_dir / "metrics.json").is_file():
         raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first")
     try:
-        return other_dir, Run.load(other_dir).metrics.abstention  # its metrics checked against its episodes, as any run's
-    except EvaluationError as error:
-        raise EvaluationError(f"{path}: its comparison run: {error}") from None
+        metrics = files.read_bytes(other_dir / "metrics.json", limit=files.DOCUMENT_BYTES, inside=other_dir, what="run metrics")
+        return other_dir, AbstentionTable.model_validate(files.parse_json(metrics, other_dir / "metrics.json")["abstention"])
+    except (OSError, ValueError, KeyError, TypeError, ValidationError, files.FileRefused):  # ValueError: invalid JSON, not UTF-8
+        raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
 
 
 def judge(

@@ -28,6 +28,12 @@ What this module owns:
 
 What it does not: stop two processes writing one directory, or check a run against a corpus
 (``evaluation.run`` and ``evaluation.report_data`` do that, with the corpus in hand).
+
+Why one module
+--------------
+A run directory's files are written and read back by the same rules (which file is whole, which is
+appended, what a kill leaves, what each check compares): kept together, a change to one side cannot
+forget the other.
 """
 
 from __future__ import annotations

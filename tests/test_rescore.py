@@ -263,13 +263,11 @@ def test_a_probe_recorded_as_not_measured_is_rechecked(run_dir, qwen3_model, tmp
     assert report.holds and report.not_measured == 1 and len(report.comparisons) == 1, report.mismatch
 
 
-def test_a_nan_probability_is_reported_as_nan(run_dir, qwen3_model, tmp_path):
-    copy, episode = tampered(run_dir, tmp_path, lambda record: record["probes"][0]["probabilities"].__setitem__(0, float("nan")))
-    report = rescore(copy, str(qwen3_model))
-    assert not report.holds and episode in report.mismatch
-    status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
-    assert status == 1 and "largest difference: nan" in out and "largest difference: 0 " not in out
-    assert f"rescore broken: episode {episode} " in err
+def test_a_nan_probability_is_refused_as_the_log_is_read(run_dir, qwen3_model, tmp_path):
+    """NaN is not JSON: a log that holds one is refused with its line, before any comparison."""
+    copy, _ = tampered(run_dir, tmp_path, lambda record: record["probes"][0]["probabilities"].__setitem__(0, float("nan")))
+    status, _, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+    assert status == 2 and err.count("\n") == 1 and "trajectories.jsonl:1: NaN" in err, err
 
 
 @pytest.mark.parametrize("tolerance", ["inf", "1e400", "-1", "nan"])

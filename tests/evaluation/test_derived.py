@@ -9,6 +9,7 @@ agree with what it edited, as someone who read this module would."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import shutil
 
@@ -169,9 +170,9 @@ def test_blank_lines_and_spacing_change_bytes_not_records(runs, tmp_path):
 @pytest.mark.parametrize(
     "value, said",
     [
-        ("NaN", "scores.jsonl:3: not an episode score: field 'answer_f1'"),
-        ("Infinity", "scores.jsonl:3: not an episode score: field 'answer_f1'"),
-        ("1e400", "scores.jsonl:3: not an episode score: field 'answer_f1'"),
+        ("NaN", "scores.jsonl:3: NaN, which JSON does not have"),  # refused as the line is read
+        ("Infinity", "scores.jsonl:3: Infinity, which JSON does not have"),
+        ("1e400", "scores.jsonl:3: the number 1e400 (not a finite number)"),
         ("-0.5", "scores.jsonl:3: not an episode score: field 'answer_f1'"),
         ("1.5", "scores.jsonl:3: not an episode score: field 'answer_f1'"),
         ("5e-324", "scores.jsonl: is not the file metrics.json was computed with"),  # a share, but not the one computed
@@ -302,6 +303,9 @@ def test_probabilities_that_are_not_probabilities_are_refused(runs, tmp_path, pr
     (copy / "scores.jsonl").write_text("".join(json.dumps(s) + "\n" for s in scores))
     done = run_cli("inspect", str(copy))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    if any(math.isinf(p) or math.isnan(p) for p in probe["probabilities"]):  # not JSON: refused as the first file is read
+        assert "jsonl:1: " in done.stderr and "not a value this file may hold" in done.stderr
+        return
     assert f'trajectories.jsonl:1: episode {episodes[0]["episode_id"]}\'s probe "answerable" recorded' in done.stderr
     assert "remove that line and run explorer eval" in done.stderr
 
