@@ -251,6 +251,11 @@ class CompileError(Exception):
     pass
 
 
+class OutOfMemory(BaseException):
+    """Parsing an action ran out of memory: the worker, not the action, is spent (``serve`` exits
+    with EXIT_MEMORY and the host starts a fresh one, variables lost)."""
+
+
 def compile_action(code: str, restricted: bool = True):
     """Bytecode for an action; a final bare expression is assigned to LAST_VALUE (notebook style).
     RestrictedPython compiles it; ``restricted=False`` (fence tests only) compiles plain Python."""
@@ -258,7 +263,9 @@ def compile_action(code: str, restricted: bool = True):
         tree = ast.parse(code, filename=ACTION_FILENAME)
     except SyntaxError as error:
         raise CompileError(f"line {error.lineno}: {error.msg}") from None
-    except (ValueError, MemoryError, RecursionError) as error:  # NUL bytes, parser limits
+    except MemoryError:  # an action is at most CODE_CAP: what the worker holds left no room to parse it
+        raise OutOfMemory() from None
+    except (ValueError, RecursionError) as error:  # NUL bytes, parser limits
         raise CompileError(f"{type(error).__name__}: {error}") from None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
         last = tree.body[-1]
@@ -421,6 +428,8 @@ class Runtime:
                 pass  # the host sees the overflow in the text itself
             except CompileError as error:
                 result["error"] = bounded(f"SyntaxError: {error}", ERROR_CHARS, "error")
+            except OutOfMemory:  # variables an earlier action kept fill the memory: no action could run, replace the worker
+                raise MemoryError() from None
             except BaseException as error:  # the action's own exceptions, SystemExit and MemoryError included
                 result["error"] = bounded(f"{type(error).__name__}: {safe_text(str, error)}", ERROR_CHARS, "error")
                 result["traceback"] = bounded(action_traceback(error), TRACEBACK_CHARS, "traceback")

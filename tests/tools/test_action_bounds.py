@@ -226,3 +226,15 @@ def test_records_of_many_small_values_are_charged_what_they_cost_to_hold(small_d
     assert result.limit_hit == "records"
     assert sum(record_cost(call.model_dump()) for call in result.tool_calls) <= limits.record_bytes
     assert held < 3 * limits.record_bytes, held  # what this process holds of them: of the budget's order, not 20 times it
+
+
+def test_variables_that_fill_the_memory_limit_cost_the_worker_not_the_rest_of_the_episode(small_demo, index):
+    """An action that fills the memory and keeps it bound: every later action failed to even parse
+    (reported as a SyntaxError), so the episode could never end. The worker is now replaced."""
+    with Sandbox(small_demo, Limits(memory_bytes=256 << 20), index=index) as sandbox:
+        filled = sandbox.execute("x = []\nwhile True:\n    x.append('a' * 1000 + str(len(x)))")
+        replaced = sandbox.execute("x = None")
+        after = sandbox.execute("6 * 7")
+    assert filled.error.startswith("MemoryError")
+    assert replaced.limit_hit == "memory" and replaced.variables_lost and "SyntaxError" not in (replaced.error or "")
+    assert after.value == "42" and after.error is None
