@@ -11,7 +11,11 @@ from the trajectories (``explorer eval --out RUN --resume``).
 What is checked, without the corpus:
 
 - the log holds one episode that counts per question and sample the manifest says the run
-  selected (a finished run has them all: an episode removed after the run is not a better run).
+  selected (a finished run has them all: an episode removed after the run is not a better run),
+  each made by the run the manifest describes (``agent.manifest.stranger``: its policy, episode
+  settings and hashes; a sample it drew): a manifest copied over another run's files, or another
+  run's files under this manifest, is not this run, though each file agrees with the ones derived
+  from it.
 - scores.jsonl holds one line per episode that counts (``run_directory.counted``), in the log's
   order, and every field the trajectory alone decides is what ``scoring.score_episode`` gives for
   it (status, prediction, steps, tool calls, tokens, probes, and the detector flags; the flags
@@ -30,7 +34,8 @@ What is checked, without the corpus:
 - probabilities are probabilities: ``evaluation.calibration.observations`` refuses NaN, infinity,
   a value outside [0, 1] and rows that do not sum to 1.
 
-With the corpus in hand (``explorer report``), ``check_with_corpus`` recomputes every line whole,
+With the corpus in hand (``explorer report``, ``explorer export``), ``check_with_corpus`` checks that
+the episodes ask the questions the manifest selected (their hash), and recomputes every line whole,
 gold fields included, and the retrieval figures.
 
 Not protected: scores.jsonl and metrics.json rewritten together, with gold fields changed
@@ -51,9 +56,9 @@ from typing import Any, cast
 
 from pydantic_core import to_jsonable_python
 
-from agent.manifest import RunManifest
+from agent.manifest import RunManifest, acting_settings, stranger
 from agent.trajectory import Trajectory, without_timings
-from corpus.collection import Corpus
+from corpus.collection import Corpus, questions_sha256
 from corpus.jsonl import Record
 from corpus.schema import Question
 from evaluation.calibration import probability_problem
@@ -168,6 +173,7 @@ def check(
             f"{manifest.config.samples} samples ({MANIFEST}): episodes were removed or added after it ran",
             f"explorer eval --out {directory} --resume runs the missing ones and scores the run again",
         )
+    _check_episodes(run, manifest, episodes)
     _check_lines(run, episodes, scores)
     values = [score for _, score in scores]
     trajectories = [record.value for record in episodes]
@@ -213,6 +219,32 @@ def recomputed(scores: Sequence[EpisodeScore], trajectories: Sequence[Trajectory
             "searched_episodes": searched_episodes(list(trajectories)),
         }
     )
+
+
+def _check_episodes(run: _Check, manifest: RunManifest, episodes: Sequence[Record[Trajectory]]) -> None:
+    """Every episode that counts was made by the run the manifest describes (``agent.manifest.stranger``:
+    its policy, episode settings and hashes), and they are its questions x samples: a manifest
+    copied from another run, or another run's episodes under this manifest, is not this run."""
+    settings = acting_settings(episodes[0].value) if episodes else None
+    samples = manifest.config.samples
+    for record in episodes:
+        trajectory = record.value
+        reason = stranger(trajectory, manifest, settings)
+        if reason is None and not 0 <= trajectory.sample < samples:
+            reason = f"it is sample {trajectory.sample}; the run drew {samples} per question"
+        if reason is not None:
+            raise run.refuse(
+                f"{TRAJECTORIES}:{record.number}",
+                f"episode {trajectory.episode_id} is not an episode of the run {MANIFEST} describes: {reason}",
+                "the log and the manifest are of different runs: read each run from its own directory",
+            )
+    asked = len({record.value.question_id for record in episodes})
+    if asked != manifest.config.questions:
+        raise run.refuse(
+            TRAJECTORIES,
+            f"its episodes ask {asked} questions, but the run selected {manifest.config.questions} ({MANIFEST})",
+            "the log and the manifest are of different runs: read each run from its own directory",
+        )
 
 
 def _check_lines(run: _Check, episodes: Sequence[Record[Trajectory]], scores: Sequence[tuple[int, EpisodeScore]]) -> None:
@@ -341,15 +373,31 @@ def _check_preregistration(run: _Check, manifest: RunManifest, metrics: RunMetri
 
 
 def check_with_corpus(
-    directory: Path, trajectories: Sequence[Trajectory], scores: Sequence[EpisodeScore], metrics: RunMetrics, corpus: Corpus
+    directory: Path,
+    trajectories: Sequence[Trajectory],
+    scores: Sequence[EpisodeScore],
+    metrics: RunMetrics,
+    corpus: Corpus,
+    selected_sha256: str | None = None,
 ) -> None:
-    """With the corpus the run was made on (its hashes already checked): every line of scores.jsonl
-    recomputed whole from its trajectory and gold question, and the retrieval figures."""
+    """With the corpus the run was made on (its hashes already checked): the episodes ask the
+    questions the manifest selected (``selected_sha256``: their hash, over the corpus's questions
+    in corpus order, as ``corpus.selection`` selects them), every line of scores.jsonl recomputed
+    whole from its trajectory and gold question, and the retrieval figures."""
     from corpus.index import BM25Index
     from evaluation.retrieval import retrieval_metrics
 
     run = _Check(directory)
     by_id = {question.id: question for question in corpus.questions}
+    if selected_sha256 is not None:
+        ids = {trajectory.question_id for trajectory in trajectories}
+        if questions_sha256([question for question in corpus.questions if question.id in ids]) != selected_sha256:
+            raise run.refuse(
+                TRAJECTORIES,
+                f"its episodes ask other questions of the corpus than the run selected (the hash of their questions is not "
+                f"the selected_questions_sha256 of {MANIFEST}): the log and the manifest are of different runs",
+                "read each run from its own directory",
+            )
     for position, (trajectory, score) in enumerate(zip(trajectories, scores, strict=True), 1):
         question = by_id.get(trajectory.question_id) if trajectory.question_id is not None else None
         if question is None:

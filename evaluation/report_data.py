@@ -75,7 +75,7 @@ def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
                 f"{found[:12]}, the run recorded {recorded[:12]}); pass --corpus (and --questions) with the "
                 "corpus the run used"
             )
-    check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, corpus)
+    check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, corpus, run.manifest.config.selected_questions_sha256)
 
 
 def gold_answers(question: Question) -> list[GoldAnswer]:

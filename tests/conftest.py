@@ -139,17 +139,19 @@ def rescored(run: Path, corpus) -> Path:
     """``run``'s scores.jsonl and metrics.json written again from its log, as ``explorer eval`` (and
     ``eval --resume``) writes them: for a test that edits the trajectories of a run and needs the
     derived files to agree (``Run.load`` refuses them otherwise). ``corpus``: the run's, loaded.
-    A log cut to fewer questions gets the count of selected questions its manifest would have had."""
+    A log cut to fewer questions gets the count (and hash) of selected questions its manifest would have had."""
     import json
 
     from agent.writer import read_trajectories
     from corpus import BM25Index
+    from corpus.collection import questions_sha256
     from evaluation.run_directory import write_metrics
 
     by_id = {question.id: question for question in corpus.questions}
     asked = [q for q in dict.fromkeys(t.question_id for t in read_trajectories(run / "trajectories.jsonl")) if q in by_id]
     manifest = json.loads((run / "manifest.json").read_text())
     manifest["config"]["questions"] = len(asked)
+    manifest["config"]["selected_questions_sha256"] = questions_sha256([q for q in corpus.questions if q.id in set(asked)])
     (run / "manifest.json").write_text(json.dumps(manifest, indent=2))
     write_metrics(run, [by_id[question] for question in asked], BM25Index.cached(corpus), None)
     return run

@@ -330,3 +330,61 @@ def test_episodes_removed_from_the_log_and_the_scores_alike_are_refused(runs, tm
     write(copy / "scores.jsonl", [scores[index] for index in kept])
     forge_metrics(copy)
     refused(copy, tmp_path, f"trajectories.jsonl: holds {len(kept)} episodes that count, but the run selected 12 questions x 1 samples")
+
+
+# -- a manifest and a log of different runs ------------------------------------------------------
+
+
+def refused_as_another_run(run, tmp_path, *said) -> None:
+    """Every reader of the run refuses it in one line that says ``said``."""
+    for words in (
+        ["inspect", str(run)],
+        ["compare", str(run), str(run)],
+        ["report", str(run), "--out", str(tmp_path / "report.html")],
+        ["export", str(run), str(tmp_path / "export.json"), "--to", "inspect"],
+    ):
+        done = run_cli(*words)
+        assert done.returncode == 2, (words, done.stdout, done.stderr)
+        assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert all(part in done.stderr for part in said), done.stderr
+
+
+@pytest.mark.parametrize("swapped", [("manifest.json",), ("trajectories.jsonl", "scores.jsonl", "metrics.json")])
+def test_a_manifest_and_a_log_of_different_runs_are_refused(runs, tmp_path, swapped):
+    """The direct-submit run's files under the scripted run's manifest (or its manifest over the
+    scripted run's files): each file agrees with the ones derived from it, but the manifest says a
+    policy made the episodes that did not; inspect would name the wrong policy."""
+    copy = copy_of(runs, tmp_path, "scripted")
+    for name in swapped:
+        shutil.copy(runs / "direct" / name, copy / name)
+    refused_as_another_run(copy, tmp_path, f"{copy}/trajectories.jsonl:1: episode", "made by policy", "of different runs")
+
+
+def test_a_log_of_other_questions_under_the_manifest_is_refused_where_the_corpus_is_at_hand(runs, tmp_path):
+    """A run of the same policy on other questions (another split, the same number of them): no
+    episode is a stranger, but the corpus says they are not the questions the manifest selected."""
+    other = tmp_path / "validation"
+    done = run_cli("eval", "--split", "validation", "--limit", "12", "--out", str(other))
+    assert done.returncode == 0, done.stderr
+    copy = copy_of(runs, tmp_path, "scripted")
+    for name in ("trajectories.jsonl", "scores.jsonl", "metrics.json"):
+        shutil.copy(other / name, copy / name)
+    for words in (
+        ["report", str(copy), "--out", str(tmp_path / "r.html")],
+        ["export", str(copy), str(tmp_path / "e.json"), "--to", "inspect"],
+    ):
+        done = run_cli(*words)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert "its episodes ask other questions of the corpus than the run selected" in done.stderr, done.stderr
+
+
+def test_episodes_of_samples_the_run_did_not_draw_are_refused(runs, tmp_path):
+    """One episode's sample renumbered (scores and metrics forged to agree): the count holds, the
+    manifest's one sample per question does not."""
+    copy = copy_of(runs, tmp_path, "scripted")
+    episodes, scores = lines(copy / "trajectories.jsonl"), lines(copy / "scores.jsonl")
+    episodes[2]["sample"] = scores[2]["sample"] = 3
+    write(copy / "trajectories.jsonl", episodes)
+    write(copy / "scores.jsonl", scores)
+    forge_metrics(copy)
+    refused_as_another_run(copy, tmp_path, "trajectories.jsonl:3: episode", "it is sample 3; the run drew 1 per question")

@@ -124,6 +124,7 @@ def scored(runs):
     reader = read_trajectories(runs / "reader" / "trajectories.jsonl")
     reader = [with_steps(t, [], reading(5000 + 1000 * n, document=900 + n, cut_answer=n == 0)) for n, t in enumerate(reader)]
     reader[0] = reader[0].model_copy(update={"outcome": Outcome(status="no_answer", reason=CUT)})
+    reader = [t.model_copy(update={"config": t.config.model_copy(update={"seed": 1})}) for t in reader]  # the manifest's seed
     manifest = json.loads((runs / "reader" / "manifest.json").read_text())
     manifest["config"]["episode"]["seed"] = 1
     (runs / "reader" / "manifest.json").write_text(json.dumps(manifest))
