@@ -8,7 +8,6 @@ and renames it into place, so a merge that fails leaves no half-made run.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import sys
 import tempfile
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+import corpus.files as files
 from cli.errors import UsageError, error_line
 from cli.options import open_corpus, select_questions
 
@@ -127,9 +127,10 @@ def _building(out: Path):
         raise UsageError(f"{out}: cannot create the merged run beside it ({error.strerror}); choose another --out") from None
     try:
         yield building
-        mask = os.umask(0)
-        os.umask(mask)
-        building.chmod(0o777 & ~mask)  # mkdtemp makes 0700; the run gets the mode mkdir would give
+        try:
+            files.publish_directory(building)  # mkdtemp makes 0700; the run gets the mode mkdir would give
+        except files.FileRefused as error:
+            raise UsageError(f"{error}; choose another --out") from None
         try:
             building.rename(out)  # replaces an empty directory, refuses a non-empty one
         except OSError as error:

@@ -21,7 +21,10 @@ may name anything the file system holds. What is protected:
 - Outputs are never written through a symbolic link: appends open ``O_NOFOLLOW`` (a link, dangling
   or not, is refused; nothing is created where it points) and refuse a file with other names (a
   hard link); whole files are written beside the target and renamed over it (``atomic_file``),
-  which replaces a link instead of writing where it points.
+  which replaces a link instead of writing where it points. The temporary file gets its mode
+  through its descriptor (a link swapped in at its name gets none) and is checked to be the file
+  written before the rename; the umask is read, never set (set to 0 for an instant, it would give
+  a file another thread creates mode 0666).
 
 What is not: a race by someone who can write the directory while we read it (an intermediate
 directory swapped for a link between the check and the open); a regular file that is merely
@@ -548,14 +551,18 @@ def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
     except OSError as error:
         raise FileRefused(f"{path}: cannot be written ({_reason(error)})") from None
     try:
-        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; the file should get the mode open() would give
+        # mkstemp makes 0600; the file should get the mode open() would give. Set on the descriptor,
+        # not the name: a link put at the name by someone who can write the directory would carry
+        # the new mode to the file it points to (a key made readable by all).
+        os.fchmod(fd, 0o666 & ~_umask())
         mode = "wb" if binary else "w"
         encoding = None if binary else "utf-8"
         with os.fdopen(fd, mode, encoding=encoding, newline=None if binary else "\n") as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
+            _still_ours(temporary, os.fstat(handle.fileno()), path)
+        _replace(temporary, path)
     except OSError as error:
         Path(temporary).unlink(missing_ok=True)
         if error.errno not in _WRITE_ERRNOS:
@@ -570,13 +577,75 @@ def atomic_file(path: PathLike, binary: bool = False) -> Iterator[IO]:
 _WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS, errno.EIO})
 
 
+def _still_ours(temporary: str, written: os.stat_result, path: Path) -> None:
+    """The name ``temporary`` still names the file written through the descriptor: renamed over
+    ``path`` otherwise, whatever someone who can write the directory put there (a link to a file of
+    their choice) would become the output."""
+    try:
+        now = os.lstat(temporary)
+    except OSError:
+        now = None
+    if now is None or (now.st_dev, now.st_ino) != (written.st_dev, written.st_ino):
+        raise FileRefused(
+            f"{path}: cannot be written (its temporary file {temporary} was removed or replaced while it was written: "
+            "someone else writes this directory); nothing was written: write it in a directory only you can write"
+        )
+
+
+def _replace(temporary: str, path: Path) -> None:
+    """``os.replace``, with the OS's refusal as one line naming the target, not the temporary name
+    (a file of another user in a sticky directory such as /tmp cannot be replaced: EPERM)."""
+    try:
+        os.replace(temporary, path)
+    except OSError as error:
+        if error.errno in _WRITE_ERRNOS:
+            raise
+        sticky = error.errno == errno.EPERM and _is_sticky(path.parent)
+        why = "a file of another user in a directory where only a file's owner may replace it" if sticky else _reason(error)
+        raise FileRefused(f"{path}: cannot be replaced ({why}); nothing was written: remove it, or choose another place") from None
+
+
+def _is_sticky(directory: Path) -> bool:
+    try:
+        return bool(os.stat(directory).st_mode & stat.S_ISVTX)
+    except OSError:
+        return False
+
+
 def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``):
+    setting it to 0 and back, even for an instant, would give a file another thread creates then
+    the mode 0666 (a directory 0777)."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
 
 
 # -- directories --------------------------------------------------------------------------------
+
+
+def publish_directory(directory: PathLike) -> None:
+    """Give a directory of our own (``tempfile.mkdtemp``: mode 0700) the mode ``mkdir`` would have
+    given it, before it is renamed into place: set on a descriptor opened without following a link,
+    so that a link put at its name gives no other directory that mode; the umask is not set."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as error:
+        raise FileRefused(
+            f"{directory}: cannot be given its mode ({_reason(error)}): was it removed or replaced while it was written? "
+            "Someone else may write the directory it is in"
+        ) from None
+    try:
+        os.fchmod(fd, 0o777 & ~_umask())
+    finally:
+        os.close(fd)
 
 
 def files_in(directory: PathLike, suffixes: tuple[str, ...], what: str = "file") -> list[Path]:

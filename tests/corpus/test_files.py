@@ -416,6 +416,87 @@ def test_writing_where_writing_is_not_permitted_is_one_line(tmp_path):
         locked.chmod(0o700)
 
 
+def swapping_the_temporary(monkeypatch, target: Path) -> None:
+    """``mkstemp`` as someone who can write the directory would leave it: its name at once replaced
+    by a link to ``target`` (a race they win with inotify; here, every time)."""
+    made = files.tempfile.mkstemp
+
+    def swapped(*args, **kwargs):
+        fd, name = made(*args, **kwargs)
+        os.unlink(name)
+        os.symlink(target, name)
+        return fd, name
+
+    monkeypatch.setattr(files.tempfile, "mkstemp", swapped)
+
+
+def test_a_link_swapped_in_for_the_temporary_file_gets_no_mode_and_never_becomes_the_output(tmp_path, monkeypatch):
+    """The mode is set on the descriptor, not through the name (a key made readable by all), and
+    the name is checked to be the file written before it is renamed over the output."""
+    key = tmp_path / "key"
+    key.write_text("secret")
+    key.chmod(0o600)
+    out = tmp_path / "shared" / "report.html"
+    swapping_the_temporary(monkeypatch, key)
+    with pytest.raises(files.FileRefused, match=r"report.html: cannot be written \(its temporary file .* was removed or replaced"):
+        with files.atomic_file(out) as handle:
+            handle.write("<html>")
+    assert oct(key.stat().st_mode & 0o777) == oct(0o600) and key.read_text() == "secret"
+    assert not out.exists() and not out.is_symlink() and list(out.parent.iterdir()) == []
+
+
+def test_the_mode_of_a_whole_file_comes_from_the_umask_without_setting_it(tmp_path, monkeypatch):
+    """Setting the umask to 0 and back to read it would give a file another thread creates meanwhile mode 0666."""
+    mask = os.umask(0o027)
+    os.umask(0o027)
+    try:
+        monkeypatch.setattr(files.os, "umask", lambda *_: pytest.fail("the umask was set"))
+        with files.atomic_file(tmp_path / "out.json") as handle:
+            handle.write("{}")
+    finally:
+        monkeypatch.undo()
+        os.umask(mask)
+    assert oct((tmp_path / "out.json").stat().st_mode & 0o777) == oct(0o640)
+
+
+def test_a_file_the_os_refuses_to_replace_is_one_line_naming_it_not_the_temporary(tmp_path, monkeypatch):
+    """In a sticky directory (/tmp) another user's file at the output's name cannot be replaced
+    (EPERM): the line names the output and says why, not a temporary name the user never gave."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+
+    def refused(source, target):
+        raise PermissionError(1, os.strerror(1))
+
+    monkeypatch.setattr(files.os, "replace", refused)
+    with pytest.raises(files.FileRefused) as error:
+        with files.atomic_file(shared / "report.html") as handle:
+            handle.write("<html>")
+    assert str(error.value).startswith(f"{shared / 'report.html'}: cannot be replaced (a file of another user"), error.value
+    assert ".tmp" not in str(error.value) and list(shared.iterdir()) == []
+
+
+def test_a_directory_is_published_with_the_mkdir_mode_and_never_through_a_link(tmp_path):
+    """merge builds the run in a directory of its own (mode 0700) and gives it mkdir's mode before
+    renaming it into place: a link put at its name gives the directory it points to no mode."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    building = tmp_path / ".out.merging-x"
+    building.symlink_to(private)
+    with pytest.raises(files.FileRefused, match="out.merging-x: cannot be given its mode"):
+        files.publish_directory(building)
+    assert oct(private.stat().st_mode & 0o777) == oct(0o700)
+    building.unlink()
+    building.mkdir(mode=0o700)
+    mask = os.umask(0o022)
+    try:
+        files.publish_directory(building)
+    finally:
+        os.umask(mask)
+    assert oct(building.stat().st_mode & 0o777) == oct(0o755)
+
+
 # -- text JSON has but Unicode and numbers do not -----------------------------------------------
 
 
