@@ -34,7 +34,8 @@ and exact McNemar tests (``evaluation.compare.mcnemar``) of the policy's decisio
 threshold's on the same questions - is the decision right (abstain exactly on unanswerable gold),
 and did it abstain - over the episodes where the policy made a decision. It refuses the run the
 file was fitted on - decided by its episodes, not its bytes: any run that asks a question the
-validation run asked (a copy, with a blank line added or an episode changed, or a rerun) - notes a
+validation run asked (a copy, with a blank line added or an episode changed, or a rerun; a file
+that records no questions, from an older version, is refused: bytes are all it could compare) - notes a
 run of another policy or model, and with a preregistration checks its [frozen] corpus and
 questions hashes against the run's manifest first.
 
@@ -123,7 +124,7 @@ class ValidationRun(Record):
     episodes: int = Field(ge=1)  # measured and labelled
     # Older files (before these were recorded) load without them.
     scores_sha256: str | None = None
-    # question_keys of the run's episodes: a run that asks any of them is not another run
+    # question_keys of the run's episodes: a run that asks any of them is not another run (apply refuses a file without them)
     questions: list[str] | None = None
     probes_sha256: str | None = None  # the probes file the trajectories record for the probe
     policy: str | None = None  # the validation run's manifest: --policy and --model
@@ -482,14 +483,17 @@ def refuse_the_fitted_run(run: Run, calibration: CalibrationFile, path: Path) ->
     """Applying a calibration to the run it was fitted on measures the fit, not calibration. Which
     run is another is decided by its episodes, not its bytes: a run that asks any question the
     validation run asked (by id, or by paper and text) is refused - a copy of it, with a blank line
-    added or one episode changed, as much as a rerun on the same questions."""
+    added or one episode changed, as much as a rerun on the same questions. A file that records no
+    questions (an older one) is refused: its log's bytes are all it could compare."""
     fitted = calibration.validation
     if str(run.directory.resolve()) == fitted.run:
         raise EvaluationError(f"{path}: was fitted on {run.directory} itself; apply it to another run (e.g. of the test split)")
-    if fitted.questions is None:  # a file from before they were recorded: the log's bytes are all it has
-        if (run.directory / TRAJECTORIES).is_file() and file_sha256(run.directory / TRAJECTORIES) == fitted.trajectories_sha256:
-            raise EvaluationError(f"{path}: was fitted on {run.directory} itself; apply it to another run (e.g. of the test split)")
-        return
+    if fitted.questions is None:  # a file from before they were recorded: the log's bytes would be all it has
+        raise EvaluationError(
+            f"{path}: records no questions of the run it was fitted on (an older explorer calibrate fit wrote it), so which "
+            f"runs ask them cannot be told: a copy of that run with a blank line added would pass; fit it again with explorer "
+            f"calibrate fit {fitted.run}"
+        )
     fitted_on = set(fitted.questions)
     shared = [t for t in run.trajectories if fitted_on.intersection(question_keys([t]))]
     if shared:

@@ -492,6 +492,24 @@ def test_another_run_is_decided_by_its_episodes_not_its_bytes(runs, tmp_path):
     assert run_cli("calibrate", "apply", str(runs / "test"), "--calibration", str(out)).returncode == 0  # other questions: another run
 
 
+def test_a_file_that_records_no_questions_is_refused_rather_than_judged_by_bytes(runs, tmp_path):
+    """An older file (no ``validation.questions``) has only the log's bytes to tell the run it was
+    fitted on: a copy of that run with a blank line added would pass as another run."""
+    out = tmp_path / "older.json"
+    forged(fitted(runs, tmp_path), out, "validation.questions", None)
+    content = json.loads(out.read_text())
+    del content["validation"]["questions"], content["sha256"]
+    content["sha256"] = content_sha256(content)
+    out.write_text(json.dumps(content))
+    blank = tmp_path / "blank"
+    shutil.copytree(runs / "validation", blank)
+    (blank / "trajectories.jsonl").write_text((blank / "trajectories.jsonl").read_text() + "\n")
+    for run in (blank, runs / "test"):
+        done = run_cli("calibrate", "apply", str(run), "--calibration", str(out))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "records no questions of the run it was fitted on" in done.stderr and "fit it again" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("probabilities", [[float("nan"), float("nan")], [0.9, 0.9], [1.0]])
 def test_probabilities_that_are_not_probabilities_never_reach_a_temperature_or_a_test(runs, tmp_path, probabilities):
     out = fitted(runs, tmp_path)
