@@ -43,6 +43,11 @@ consistently and the digests recomputed, are accepted where the corpus is not at
 finds edits; it is not a signature). A run scored by another version of the code (other
 detectors, another scipy's bootstrap) differs from what this one computes and is refused the same
 way; rescoring it is the fix.
+
+Why one module
+--------------
+Every check a reader of a run makes before it believes the derived files, with and without the
+corpus: split, a reader could take the checks of one file and skip those that tie it to the others.
 """
 
 from __future__ import annotations
