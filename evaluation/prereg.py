@@ -131,26 +131,24 @@ def check_frozen(prereg: Preregistration, path: Path, corpus_sha256: str, questi
         raise EvaluationError(f"{path}: {frozen.questions} questions are preregistered but this run asks {questions}")
 
 
-def comparison_table(prereg: Preregistration, path: Path) -> tuple[Path, AbstentionTable]:
-    """The comparison run's directory and abstention table; one clear line when it has none
-    (checked before a run starts, so a missing comparison fails before the episodes, not after)."""
+def comparison_directory(prereg: Preregistration, path: Path) -> Path:
+    """The comparison run's directory: absolute as preregister writes it; older files: beside the TOML.
+    The run is read by ``run_directory.comparison_run`` (``Run.load``: checked as every run is)."""
     assert prereg.comparison is not None
-    other_dir = (path.parent / prereg.comparison.run).resolve()  # absolute as preregister writes it; older files: beside the TOML
-    if not (other_dir / "metrics.json").is_file():
-        raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first")
-    try:
-        metrics = files.read_bytes(other_dir / "metrics.json", limit=files.DOCUMENT_BYTES, inside=other_dir, what="run metrics")
-        return other_dir, AbstentionTable.model_validate(files.parse_json(metrics, other_dir / "metrics.json")["abstention"])
-    except (OSError, ValueError, KeyError, TypeError, ValidationError, files.FileRefused):  # ValueError: invalid JSON, not UTF-8
-        raise EvaluationError(f"{path}: comparison run {other_dir} has no readable metrics.json; run it first") from None
+    return (path.parent / prereg.comparison.run).resolve()
 
 
 def judge(
-    prereg: Preregistration, path: Path, table: AbstentionTable, scores: Sequence[EpisodeScore] | None = None
+    prereg: Preregistration,
+    path: Path,
+    table: AbstentionTable,
+    scores: Sequence[EpisodeScore] | None = None,
+    comparison: tuple[Path, AbstentionTable] | None = None,
 ) -> PreregistrationResult:
-    """After the last episode: the rule's verdict and, with a comparison run, Fisher's exact tests;
-    with a ``[calibration]`` rule, its ECE on the run's raw probabilities (``scores``: the run's
-    scored lines), unless the rule pins a calibration file (then it is pending)."""
+    """After the last episode: the rule's verdict and, with a comparison run (``comparison``: its
+    directory and abstention table, as ``run_directory.comparison_run`` read them), Fisher's exact
+    tests; with a ``[calibration]`` rule, its ECE on the run's raw probabilities (``scores``: the
+    run's scored lines), unless the rule pins a calibration file (then it is pending)."""
     correct, false = table.unanswerable.abstained, table.answerable.abstained
     rule = prereg.rule
     checks = [
@@ -177,7 +175,9 @@ def judge(
             checks.append(ece_check(rule_of_calibration, observations(scores, rule_of_calibration.probe, rule_of_calibration.label)))
     result = {"file": str(path), "pass": all(c["pass"] for c in checks), "checks": checks, "pending": pending or None}
     if prereg.comparison is not None:
-        other_dir, other = comparison_table(prereg, path)
+        if comparison is None:
+            raise EvaluationError(f"{path}: names a comparison run, and none was read to judge the rule with")
+        other_dir, other = comparison
         tests = [abstention_fisher(table.model_dump(), other.model_dump(), row) for row in ("unanswerable", "answerable")]
         for test in tests:
             test["significant"] = test["p_value"] < prereg.comparison.alpha

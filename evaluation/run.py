@@ -45,7 +45,16 @@ from corpus.selection import resolve_split, select_questions
 from evaluation.errors import EvaluationError
 from evaluation.records import RunMetrics
 from evaluation.resume import check_out, check_resumable, logged_episodes, recorded_corpus, resume_command, resumed_manifest
-from evaluation.run_directory import MANIFEST, METRICS, TRAJECTORIES, Run, drop_superseded_errors, write_manifest, write_metrics
+from evaluation.run_directory import (
+    MANIFEST,
+    METRICS,
+    TRAJECTORIES,
+    Run,
+    comparison_run,
+    drop_superseded_errors,
+    write_manifest,
+    write_metrics,
+)
 from evaluation.run_events import EvaluationFailed, EvaluationInterrupted, LogReporter, Reporter
 
 __all__ = [
@@ -393,8 +402,8 @@ def _check_preregistration(prereg, path: Path, corpus: Corpus, selected_sha256: 
     from evaluation import prereg as preregistering
 
     preregistering.check_frozen(prereg, path, corpus.papers_sha256, selected_sha256, questions)
-    if prereg.comparison is not None:  # a missing comparison fails now, not after the run
-        preregistering.comparison_table(prereg, path)
+    if prereg.comparison is not None:  # a missing or unreadable comparison fails now, not after the run
+        comparison_run(prereg, path)
 
 
 def _make_run_directory(out: Path) -> None:

@@ -411,9 +411,25 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
     if prereg is not None:
         from evaluation.prereg import judge
 
-        metrics = metrics.model_copy(update={"preregistration": judge(prereg[0], prereg[1], metrics.abstention, scores)})
+        verdict = judge(prereg[0], prereg[1], metrics.abstention, scores, comparison_run(prereg[0], prereg[1]))
+        metrics = metrics.model_copy(update={"preregistration": verdict})
     with atomic_file(out / SCORES) as handle:
         handle.writelines(score.model_dump_json() + "\n" for score in scores)
     with atomic_file(out / METRICS) as handle:
         handle.write(metrics.to_json())
     return metrics
+
+
+def comparison_run(prereg, path: Path) -> tuple[Path, Any] | None:
+    """A preregistration's comparison run (its directory and abstention table), read as every run
+    is (``Run.load``: its metrics.json checked against its trajectories): an edited comparison's
+    table would otherwise set the Fisher tests of the verdict. None when the rule names none."""
+    from evaluation.prereg import comparison_directory
+
+    if prereg.comparison is None:
+        return None
+    directory = comparison_directory(prereg, path)
+    try:
+        return directory, Run.load(directory).metrics.abstention
+    except EvaluationError as error:
+        raise EvaluationError(f"{path}: its comparison run cannot be used: {error}") from None

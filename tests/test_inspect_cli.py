@@ -255,3 +255,36 @@ def test_report_never_overwrites_without_force(runs, tmp_path):
     assert refused.returncode == 2 and "--force" in refused.stderr and target.read_text() == "{}"
     forced = run_cli("report", str(directory / "base"), "-o", str(target), "--force")
     assert forced.returncode == 0 and target.read_text().lstrip().startswith("<!")
+
+
+def test_an_edited_comparison_run_never_sets_the_preregistered_fisher_tests(runs, tmp_path):
+    """The comparison run's metrics.json with its abstention table edited (the direct-submit run made
+    to abstain on every unanswerable question): the verdict's Fisher tests would be computed from a
+    table its trajectories do not give. The run is read as every run is, and refused before any episode."""
+    directory, corpus = runs
+    comparison = tmp_path / "base"
+    shutil.copytree(directory / "base", comparison)
+    metrics = json.loads((comparison / "metrics.json").read_text())
+    table = metrics["abstention"]["unanswerable"]
+    table["abstained"], table["answered"] = table["abstained"] + table["answered"], 0
+    (comparison / "metrics.json").write_text(json.dumps(metrics))
+    prereg = tmp_path / "prereg.toml"
+    words = ["--corpus", str(corpus), "--split", "all", "--limit", "40"]
+    done = run_cli(
+        "preregister",
+        *words,
+        "--out",
+        str(prereg),
+        "--min-correct-abstentions",
+        "1",
+        "--max-false-abstentions",
+        "40",
+        "--comparison",
+        str(comparison),
+    )
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "scripted"
+    done = run_cli("eval", *words, "--out", str(out), "--preregistration", str(prereg))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"{prereg}: its comparison run cannot be used: {comparison / 'metrics.json'}: abstention is" in done.stderr, done.stderr
+    assert not out.exists()
