@@ -48,8 +48,21 @@ STALE_CONNECTION = (http.client.RemoteDisconnected, ConnectionResetError, Broken
 
 def api_key() -> str:
     """The key every request carries as ``Authorization: Bearer``: ``OPENAI_API_KEY``, else "EMPTY"
-    (what vLLM's examples send to a server that checks none)."""
-    return os.environ.get("OPENAI_API_KEY", "EMPTY")
+    (what vLLM's examples send to a server that checks none).
+
+    A key holding a character a header cannot carry (a carriage return from a key file saved on
+    Windows, a line break, a non-ASCII character) is refused here, naming its place, never the key:
+    ``http.client`` refuses such a header with the whole key in its message, which would be printed
+    and recorded in the run's episodes."""
+    key = os.environ.get("OPENAI_API_KEY", "EMPTY")
+    bad = next((index for index, character in enumerate(key) if not " " <= character <= "~"), None)
+    if bad is not None:
+        kind = "a non-ASCII character" if ord(key[bad]) > 0x7E else f"the control character {ord(key[bad]):#04x}"
+        raise AgentError(
+            f"OPENAI_API_KEY holds {kind} at position {bad + 1} of {len(key)}, which an HTTP header cannot carry; "
+            "set it to the key alone (a key file saved with Windows line ends leaves a carriage return: strip it)"
+        )
+    return key
 
 
 def sends_key() -> bool:
@@ -330,7 +343,7 @@ class ServerPool:
         key = self.api_key
         if key in ("", "EMPTY"):
             return text
-        text = text.replace(key, "[OPENAI_API_KEY]")
+        text = text.replace(key, "[OPENAI_API_KEY]").replace(repr(key)[1:-1], "[OPENAI_API_KEY]")  # as Python quotes it, too
         for length in range(len(key) - 1, 5, -1):  # a prefix the server's or our cut left at the end
             if text.endswith(key[:length]):
                 return text[:-length] + "[OPENAI_API_KEY]"

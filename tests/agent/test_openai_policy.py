@@ -285,6 +285,21 @@ def test_a_key_a_server_echoes_back_is_never_recorded(server, small_demo, index,
     assert "[OPENAI_API_KEY]" in trajectory.outcome.reason
 
 
+@pytest.mark.parametrize("key", ["sk-very-secret-0123\r", "sk-very-secret-0123\n", "sk-very\nsecret-0123"])
+def test_a_key_a_header_cannot_carry_is_refused_in_one_line_that_never_shows_it(server, tiny_tokenizer, tmp_path, key):
+    """A key file saved with Windows line ends leaves a carriage return in OPENAI_API_KEY:
+    http.client refuses the header with the whole key in its message, which was printed (and would
+    be recorded as an episode's failure). Refused before any request, naming its place only."""
+    out = tmp_path / "run"
+    done = run_cli(
+        "eval", "--policy", "openai", "--base-url", server.url, "--model", "served", "--tokenizer", str(tiny_tokenizer),
+        "--limit", "1", "--out", str(out), env={"OPENAI_API_KEY": key},
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "OPENAI_API_KEY holds the control character" in done.stderr and "secret" not in done.stderr + done.stdout, done.stderr
+    assert server.requests == [] and server.authorizations == []
+
+
 def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, index, tiny_tokenizer):
     """finish_reason (or any other field a server fills) holding a lone surrogate: the step is
     recorded with U+FFFD, and the episode and its log line are written."""
