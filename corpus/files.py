@@ -20,7 +20,7 @@ may name anything the file system holds. What is protected:
   JSON reader, which bounds nesting at 200 levels and numbers at 4,300 digits (``corpus.jsonl``).
 - Outputs are never written through a symbolic link: appends open ``O_NOFOLLOW`` (a link, dangling
   or not, is refused; nothing is created where it points) and refuse a file with other names (a
-  hard link); whole files are written beside the target and renamed over it (``atomic_file``),
+  hard link) or one another user put in a sticky directory anyone may write (/tmp); whole files are written beside the target and renamed over it (``atomic_file``),
   which replaces a link instead of writing where it points. The temporary file gets its mode
   through its descriptor (a link swapped in at its name gets none) and is checked to be the file
   written before the rename; the umask is read, never set (set to 0 for an instant, it would give
@@ -488,7 +488,8 @@ def open_append(path: PathLike, *, what: str = "file", create: bool = True) -> i
 
     Never through a symbolic link: ``O_NOFOLLOW`` refuses a link, dangling or not, so nothing is
     written, truncated or created where it points; nor a FIFO or device (refused from ``lstat``,
-    before the open), nor a file with another name (a hard link would carry the writes elsewhere).
+    before the open), nor a file with another name (a hard link would carry the writes elsewhere),
+    nor another user's file in a sticky directory anyone may write (``_not_planted``).
     The caller closes it."""
     path = Path(path)
     try:
@@ -526,6 +527,25 @@ def _writable(path: Path, status: os.stat_result, what: str) -> None:
     _regular(path, status.st_mode, what)
     if status.st_nlink > 1:
         raise FileRefused(f"{path}: a file with {status.st_nlink} names (a hard link); writing it would change the others: copy it")
+    _not_planted(path, status, what)
+
+
+def _not_planted(path: Path, status: os.stat_result, what: str) -> None:
+    """A file of another user in a sticky directory anyone may write (/tmp) is refused, as Linux's
+    ``fs.protected_regular`` does where it is on: someone put it there before us, and would read
+    what we append (and had written what we would read back as ours)."""
+    if status.st_uid == os.geteuid():
+        return
+    try:
+        directory = os.stat(path.parent)
+    except OSError:
+        return
+    shared = directory.st_mode & stat.S_ISVTX and directory.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    if shared and status.st_uid != directory.st_uid:
+        raise FileRefused(
+            f"{path}: a file of another user (uid {status.st_uid}) in {path.parent}, a directory anyone may write; "
+            f"{a(what)} is not appended to a file someone else put there: choose a directory of your own"
+        )
 
 
 @contextmanager

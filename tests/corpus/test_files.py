@@ -266,6 +266,27 @@ def test_an_append_to_a_fifo_or_a_hard_link_is_refused(fifo, tmp_path):
         files.open_append(tmp_path / "second-name.jsonl")
 
 
+def test_an_append_to_a_file_another_user_put_in_a_sticky_directory_is_refused(tmp_path):
+    """/tmp with fs.protected_regular off: someone else's log.jsonl, made before ours, would get
+    our episodes (and its own lines would read back as ours). Refused as the kernel refuses it where
+    the setting is on; a file of our own there is appended to."""
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    planted = shared / "log.jsonl"
+    planted.write_text('{"forged": 1}\n')
+    try:
+        os.chown(planted, 54321, 54321)
+    except PermissionError:
+        pytest.skip("only root gives a file to another user")
+    with pytest.raises(files.FileRefused, match=r"log.jsonl: a file of another user \(uid 54321\) in .*anyone may write"):
+        AppendOnlyLines(planted)
+    own = shared / "own.jsonl"
+    with AppendOnlyLines(own) as log:
+        log.append({"a": 1})
+    assert own.read_text() == '{"a":1}\n' or json.loads(own.read_text()) == {"a": 1}
+
+
 def test_an_append_creates_a_file_and_cuts_its_torn_line(tmp_path):
     path = tmp_path / "log.jsonl"
     with AppendOnlyLines(path) as log:
