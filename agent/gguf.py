@@ -91,7 +91,7 @@ def convert_gguf(source: Path, out: Path, force: bool = False) -> GgufProvenance
             (staging / PROVENANCE).write_text(provenance.model_dump_json(indent=2) + "\n")
             if out.exists():
                 shutil.rmtree(out)
-            staging.chmod(0o755)
+            files.publish_directory(staging)  # the mode mkdir gives, never through a link put at its name
             staging.rename(out)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)

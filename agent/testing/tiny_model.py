@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import corpus.files as files
 from agent.errors import AgentError
 from agent.testing.tiny_tokenizer import END_OF_TEXT, IM_END, build_tokenizer
 
@@ -89,7 +90,7 @@ def build_tiny_model(out: Path, seed: int = 0, force: bool = False, tokenizer_fr
         (staging / "tiny-model.json").write_text(json.dumps({"seed": seed, "shape": TINY_SHAPE}, indent=2))
         if out.exists():
             shutil.rmtree(out)
-        staging.chmod(0o755)
+        files.publish_directory(staging)  # the mode mkdir gives, never through a link put at its name
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
