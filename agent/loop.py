@@ -77,7 +77,9 @@ def run_episode(
     seed = episode_seed(config.seed, question_id or question, sample)
     failed_retries = 0
     if config.probes:
-        check_probes(config.probes, policy)  # AgentError: the run cannot ask what it asks (eval checks it before anything is written)
+        check_probes(
+            config.probes, policy, path=config.probes_file
+        )  # AgentError: the run cannot ask what it asks (eval checks it before anything is written)
     try:
         policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample, paper_id=paper_id))
     except PolicyError as error:
@@ -138,7 +140,8 @@ def run_episode(
             earlier = steps[-1].policy_info.model_dump(exclude_none=True) if steps[-1].policy_info else {}
             steps[-1].policy_info = StepPolicyInfo.model_validate({**earlier, **final})
     # after finish: the whole conversation, the last observation included; each failure is a result's not_measured
-    probes = after_episode(policy, messages, config.probes, submitted=outcome.status == "submitted") if config.probes else []
+    submitted = outcome.status == "submitted"
+    probes = after_episode(policy, messages, config.probes, submitted=submitted, path=config.probes_file) if config.probes else []
     return Trajectory(
         episode_id=episode_id or uuid.uuid4().hex[:12],
         question_id=question_id,

@@ -62,9 +62,11 @@ class ProbeSet:
         return [self.probes[name] for name in names]
 
 
-def load_probes(path: Path = PROBES_FILE) -> ProbeSet:
+def load_probes(path: Path | None = None) -> ProbeSet:
     """The probes of ``path``, read at each call (a few hundred bytes; each result records the
-    digest of the file it was asked from); a malformed file is one AgentError line."""
+    digest of the file it was asked from); a malformed file is one AgentError line. None: the
+    probes this project ships (``PROBES_FILE``)."""
+    path = path or PROBES_FILE
     try:
         data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="probes .toml")
         table = files.parse_toml(files.decode(data, path), path)
@@ -110,12 +112,13 @@ def probe_prompt(renderer: ChatRenderer, messages: list[dict[str, Any]], probe: 
     return renderer.prompt([*messages, {"role": "user", "content": probe.text}], thinking=False)
 
 
-def check_probes(names: Sequence[str], policy: Policy, probes: ProbeSet | None = None) -> list[Probe]:
-    """Before a run: the probes asked for exist, the policy can answer them, and each option is one
-    token of its tokenizer; else one AgentError line. No probes asked: nothing to check."""
+def check_probes(names: Sequence[str], policy: Policy, probes: ProbeSet | None = None, path: Path | None = None) -> list[Probe]:
+    """Before a run: the probes asked for exist (in ``probes``, else the file at ``path``, else the
+    project's), the policy can answer them, and each option is one token of its tokenizer; else one
+    AgentError line. No probes asked: nothing to check (and no file read)."""
     if not names:
         return []
-    probes = probes or load_probes()
+    probes = probes or load_probes(path)
     asked = probes.named(names)
     if len(set(names)) != len(names):
         raise AgentError("--probe: a probe is named twice")
@@ -221,10 +224,13 @@ def _recordable(values: Sequence[Any]) -> list[float | None] | None:
     return numbers if any(number is not None for number in numbers) else None
 
 
-def after_episode(policy: Policy, messages: list[dict[str, Any]], names: Sequence[str], *, submitted: bool) -> list[ProbeResult]:
-    """The probes an episode asked for, on its whole conversation: those asked only after a submit
-    are left out when it did not submit. Each failure is its result's ``not_measured``."""
-    probes = load_probes()
+def after_episode(
+    policy: Policy, messages: list[dict[str, Any]], names: Sequence[str], *, submitted: bool, path: Path | None = None
+) -> list[ProbeResult]:
+    """The probes an episode asked for (from ``path``, default ``PROBES_FILE``), on its whole
+    conversation: those asked only after a submit are left out when it did not submit. Each failure
+    is its result's ``not_measured``."""
+    probes = load_probes(path or PROBES_FILE)
     asked = [probe.name for probe in probes.named(names) if submitted or not probe.only_if_submitted]
     context = getattr(policy, "max_context", None)
     if policy.renderer is None or not isinstance(context, int):

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
@@ -16,6 +17,13 @@ from tools.records import Evidence, Outcome, Status, ToolCallRecord
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
 SCHEMA_VERSION: Final = 7
+# A probe's options must hold at least this share of the model's next-token distribution for their
+# renormalised probabilities to be read as its belief: below it the model wanted to write something
+# else (a fine-tuned policy after its turn: code), and renormalising magnifies the noise of a
+# distribution's far tail into confident-looking numbers (issue 37: options holding 1e-6 renormalised
+# to 0.84-0.90 on every question). A tenth keeps probes a model answers in its own words only in part
+# (SmolLM2-135M-Instruct: "Yes"/"No" 0.55-0.73, its agent-trained adapter 0.20-0.33).
+DEFAULT_PROBE_MIN_MASS: Final = 0.1
 RESEARCH_TOOLS: Final = frozenset({"search", "read", "extract"})
 ENDING_TOOLS: Final = frozenset({"submit", "abstain"})
 ENDING_STATUSES: Final = ("submitted", "abstained")
@@ -219,14 +227,34 @@ class EpisodeBudgets(Record):
         default_factory=list,
         description="Option probes asked after the episode (agent/prompts/probes.toml: answerable, correct); hf and openai policies.",
     )
+    probes_file: Path | None = Field(
+        None, description="Probes TOML of your own (default agent/prompts/probes.toml); each result records its SHA-256."
+    )
+    probe_min_mass: float = Field(
+        DEFAULT_PROBE_MIN_MASS,
+        ge=0,
+        le=1,
+        description="A probe whose options hold less of the next-token distribution measures no belief: "
+        "kept out of calibration figures, refused by calibrate.",
+    )
 
     @model_serializer(mode="wrap")
     def _without_no_probes(self, handler):
-        """No probes asked: no key, so the configs of runs recorded before probes existed are written back the same."""
+        """No probes asked: no probe keys, so the configs of runs recorded before probes existed are
+        written back the same."""
         data = handler(self)
         if isinstance(data, dict) and not data.get("probes", True):
             del data["probes"]
+            data.pop("probe_min_mass", None)
+        if isinstance(data, dict) and data.get("probes_file", 0) is None:
+            del data["probes_file"]
         return data
+
+    @field_validator("probes_file")
+    @classmethod
+    def _absolute(cls, path: Path | None) -> Path | None:
+        """Recorded absolute: a resume or a rescore from another directory reads the same file."""
+        return None if path is None else path.absolute()
 
 
 class EpisodeConfig(SandboxSettings, EpisodeBudgets):

@@ -27,6 +27,19 @@ PreregistrationOption = typer.Option(
 )
 
 
+MinMassOption = typer.Option(
+    None,
+    "--min-mass",
+    help="The options' least share of the model's next-token distribution (default: the run's --probe-min-mass); "
+    "an episode under it measured no belief and is refused.",
+)
+
+
+def _check_min_mass(value: float | None) -> None:
+    if value is not None and not 0 <= value <= 1:  # NaN fails too
+        raise UsageError(f"--min-mass {value}: give a share of the distribution, 0 to 1")
+
+
 def _prereg(path: Path | None):
     if path is None:
         return None
@@ -45,6 +58,7 @@ def fit_command(
     ),
     bins: int = typer.Option(10, "--bins", help="Bins of the ECE figures (2 to 1000, as a preregistration's)."),
     preregistration: Path | None = PreregistrationOption,
+    min_mass: float | None = MinMassOption,
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
 ) -> None:
     """Fit a temperature by NLL on a validation run, and an abstention threshold.
@@ -56,9 +70,10 @@ def fit_command(
 
     if not 2 <= bins <= 1000:
         raise UsageError(f"--bins {bins}: give 2 to 1000")
+    _check_min_mass(min_mass)
     if out.exists() and not force:
         raise UsageError(f"{out}: already exists; pass --force to overwrite it")
-    calibration = fit(Run.load(run_dir), probe, out, label, bins, _prereg(preregistration))
+    calibration = fit(Run.load(run_dir), probe, out, label, bins, _prereg(preregistration), min_mass)
     before, after = calibration.before, calibration.after
     console.print(
         untrusted(
@@ -93,6 +108,7 @@ def apply_command(
     run_dir: Path = typer.Argument(..., help="A finished run with probes (e.g. of the test split)."),
     calibration: Path = typer.Option(..., "--calibration", help="The file explorer calibrate fit wrote (its hash is checked)."),
     preregistration: Path | None = PreregistrationOption,
+    min_mass: float | None = MinMassOption,
 ) -> None:
     """Apply a calibration file to a run: writes RUN/calibrated.json.
 
@@ -102,8 +118,9 @@ def apply_command(
     from evaluation.run_directory import Run
     from evaluation.stats import format_p
 
+    _check_min_mass(min_mass)
     run = Run.load(run_dir)
-    result = apply(run, calibration, _prereg(preregistration))
+    result = apply(run, calibration, _prereg(preregistration), min_mass)
     raw, cal = result.raw, result.calibrated
     console.print(
         untrusted(f"probe {result.probe} ({result.label}; n = {raw.n}), temperature {result.temperature:.4f}: raw and calibrated")

@@ -171,7 +171,7 @@ def compare_command(
 ) -> None:
     """Paired comparison of two runs on the questions both scored: F1 and exact match with a bootstrap
     interval of the F1 difference, exact McNemar on correctness and abstention, Fisher as the unpaired-design test."""
-    from evaluation.compare import compare_runs
+    from evaluation.compare import compare_runs, confound_note
     from evaluation.run_directory import Run
 
     runs = Run.load(run_a), Run.load(run_b)
@@ -194,11 +194,9 @@ def compare_command(
     if result.same_corpus is False:
         console.print("[yellow]warning: the runs used different corpora[/yellow]")
     console.print(untrusted(f"A: {result.run_a} ({result.setting_a.describe()})\nB: {result.run_b} ({result.setting_b.describe()})"))
-    if result.setting_differs:
-        console.print(
-            f"[yellow]note: the runs differ in {', '.join(result.setting_differs)} besides the policy: "
-            "a paired difference measures that too[/yellow]"
-        )
+    note = confound_note(result)
+    if note is not None:
+        console.print(untrusted(f"note: {note}", "yellow"))
     console.print(
         f"{result.paired_questions} paired questions (scored in both runs); every figure below is on them, except the unpaired table"
     )
@@ -311,7 +309,8 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
     calibration: list[Table] = []
     if result.calibration is not None:  # each run's figures per probe, on the paired questions
         calibration = [Table(*CALIBRATION_HEADER, title="calibration of the option probes on the paired questions (95% CI)")]
-        for row in calibration_rows(result.calibration.a, "A") + calibration_rows(result.calibration.b, "B"):
+        paired = result.calibration
+        for row in calibration_rows(paired.a, "A", paired.mass_a) + calibration_rows(paired.b, "B", paired.mass_b):
             calibration[0].add_row(*(untrusted(cell) for cell in row))
     return [figures, abstention, mcnemar, fisher, rest, moves, *calibration]
 

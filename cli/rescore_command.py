@@ -20,11 +20,13 @@ def rescore_command(
     quantization: str | None = typer.Option(
         None, "--quantization", help="auto, 4bit or none (default: what the run recorded for --policy hf, else auto)."
     ),
-    tolerance: float = typer.Option(
-        # no min=: evaluation.rescore refuses inf, 1e400 and a negative number as one line (typer's min lets inf through)
-        1e-5,
+    tolerance: float | None = typer.Option(
+        # no min=: evaluation.rescore refuses inf, 1e400 and a negative number as one line (typer's min lets inf through);
+        # None: evaluation.rescore.DEFAULT_TOLERANCE (importing it here would slow every command's start by a second)
+        None,
         "--tolerance",
-        help="Largest difference allowed: of a probability, the mass, and a log-probability on the log scale (1e-5: CPU float32).",
+        help="Largest difference allowed: of a probability and the mass, and of a log-probability relative to its size "
+        "(default 5e-5: 8x what a faithful CPU float32 reload moved, measured).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the figures and every probe's values as JSON."),
 ) -> None:
@@ -34,11 +36,12 @@ def rescore_command(
     first. Then the model reads it without any cache (compared with the record) and with a cache
     warmed on the conversation (compared with the uncached reading: flips are reported). Exits 0
     only when every decision agrees (agreement 1.0000) and the largest probability difference is
-    within --tolerance (and so are each option's log-probability, on the log scale, and the
-    options' mass; a recorded nan fails); every probe the run asked for must be there, and one
-    recorded as not measured must really overflow the recorded context; exits 1 naming the first mismatch (episode, probe, both values). Exact on
-    CPU float32; on a GPU in 4-bit it is unmeasured here: expect larger differences and pass a
-    --tolerance you measured."""
+    within --tolerance (and so are the options' mass and each option's log-probability, relative
+    to its size: |a - b| / max(1, |a|); a recorded nan fails); every probe the run asked for must be there, and one
+    recorded as not measured must really overflow the recorded context; exits 1 naming the first
+    mismatch (episode, probe, both values). On CPU float32 a reload moves probabilities by about
+    1e-6; on a GPU in 4-bit it is unmeasured here: expect larger differences and pass a --tolerance
+    you measured."""
     from evaluation.rescore import rescore
 
     report = rescore(run_dir, model, adapter=adapter, quantization=quantization, tolerance=tolerance)
@@ -69,7 +72,7 @@ def _print(report) -> None:
     typer.echo(f"agreement: {report.agreement:.4f} ({agreeing} of {len(report.comparisons)} decisions)")
     typer.echo(
         f"largest difference: {report.largest_difference:.3g} (tolerance {report.tolerance:g}); log-probabilities "
-        f"{report.largest_logprob_difference:.3g} (log scale), mass {report.largest_mass_difference:.3g}"
+        f"{report.largest_logprob_difference:.3g} (relative to their size), mass {report.largest_mass_difference:.3g}"
     )
     typer.echo(
         f"cached vs uncached: {report.cached_flips} flips, largest difference {report.largest_cached_difference:.3g} "

@@ -42,8 +42,9 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
+from agent.trajectory import DEFAULT_PROBE_MIN_MASS
 from evaluation.errors import EvaluationError
-from evaluation.records import Interval, ProbeCalibration, ReliabilityBin
+from evaluation.records import Interval, ProbeCalibration, ProbeMass, ReliabilityBin
 
 
 class Probed(Protocol):
@@ -55,6 +56,10 @@ class Probed(Protocol):
     def options(self) -> list[str]: ...
     @property
     def probabilities(self) -> list[float] | None: ...
+    @property
+    def mass(self) -> float | None: ...
+    @property
+    def min_mass(self) -> float | None: ...
 
 
 class EpisodeScore(Protocol):
@@ -123,6 +128,8 @@ class Observations:
     labels: np.ndarray  # bool
     episode_ids: list[str]
     not_measured: int
+    low_mass: int = 0  # measured and labelled, but kept out: the options held less than the minimum mass
+    min_mass: float | None = None  # the minimum applied (None: the run's own, per episode)
 
     @property
     def confidence(self) -> np.ndarray:
@@ -147,12 +154,20 @@ def probability_problem(options: Sequence[str], probabilities: Sequence[float]) 
     return None
 
 
-def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None = None) -> Observations:
-    """The episodes of ``scores`` whose end-of-episode ``probe`` has probabilities and whose label
-    is defined. Options must agree across episodes (one probes file per run); a row that is not
+def below_min_mass(found: Probed, min_mass: float | None = None) -> bool:
+    """Whether a measured probe's options held less of the distribution than ``min_mass`` (None:
+    the minimum its run recorded; a run recorded before there was one is held to the default)."""
+    floor = min_mass if min_mass is not None else found.min_mass if found.min_mass is not None else DEFAULT_PROBE_MIN_MASS
+    return found.mass is not None and found.mass < floor
+
+
+def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None = None, min_mass: float | None = None) -> Observations:
+    """The episodes of ``scores`` whose end-of-episode ``probe`` has probabilities, held at least
+    the minimum mass (``below_min_mass``; counted in ``low_mass`` otherwise), and whose label is
+    defined. Options must agree across episodes (one probes file per run); a row that is not
     probabilities (``probability_problem``) is refused, naming the episode."""
     rule = parse_label(label or default_label(probe))
-    rows, labels, ids, options, not_measured = [], [], [], None, 0
+    rows, labels, ids, options, not_measured, low_mass = [], [], [], None, 0, 0
     for score in scores:
         found = next((p for p in score.probes or [] if p.probe == probe), None)
         if found is None:
@@ -169,6 +184,9 @@ def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None =
         truth = rule.of(score)
         if truth is None:
             continue
+        if below_min_mass(found, min_mass):
+            low_mass += 1
+            continue
         if options is None:
             options = found.options
         elif found.options != options:
@@ -177,7 +195,41 @@ def observations(scores: Sequence[EpisodeScore], probe: str, label: str | None =
         labels.append(bool(truth))
         ids.append(score.episode_id)
     probabilities = np.asarray(rows, dtype=float).reshape(len(rows), len(options or []))
-    return Observations(probe, rule.name, options or [], probabilities, np.asarray(labels, dtype=bool), ids, not_measured)
+    return Observations(
+        probe, rule.name, options or [], probabilities, np.asarray(labels, dtype=bool), ids, not_measured, low_mass, min_mass
+    )
+
+
+def probe_mass(scores: Sequence[EpisodeScore]) -> dict[str, ProbeMass] | None:
+    """metrics.json's ``probe_mass``: per probe the episodes can tell it of (measured, with a
+    recorded mass), the mass's mean and least value, the minimum in force and how many fell below
+    it; None when no episode recorded one."""
+    found: dict[str, list[Probed]] = {}
+    for score in scores:
+        for probe in score.probes or []:
+            if probe.probabilities is not None and probe.mass is not None:
+                found.setdefault(probe.probe, []).append(probe)
+    return {
+        name: ProbeMass(
+            measured=len(probes),
+            mean=math.fsum(float(p.mass or 0) for p in probes) / len(probes),
+            min=min(float(p.mass or 0) for p in probes),
+            min_mass=max(p.min_mass if p.min_mass is not None else DEFAULT_PROBE_MIN_MASS for p in probes),
+            below=sum(below_min_mass(p) for p in probes),
+        )
+        for name, probes in found.items()
+    } or None
+
+
+def mass_line(name: str, m: ProbeMass) -> str:
+    """One plain line for the terminal: how much of the model's distribution a probe's options held."""
+    line = f"probe {name}: its options held {m.mean:.3g} of the next-token distribution on average (least {m.min:.3g})"
+    if m.below:
+        line += (
+            f"; {m.below} of {m.measured} episodes under the minimum {m.min_mass:g} measured no belief and are left out of "
+            "calibration (docs/calibration.md, 'Check the mass')"
+        )
+    return line
 
 
 def probes_in(scores: Sequence[EpisodeScore]) -> list[str]:
@@ -285,6 +337,7 @@ def probe_calibration(found: Observations, bins: int = DEFAULT_BINS, seed: int =
         n=int(p.size),
         positives=int(y.sum()),
         not_measured=found.not_measured,
+        low_mass=found.low_mass,
         bins=bins,
         ece_equal_width=ece_width(p, y),
         ece_equal_width_ci95=bootstrap_interval(ece_width, p, y, seed),
@@ -320,6 +373,7 @@ def calibration_summary(figures: dict[str, ProbeCalibration] | None) -> list[str
     return [
         f"calibration of probe {c.probe} (P({c.option}) against {c.label}, n = {c.n}"
         + (f", {c.not_measured} not measured" if c.not_measured else "")
+        + (f", {c.low_mass} under the minimum mass left out" if c.low_mass else "")
         + f"): ECE {c.ece_equal_width:.3f} (95% CI {c.ece_equal_width_ci95.low:.3f}-{c.ece_equal_width_ci95.high:.3f}) "
         f"with {c.bins} equal-width bins, {c.ece_equal_mass:.3f} equal-mass; Brier {c.brier:.3f}; NLL {c.nll:.3f}; accuracy {c.accuracy:.3f}"
         for c in (figures or {}).values()

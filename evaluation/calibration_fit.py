@@ -50,6 +50,7 @@ of its readers.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -60,6 +61,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import corpus.files as files
+from agent.trajectory import DEFAULT_PROBE_MIN_MASS
 from corpus.files import atomic_file
 from evaluation.calibration import (
     DEFAULT_BINS,
@@ -147,6 +149,8 @@ class CalibrationFile(Record):
     # what fit_temperature can give: a T outside its search bounds was not fitted (5e-324 turns every probability into 0 or 1)
     temperature: float = Field(ge=TEMPERATURE_BOUNDS[0], le=TEMPERATURE_BOUNDS[1], allow_inf_nan=False)
     at_bound: bool = False  # the NLL search stopped at a bound of TEMPERATURE_BOUNDS
+    # the options' least share of the distribution an episode needed to be fitted on (None: a file from before it was recorded)
+    min_mass: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
     threshold: Threshold | None  # only the answerable probe sets one
     validation: ValidationRun
     before: Figures
@@ -284,7 +288,7 @@ def checked_scores(run: Run, probe: str) -> list:
 
 def _named(probes, probe: str):
     found = next((p for p in probes or [] if p.probe == probe), None)
-    return None if found is None else (found.options, found.probabilities)
+    return None if found is None else (found.options, found.probabilities, found.mass, found.min_mass)
 
 
 def question_keys(trajectories) -> list[str]:
@@ -326,6 +330,20 @@ def refuse_test_split(run: Run) -> str:
     return str(split)
 
 
+def refuse_low_mass(run: Run, found: Observations, doing: str) -> None:
+    """A probe whose options held less of the model's distribution than the minimum measured no
+    belief: fitting a temperature to it (or judging one on it) squashes noise to the base rate and
+    reports a fine ECE. One line, with the figures and the way out."""
+    if not found.low_mass:
+        return
+    raise EvaluationError(
+        f"{run.directory}: probe {found.probe!r}'s options held less than {found.min_mass:g} of the model's next-token distribution "
+        f"in {found.low_mass} of {found.low_mass + found.labels.size} episodes (see the options' mass in explorer inspect): "
+        f"its probabilities there measure no belief, so calibrate will not {doing} on them; reword the probe so the model "
+        "answers with its options (docs/calibration.md, 'Check the mass'), or pass a lower --min-mass to include them"
+    )
+
+
 def fit(
     run: Run,
     probe: str,
@@ -333,11 +351,16 @@ def fit(
     label: str | None = None,
     bins: int = DEFAULT_BINS,
     prereg: tuple[Preregistration, Path] | None = None,
+    min_mass: float | None = None,
 ) -> CalibrationFile:
-    """Fit ``probe``'s temperature on ``run`` (not of the test split) and write the calibration file."""
+    """Fit ``probe``'s temperature on ``run`` (not of the test split) and write the calibration file.
+    ``min_mass``: the options' least share of the distribution (None: the run's own setting); a
+    run with an episode under it is refused (``refuse_low_mass``)."""
     split = refuse_test_split(run)
     scores = checked_scores(run, probe)
-    found = observations(scores, probe, label)
+    floor = min_mass if min_mass is not None else run_min_mass(scores, probe)
+    found = observations(scores, probe, label, floor)
+    refuse_low_mass(run, found, "fit")
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {probe!r}; run explorer eval with --probe {probe}")
     if found.labels.all() or not found.labels.any():
@@ -349,7 +372,7 @@ def fit(
     calibrated = scaled(found.probabilities, temperature)
     threshold = None
     if probe == "answerable":
-        answerable = observations(scores, probe, "gold-answerable").labels
+        answerable = observations(scores, probe, "gold-answerable", floor).labels
         bounds = prereg[0].rule if prereg else None
         threshold = choose_threshold(calibrated[:, 0], answerable, bounds, str(prereg[1]) if prereg else None)
     content = {
@@ -360,6 +383,7 @@ def fit(
         "bins": bins,
         "temperature": temperature,
         "at_bound": at_bound(temperature),
+        "min_mass": floor,
         "threshold": None if threshold is None else threshold.model_dump(),
         "validation": {
             "run": str(run.directory.resolve()),
@@ -412,15 +436,25 @@ class Calibrated(Record):
     episodes: list[CalibratedEpisode]
 
 
-def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None) -> Calibrated:
-    """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json."""
+def run_min_mass(scores: list, probe: str) -> float:
+    """The minimum mass the run's episodes recorded for ``probe`` (the default for runs from before)."""
+    recorded = [p.min_mass for score in scores for p in score.probes or [] if p.probe == probe and p.min_mass is not None]
+    return max(recorded, default=DEFAULT_PROBE_MIN_MASS)
+
+
+def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None, min_mass: float | None = None) -> Calibrated:
+    """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json; an episode
+    whose options held less than ``min_mass`` (None: the run's own setting) is refused as in ``fit``."""
     calibration = load_calibration(path)
     refuse_the_fitted_run(run, calibration, path)
     if prereg is not None:
         config = run.manifest.config
         check_frozen(prereg[0], prereg[1], run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
     scores = checked_scores(run, calibration.probe)
-    found = observations(scores, calibration.probe, calibration.label)
+    found = observations(
+        scores, calibration.probe, calibration.label, min_mass if min_mass is not None else run_min_mass(scores, calibration.probe)
+    )
+    refuse_low_mass(run, found, "judge a calibration")
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {calibration.probe!r}, which {path} calibrates")
     if found.options != calibration.options:
@@ -428,7 +462,7 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
             f"{run.directory}: probe {calibration.probe!r} has options {found.options}; {path} was fitted on {calibration.options}"
         )
     calibrated = scaled(found.probabilities, calibration.temperature)
-    after = Observations(found.probe, found.label, found.options, calibrated, found.labels, found.episode_ids, found.not_measured)
+    after = dataclasses.replace(found, probabilities=calibrated)
     by_id = {score.episode_id: score for score in scores}
     t = None if calibration.threshold is None else calibration.threshold.threshold
     episodes = []

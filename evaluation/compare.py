@@ -19,20 +19,23 @@ Calibration (``evaluation.calibration``): each run's figures per probe, on the p
 when either run measured probes; the runs' probes are not paired episode by episode.
 
 Runs of different policies pair as any two runs do (a code agent against a memory reader is the
-point); where they differ in model, adapter, seed or question selection, ``setting_differs`` says
-so, since a difference in F1 then measures that too.
+point). What is compared is the policy - or, for one policy, its model or adapter (``compared``);
+where the runs differ in anything else (seed, question selection, prompt, the episode's limits,
+and for runs of one policy its decoding), ``setting_differs`` says so, since a difference in F1
+then measures that too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from statistics import fmean
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from evaluation.calibration import run_calibration
+from evaluation.calibration import probe_mass, run_calibration
 from evaluation.errors import EvaluationError
-from evaluation.records import AbstentionTable, MeanInterval, ProbeCalibration
+from evaluation.records import AbstentionTable, MeanInterval, ProbeCalibration, ProbeMass
 from evaluation.run_directory import Run
 from evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, abstention_table
 from evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
@@ -66,14 +69,26 @@ class PairedTokens(PairedFigure):
     paired_difference_ci95: MeanInterval  # mean of B - A per question, seeded BCa bootstrap
 
 
+# Policy settings that say what acts (compared, never a confound) or how a server was reached
+# (no effect on what it wrote); every other policy setting is a confound between runs of one policy.
+POLICY_IDENTITY = ("name", "model", "adapter", "served_adapter", "replay")
+NOT_BEHAVIOUR = ("base_url", "timeout", "retries", "threads", "tokenizer", "api", "prompt_format")
+# Episode settings that change no action: what is recorded or asked after the episode.
+NOT_EPISODE_BEHAVIOUR = ("seed", "probes", "probe_min_mass", "record_prompt_ids")
+
+
 class RunSetting(Record):
-    """What a run was: its policy, the model it ran, its seed, the questions it selected."""
+    """What a run was: its policy, the model it ran, its seed, the questions it selected, and the
+    other settings that shape what the policy did (its decoding, the episode's limits, the prompt)."""
 
     policy: str
     model: str | None  # None: a policy without a model
     adapter: str | None
     seed: int
     selected_questions_sha256: str
+    policy_settings: dict[str, Any] = {}  # the policy's settings but POLICY_IDENTITY and NOT_BEHAVIOUR
+    episode: dict[str, Any] = {}  # the episode's budgets and sandbox limits but NOT_EPISODE_BEHAVIOUR
+    prompt_template_sha256: str | None = None
 
     def describe(self) -> str:
         """In a few words: "policy scripted, model -, seed 0"."""
@@ -125,6 +140,8 @@ class PairedCalibration(Record):
 
     a: dict[str, ProbeCalibration] | None
     b: dict[str, ProbeCalibration] | None
+    mass_a: dict[str, ProbeMass] | None = None  # the options' share of the distribution (evaluation.calibration.probe_mass)
+    mass_b: dict[str, ProbeMass] | None = None
 
 
 class QuestionDifference(Record):
@@ -150,7 +167,8 @@ class RunComparison(Record):
     model_tokens: PairedTokens
     setting_a: RunSetting
     setting_b: RunSetting
-    setting_differs: list[str]  # of "model", "adapter", "seed", "question selection": what else differs than the policy
+    compared: list[str] = []  # what of the policy differs ("policy", "model", "adapter"; evaluation.compare.compared_part)
+    setting_differs: list[str]  # what else differs ("seed", "question selection", "max_steps", "temperature", ...)
     abstention: PairedAbstention
     direct_submit_rate: PairedFigure
     mcnemar_exact_match: McNemarTest
@@ -206,19 +224,61 @@ def _corpus_hash(run: Run) -> str | None:
 
 def run_setting(run: Run) -> RunSetting:
     config = run.manifest.config
+    policy = config.policy.model_dump(mode="json", exclude=set(POLICY_IDENTITY + NOT_BEHAVIOUR))
+    episode = config.episode.model_dump(mode="json", exclude=set(NOT_EPISODE_BEHAVIOUR))
     return RunSetting(
         policy=config.policy.name,
         model=config.policy.model,
         adapter=None if config.policy.adapter is None else str(config.policy.adapter),
         seed=config.episode.seed,
         selected_questions_sha256=config.selected_questions_sha256,
+        policy_settings=policy,
+        episode=episode,
+        prompt_template_sha256=run.manifest.hashes.prompt_template_sha256,
     )
 
 
+def compared_part(a: RunSetting, b: RunSetting) -> list[str]:
+    """What of the policy differs - what a comparison compares: the policy itself, else its model
+    (and adapter), else its adapter; empty when both runs ran the same policy."""
+    if a.policy != b.policy:
+        return ["policy"]
+    if a.model != b.model:
+        return ["model", "adapter"] if a.adapter != b.adapter else ["model"]
+    return ["adapter"] if a.adapter != b.adapter else []
+
+
+def confound_note(comparison: RunComparison) -> str | None:
+    """The sentence the terminal and the report show when the runs differ in more than what is compared."""
+    differs = comparison.setting_differs
+    if not differs or (not comparison.compared and len(differs) == 1):
+        return None  # one policy, one setting changed: that setting is what is compared
+    if not comparison.compared:
+        return f"the runs of one policy differ in {', '.join(differs)}: a paired difference measures them all at once"
+    return f"the runs differ in {', '.join(differs)} besides the {' and '.join(comparison.compared)}: a paired difference measures that too"
+
+
 def setting_differences(a: RunSetting, b: RunSetting) -> list[str]:
-    """What differs between two runs besides the policy (which is what a comparison compares)."""
-    fields = (("model", "model"), ("adapter", "adapter"), ("seed", "seed"), ("question selection", "selected_questions_sha256"))
-    return [name for name, field in fields if getattr(a, field) != getattr(b, field)]
+    """What else differs between two runs than what is compared (``compared_part``): the seed, the
+    question selection, the prompt, the episode's limits and - between runs of one policy, whose
+    settings mean the same - its decoding and recipe settings. A paired difference measures these
+    too. When the policy is the same, every difference is listed: what is compared is then the
+    setting the user changed, and any second one confounds it."""
+    found = []
+    if a.seed != b.seed:
+        found.append("seed")
+    if a.selected_questions_sha256 != b.selected_questions_sha256:
+        found.append("question selection")
+    if None not in (a.prompt_template_sha256, b.prompt_template_sha256) and a.prompt_template_sha256 != b.prompt_template_sha256:
+        found.append("prompt template")
+    found += [key for key in dict.fromkeys([*a.episode, *b.episode]) if a.episode.get(key) != b.episode.get(key)]
+    if a.policy == b.policy:
+        found += [
+            key
+            for key in dict.fromkeys([*a.policy_settings, *b.policy_settings])
+            if a.policy_settings.get(key) != b.policy_settings.get(key)
+        ]
+    return found
 
 
 def _paired_exact(pa: list[EpisodeScore], pb: list[EpisodeScore], metric: str) -> PairedExactMatch:
@@ -280,6 +340,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [pa[i].abstained for i in rows], [pb[i].abstained for i in rows]))
 
     calibration_a, calibration_b = run_calibration(pa), run_calibration(pb)
+    mass_a, mass_b = probe_mass(pa), probe_mass(pb)
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
     moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
     setting_a, setting_b = run_setting(a), run_setting(b)
@@ -299,6 +360,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         model_tokens=paired_tokens(pa, pb),
         setting_a=setting_a,
         setting_b=setting_b,
+        compared=compared_part(setting_a, setting_b),
         setting_differs=setting_differences(setting_a, setting_b),
         abstention=PairedAbstention(a=table_a, b=table_b),
         direct_submit_rate=PairedFigure(a=_mean(pa, _direct_submit), b=_mean(pb, _direct_submit)),
@@ -329,5 +391,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
             for q in moved
             if by_a[q].answer_f1 != by_b[q].answer_f1
         ],
-        calibration=None if calibration_a is None and calibration_b is None else PairedCalibration(a=calibration_a, b=calibration_b),
+        calibration=None
+        if all(figures is None for figures in (calibration_a, calibration_b, mass_a, mass_b))
+        else PairedCalibration(a=calibration_a, b=calibration_b, mass_a=mass_a, mass_b=mass_b),
     )

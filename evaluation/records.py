@@ -101,6 +101,18 @@ class ReliabilityBin(Record):
     accuracy: float | None
 
 
+class ProbeMass(Record):
+    """How much of the model's next-token distribution one probe's options held (``mass``, before
+    renormalising), over the episodes that measured it: a probe the model does not answer with its
+    options renormalises noise, and its probabilities measure no belief."""
+
+    measured: int  # episodes with probabilities and a recorded mass
+    mean: float
+    min: float
+    min_mass: float  # the run's probe_min_mass
+    below: int  # episodes under it: kept out of calibration figures
+
+
 class ProbeCalibration(Record):
     """``evaluation.calibration``: how well one probe's probability of its first option (its
     affirmative, "yes") predicts the label, over the episodes that measured it and have one."""
@@ -111,6 +123,7 @@ class ProbeCalibration(Record):
     n: int  # episodes with a probability and a label
     positives: int  # of them, where the label held
     not_measured: int  # episodes whose probe was recorded without probabilities (over the context)
+    low_mass: int = 0  # episodes left out: the options held less of the distribution than the run's minimum
     bins: int
     ece_equal_width: float
     ece_equal_width_ci95: Interval
@@ -208,6 +221,7 @@ class RunMetrics(Record):
     replay: ReplayDrift | None = None  # --policy replay only
     sampling: SampleMetrics | None = None  # with --samples K > 1
     calibration: dict[str, ProbeCalibration] | None = None  # per probe (evaluation.calibration); None: the run measured none
+    probe_mass: dict[str, ProbeMass] | None = None  # per probe, the options' share of the distribution; None: none recorded
     derived_from: DerivedFrom | None = None  # None only in files written before it was recorded (refused by Run.load)
 
     # What the terminal summary and the HTML report lead with, in this order.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from corpus.collection import Corpus
 from evaluation.detectors import DETECTORS
-from evaluation.records import Interval, ProbeCalibration, ReplayDrift, RunMetrics, figure_label, figure_text
+from evaluation.records import Interval, ProbeCalibration, ProbeMass, ReplayDrift, RunMetrics, figure_label, figure_text
 from evaluation.report_data import ReportEpisode, report_episodes
 from evaluation.report_plots import bar_chart, count_histogram, f1_histogram, reliability_diagram
 from evaluation.run_directory import Run
@@ -67,25 +67,48 @@ def _with_interval(value: float, interval: Interval) -> str:
     return f"{value:.3f} ({interval.low:.3f}-{interval.high:.3f})"
 
 
-CALIBRATION_HEADER = ["run", "probe", "label", "n", "ECE equal-width", "ECE equal-mass", "Brier", "NLL", "accuracy"]
+CALIBRATION_HEADER = [
+    "run",
+    "probe",
+    "label",
+    "n",
+    "options' mass (least)",
+    "ECE equal-width",
+    "ECE equal-mass",
+    "Brier",
+    "NLL",
+    "accuracy",
+]
 
 
-def calibration_rows(figures: dict[str, ProbeCalibration] | None, run: str = "") -> list[list[str]]:
-    """One row per probe: its figures, each with its 95% bootstrap interval."""
-    return [
-        [
-            run,
-            c.probe,
-            c.label,
-            f"{c.n}" + (f" ({c.not_measured} not measured)" if c.not_measured else ""),
-            _with_interval(c.ece_equal_width, c.ece_equal_width_ci95),
-            _with_interval(c.ece_equal_mass, c.ece_equal_mass_ci95),
-            _with_interval(c.brier, c.brier_ci95),
-            _with_interval(c.nll, c.nll_ci95),
-            f"{c.accuracy:.3f}",
-        ]
-        for c in (figures or {}).values()
-    ]
+def calibration_rows(
+    figures: dict[str, ProbeCalibration] | None, run: str = "", masses: dict[str, ProbeMass] | None = None
+) -> list[list[str]]:
+    """One row per probe: the share of the distribution its options held, and its figures, each
+    with its 95% bootstrap interval; a probe whose every episode held too little has no figures."""
+    rows = []
+    for probe in dict.fromkeys([*(figures or {}), *(masses or {})]):
+        c, m = (figures or {}).get(probe), (masses or {}).get(probe)
+        mass = "-" if m is None else f"{m.mean:.3g} ({m.min:.3g})" + (f", {m.below} under {m.min_mass:g}" if m.below else "")
+        if c is None:
+            rows.append([run, probe, "-", "0 (no episode held the minimum mass)", mass, *["-"] * 5])
+            continue
+        left_out = [f"{c.not_measured} not measured"] * bool(c.not_measured) + [f"{c.low_mass} under the minimum mass"] * bool(c.low_mass)
+        rows.append(
+            [
+                run,
+                c.probe,
+                c.label,
+                f"{c.n}" + (f" ({', '.join(left_out)})" if left_out else ""),
+                mass,
+                _with_interval(c.ece_equal_width, c.ece_equal_width_ci95),
+                _with_interval(c.ece_equal_mass, c.ece_equal_mass_ci95),
+                _with_interval(c.brier, c.brier_ci95),
+                _with_interval(c.nll, c.nll_ci95),
+                f"{c.accuracy:.3f}",
+            ]
+        )
+    return rows
 
 
 def reliability_figures(figures: dict[str, ProbeCalibration] | None, run: str = "") -> str:
@@ -102,12 +125,12 @@ def reliability_figures(figures: dict[str, ProbeCalibration] | None, run: str = 
     return "".join(parts)
 
 
-def calibration_section(runs: list[tuple[str, dict[str, ProbeCalibration] | None]]) -> str:
-    """The ECE table and the reliability diagrams of one run ([("", figures)]) or two ([("A", ...), ("B", ...)]);
-    nothing when no run measured a probe."""
-    if all(figures is None for _, figures in runs):
+def calibration_section(runs: list[tuple[str, dict[str, ProbeCalibration] | None, dict[str, ProbeMass] | None]]) -> str:
+    """The ECE table and the reliability diagrams of one run ([("", figures, masses)]) or two
+    ([("A", ...), ("B", ...)]); nothing when no run measured a probe."""
+    if all(figures is None and masses is None for _, figures, masses in runs):
         return ""
-    rows = [row for name, figures in runs for row in calibration_rows(figures, name)]
+    rows = [row for name, figures, masses in runs for row in calibration_rows(figures, name, masses)]
     header = CALIBRATION_HEADER if len(runs) > 1 else CALIBRATION_HEADER[1:]
     if len(runs) == 1:
         rows = [row[1:] for row in rows]
@@ -115,9 +138,11 @@ def calibration_section(runs: list[tuple[str, dict[str, ProbeCalibration] | None
     body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     note = (
         '<p class="muted">The probability of each probe\'s first option against its label; 95% bootstrap intervals '
-        "in brackets; NLL with probabilities clipped to [1e-12, 1 - 1e-12].</p>"
+        "in brackets; NLL with probabilities clipped to [1e-12, 1 - 1e-12]. The options' mass is their share of the "
+        "model's next-token distribution before renormalising (mean, least): an episode under the run's minimum "
+        "measured no belief and is left out of the figures.</p>"
     )
-    diagrams = "".join(reliability_figures(figures, name) for name, figures in runs)
+    diagrams = "".join(reliability_figures(figures, name) for name, figures, _ in runs)
     return f'<h2>Calibration</h2>{note}<table id="calibration-table"><tr>{head}</tr>{body}</table><div id="calibration">{diagrams}</div>'
 
 
@@ -144,7 +169,7 @@ def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
         rows=metrics_rows(metrics),
         abstention=abstention,
         replay=replay_section(metrics.replay),
-        calibration=calibration_section([("", metrics.calibration)]),
+        calibration=calibration_section([("", metrics.calibration, metrics.probe_mass)]),
         plots="".join(run_plots(run)),
     )
     return page(title, header, main, data, SCRIPT)

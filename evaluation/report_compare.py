@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from corpus.collection import Corpus
-from evaluation.compare import RunComparison, scored_by_question
+from evaluation.compare import RunComparison, confound_note, scored_by_question
 from evaluation.report import calibration_section, page, page_data, write_html
 from evaluation.report_data import report_episodes
 from evaluation.report_plots import bar_chart, column_chart
@@ -217,11 +217,8 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
     names = [f"{run.directory.name} ({run.manifest.config.policy.name})" for run in (a, b)]
     title = html.escape(f"{names[0]} vs {names[1]}")
     settings = [setting.describe() for setting in (comparison.setting_a, comparison.setting_b)]
-    differs = (
-        f"The runs differ in {', '.join(comparison.setting_differs)} besides the policy: a paired difference measures that too."
-        if comparison.setting_differs
-        else ""
-    )
+    note = confound_note(comparison)
+    differs = "" if note is None else note[0].upper() + note[1:] + "."
     header = HEADER.format(
         title=title,
         run_a=html.escape(f"{comparison.run_a} ({settings[0]})"),
@@ -235,7 +232,7 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
         figures=figures,
         statistics=statistics,
         plots="".join(comparison_plots(comparison, pairs)),
-        calibration="" if paired is None else calibration_section([("A", paired.a), ("B", paired.b)]),
+        calibration="" if paired is None else calibration_section([("A", paired.a, paired.mass_a), ("B", paired.b, paired.mass_b)]),
     )
     data = page_data({"pairs": [p.model_dump(mode="json") for p in pairs], "a": episodes[0], "b": episodes[1], "names": names})
     return page(title, header, main, data, SCRIPT)

@@ -216,7 +216,9 @@ class _Run:
         check_out(out, self.resume)
         prereg = _load_preregistration(config)
         policy = self._policy(config)
-        check_probes(config.episode.probes, policy)  # an unknown probe, or a policy without a model: before anything is written
+        check_probes(
+            config.episode.probes, policy, path=config.episode.probes_file
+        )  # an unknown probe, or a policy without a model: before anything is written
         config, questions = self._selected(config, policy)
         if prereg is not None:
             prereg = self._checked_preregistration(prereg, config, questions, policy)

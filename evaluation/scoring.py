@@ -20,7 +20,7 @@ from evaluation.answers import (
     sub_exact_match,
     substring_exact_match,
 )
-from evaluation.calibration import run_calibration
+from evaluation.calibration import probe_mass, run_calibration
 from evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
 from evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
 from evaluation.stats import bootstrap_mean_ci
@@ -56,7 +56,14 @@ class ProbeScore(BaseModel):
     probe: str
     options: list[str]
     probabilities: list[float] | None = None  # renormalised over the options; None: not measured
+    mass: float | None = None  # the options' share of the next-token distribution before renormalising
+    min_mass: float | None = None  # the run's probe_min_mass: below it, no belief measured
     not_measured: str | None = None
+
+    @property
+    def low_mass(self) -> bool:
+        """Measured, but its options held less than the run's minimum share of the distribution."""
+        return self.probabilities is not None and self.mass is not None and self.min_mass is not None and self.mass < self.min_mass
 
     @model_serializer(mode="wrap")
     def _without_nones(self, handler):
@@ -69,8 +76,16 @@ def probe_scores(trajectory: Trajectory) -> list[ProbeScore] | None:
     final = {probe.probe: probe for probe in trajectory.probes if probe.at_step is None}
     if not final:
         return None
+    floor = trajectory.config.probe_min_mass
     return [
-        ProbeScore(probe=p.probe, options=p.options, probabilities=p.probabilities, not_measured=p.not_measured or None)
+        ProbeScore(
+            probe=p.probe,
+            options=p.options,
+            probabilities=p.probabilities,
+            mass=p.mass,
+            min_mass=floor,
+            not_measured=p.not_measured or None,
+        )
         if p.probabilities is not None
         else ProbeScore(probe=p.probe, options=p.options, not_measured=p.not_measured or "no probabilities recorded")
         for p in final.values()
@@ -230,6 +245,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
             "verdict": verdict(rates, collapse_threshold),
             "sampling": sample_metrics(scores),
             "calibration": run_calibration(scores),
+            "probe_mass": probe_mass(scores),
         }
     )
 

@@ -102,9 +102,11 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
     ):
         if value:
             console.print(f"[yellow]{name}: {value}[/yellow]")
-    if metrics.calibration:
-        from evaluation.calibration import calibration_summary
+    if metrics.calibration or metrics.probe_mass:
+        from evaluation.calibration import calibration_summary, mass_line
 
+        for name, mass in (metrics.probe_mass or {}).items():
+            console.print(untrusted(mass_line(name, mass), "yellow" if mass.below else ""))
         for line in calibration_summary(metrics.calibration):
             console.print(untrusted(line))
     if metrics.replay is not None:

@@ -45,6 +45,7 @@ PARSE_ONLY = {
     "setup": "sets up the checkout itself",
     "qwen3": "needs a Qwen3 tokenizer, in which each probe option is one token",
     "download": "downloads and converts a real model (make smollm2 does it once for the tests)",
+    "smollm2": "needs the real model the README's download block converts, and minutes of CPU",
 }
 SLOW = "slow"
 FILE_NAME = re.compile(r"^[\w-]+(/[\w-]+)*\.\w+$")  # the tag of a block that is a file to save

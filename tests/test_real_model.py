@@ -8,6 +8,7 @@ its own generation prompt (no blank replies), and its probe options hold a small
 next-token distribution. Skipped without the model locally; under CI=true a missing model fails."""
 
 import json
+import shutil
 
 import pytest
 
@@ -24,14 +25,30 @@ def renderer(smollm2):
     return ChatRenderer.from_directory(smollm2)
 
 
+# A probe the model does not answer with its options: after "Yes or No" it gives "Tree" and
+# "Monday" about a millionth of its next-token distribution together.
+FAINT = """
+[answerable]
+text = "Can the question you were given be answered from these papers? Reply with one word, Yes or No."
+options = ["Yes", "No"]
+
+[faint]
+text = "Can the question you were given be answered from these papers? Reply with one word, Yes or No."
+options = ["Tree", "Monday"]
+"""
+
+
 @pytest.fixture(scope="module")
 def run(smollm2, tmp_path_factory):
-    out = tmp_path_factory.mktemp("smollm2") / "run"
+    directory = tmp_path_factory.mktemp("smollm2")
+    (directory / "probes.toml").write_text(FAINT)
+    out = directory / "run"
     done = run_cli(
-        "eval", "--policy", "hf", "--model", str(smollm2), *SMALL, "--limit", "2", "--max-steps", "2",
-        "--probe", "answerable", "--out", str(out),
+        "eval", "--policy", "hf", "--model", str(smollm2), *SMALL, "--split", "validation", "--limit", "2", "--max-steps", "2",
+        "--probes-file", str(directory / "probes.toml"), "--probe", "answerable", "--probe", "faint", "--out", str(out),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert "probe answerable: its options held" in done.stdout and "probe faint: its options held" in done.stdout
     return out
 
 
@@ -72,16 +89,38 @@ def test_show_prints_the_models_words(run):
     assert first in shown.stdout
 
 
-def test_the_probe_reads_a_real_distribution_and_rescore_reloads_it(run, smollm2):
-    probes = [probe for episode in episodes(run) for probe in episode["probes"]]
+def test_the_probe_reads_a_real_distribution_and_rescore_reloads_it(run, smollm2, tmp_path):
+    probes = [probe for episode in episodes(run) for probe in episode["probes"] if probe["probe"] == "answerable"]
     assert len(probes) == 2 and all(probe["options"] == ["Yes", "No"] for probe in probes)
     # after its own generation prompt the model answers the question: Yes and No hold a real share
     assert all(0.05 < probe["mass"] < 1 for probe in probes), [probe["mass"] for probe in probes]
-    # A faithful reload (same files, CPU, float32; recorded with a cache, recomputed without) agrees on
-    # every decision with probabilities within 1e-5; its log-probabilities move by ~2e-5 on this
-    # model, past the default's absolute 1e-5 on the log scale (issue 37): the measured figure is passed.
-    rescored = run_cli("rescore", str(run), "--model", str(smollm2), "--tolerance", "1e-4")
-    assert rescored.returncode == 0 and "agreement: 1.0000 (2 of 2 decisions)" in rescored.stdout, rescored.stdout + rescored.stderr
+    # A faithful reload (same files, CPU, float32; recorded with a cache, recomputed without) holds at
+    # the default tolerance: log-probabilities are compared relative to their size (issue 37).
+    rescored = run_cli("rescore", str(run), "--model", str(smollm2))
+    assert rescored.returncode == 0 and "agreement: 1.0000 (4 of 4 decisions)" in rescored.stdout, rescored.stdout + rescored.stderr
+    # one recorded probability changed in its fourth digit is found
+    edited = tmp_path / "edited"
+    shutil.copytree(run, edited)
+    lines = (edited / "trajectories.jsonl").read_text().splitlines()
+    first = json.loads(lines[0])
+    yes, no = first["probes"][0]["probabilities"]
+    first["probes"][0]["probabilities"] = [yes - 2e-4, no + 2e-4]
+    (edited / "trajectories.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    broken = run_cli("rescore", str(edited), "--model", str(smollm2))
+    assert broken.returncode == 1 and "probe answerable differs by 0.0002" in broken.stderr, broken.stdout + broken.stderr
+
+
+def test_a_probe_the_model_does_not_answer_shows_its_mass_and_calibrate_refuses_it(run, tmp_path):
+    faint = [probe for episode in episodes(run) for probe in episode["probes"] if probe["probe"] == "faint"]
+    assert len(faint) == 2 and all(probe["mass"] < 1e-3 for probe in faint), [probe["mass"] for probe in faint]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["probe_mass"]["faint"]["below"] == 2 and metrics["probe_mass"]["answerable"]["below"] == 0
+    assert "faint" not in (metrics["calibration"] or {})  # no episode measured a belief: no figures
+    shown = run_cli("inspect", str(run), env={"COLUMNS": "200"})
+    assert "probe faint: its options held" in shown.stdout and "2 of 2 episodes under the minimum 0.1 measured no belief" in shown.stdout
+    refused = run_cli("calibrate", "fit", str(run), "--probe", "faint", "--out", str(tmp_path / "faint.json"))
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "measure no belief" in refused.stderr, refused.stderr
+    assert not (tmp_path / "faint.json").exists()
 
 
 def test_thinking_is_refused_before_the_weights_load(smollm2):

@@ -22,7 +22,7 @@ from evaluation.run import evaluate
 
 pytest.importorskip("torch")
 
-TOLERANCE = 1e-5
+TOLERANCE = 1e-5  # the tiny model reloads bit for bit: tighter than the default holds
 
 
 def rescore_cli(*args: str) -> tuple[int, str, str]:
@@ -165,7 +165,7 @@ def test_a_tampered_probability_is_named(run_dir, qwen3_model, tmp_path):
     copy, episode = tampered(run_dir, tmp_path, nudge)
     status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
     assert status == 1 and "agreement: 1.0000" in out and "rescore holds" not in out
-    assert f"rescore broken: episode {episode} " in err and "probe answerable differs by 0.001 (tolerance 1e-05)" in err
+    assert f"rescore broken: episode {episode} " in err and "probe answerable differs by 0.001 (tolerance 5e-05)" in err
     assert "recorded [" in err and "recomputed [" in err
     status, _, err = rescore_cli(str(copy), "--model", str(qwen3_model), "--tolerance", "0.01")
     assert status == 0, err  # the tolerance is what says how close is close enough
@@ -213,7 +213,12 @@ def test_a_run_without_probes_and_a_missing_directory_are_one_line(tmp_path, sma
 @pytest.mark.parametrize(
     ("field", "change", "said"),
     [
-        ("logprob", lambda probe: probe["logprobs"].__setitem__(0, probe["logprobs"][0] + 1e-3), "its log-probabilities differ by 0.001"),
+        # 1e-3 on a log-probability near -12: 8.3e-5 relative to its size, above the tolerance
+        (
+            "logprob",
+            lambda probe: probe["logprobs"].__setitem__(0, probe["logprobs"][0] + 1e-3),
+            "differ by 8.33e-05 relative to their size",
+        ),
         ("mass", lambda probe: probe.__setitem__("mass", 0.9), "its options' mass differs by"),
         ("prompt_tokens", lambda probe: probe.__setitem__("prompt_tokens", probe["prompt_tokens"] + 1), "is not the recorded one"),
     ],

@@ -43,9 +43,10 @@ def qwen3(qwen3_tokenizer):
     return ChatRenderer.from_directory(qwen3_tokenizer)
 
 
-def run(small_demo, index, policy, probes, steps=2):
+def run(small_demo, index, policy, probes, steps=2, probes_file=None):
     question = small_demo.questions[0]
-    return EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=steps, probes=probes)).run(question.text, question)
+    config = EpisodeConfig(max_steps=steps, probes=probes, probes_file=probes_file)
+    return EpisodeRunner(small_demo, index, policy, config).run(question.text, question)
 
 
 def assert_measured(result):
@@ -305,3 +306,27 @@ def test_a_custom_probes_file_is_hashed(tmp_path, qwen3, qwen3_tokenizer):
     finally:
         server.server.shutdown()
     assert result.probes_sha256 == probes.sha256 and result.probabilities == pytest.approx([0.5, 0.5])
+
+
+def test_an_episode_asks_its_probes_from_the_file_its_config_names(tmp_path, qwen3, qwen3_tokenizer, small_demo, index):
+    path = tmp_path / "probes.toml"
+    path.write_text('[sure]\ntext = "Sure?"\noptions = ["Yes", "No"]\n')
+    yes, no = yes_no(qwen3)
+    server = scripted_server(probe=lambda body: (200, probe_answer({f"token_id:{yes}": -0.5, f"token_id:{no}": -3.0})))
+    try:
+        trajectory = run(small_demo, index, openai_policy(server, qwen3_tokenizer), ["sure"], probes_file=path)
+    finally:
+        server.server.shutdown()
+    (result,) = trajectory.probes
+    assert result.probe == "sure" and result.probes_sha256 == load_probes(path).sha256
+    assert trajectory.config.probes_file == path and result.mass == pytest.approx(math.exp(-0.5) + math.exp(-3.0))
+
+
+def test_the_probes_file_and_minimum_mass_are_recorded_only_with_probes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    plain = EpisodeConfig().model_dump(mode="json")
+    assert "probes_file" not in plain and "probe_min_mass" not in plain  # configs of runs without probes read as before
+    asked = EpisodeConfig(probes=["answerable"], probes_file="mine.toml").model_dump(mode="json")
+    assert asked["probe_min_mass"] == 0.1 and asked["probes_file"] == str(tmp_path / "mine.toml")  # absolute: a resume elsewhere
+    with pytest.raises(ValueError, match="probe_min_mass"):
+        EpisodeConfig(probes=["answerable"], probe_min_mass=1.5)

@@ -107,23 +107,25 @@ def test_scaling_never_changes_which_option_wins():
 # -- runs with probes ---------------------------------------------------------------------------
 
 
-def with_probes(run, corpus, seed: int) -> None:
-    """Give each episode an ``answerable`` probe at its end, overconfident by TRUE_TEMPERATURE, and
-    rescore the run as explorer eval does (scores.jsonl, metrics.json)."""
+def with_probes(run, corpus, seed: int, mass=lambda index: 0.9) -> None:
+    """Give each episode an ``answerable`` probe at its end, overconfident by TRUE_TEMPERATURE, its
+    options holding ``mass(index)`` of the distribution, and rescore the run as explorer eval does
+    (scores.jsonl, metrics.json)."""
     by_id = {q.id: q for q in corpus.questions}
     rng = np.random.default_rng(seed)
     trajectories = []
-    for trajectory in read_trajectories(run / "trajectories.jsonl"):
+    for index, trajectory in enumerate(read_trajectories(run / "trajectories.jsonl")):
         answerable = by_id[trajectory.question_id].answerable
         z = (0.8 if answerable else -0.8) + rng.normal(0.0, 1.0)
         yes = float(1 / (1 + math.exp(-TRUE_TEMPERATURE * z)))
+        held = mass(index)
         probe = ProbeResult(
             probe="answerable",
             options=["yes", "no"],
             option_ids=[9693, 2152],
-            logprobs=[math.log(yes * 0.9), math.log((1 - yes) * 0.9)],
+            logprobs=[math.log(yes * held), math.log((1 - yes) * held)],
             probabilities=[yes, 1 - yes],
-            mass=0.9,
+            mass=held,
             source="hf",
             prompt_tokens=100,
             prompt_sha256="0" * 64,
@@ -144,9 +146,14 @@ def runs(tmp_path_factory):
         done = run_cli("eval", "--corpus", str(corpus), "--split", split, "--policy", "scripted", "--out", str(directory / split))
         assert done.returncode == 0, done.stderr
     shutil.copytree(directory / "validation", directory / "plain")
+    shutil.copytree(directory / "validation", directory / "faint")
+    shutil.copytree(directory / "test", directory / "faint-test")
     loaded = load(corpus)
     with_probes(directory / "validation", loaded, seed=0)
     with_probes(directory / "test", loaded, seed=1)
+    # a model that wants to write something else: on every third episode its options hold 1e-6
+    with_probes(directory / "faint", loaded, seed=0, mass=lambda index: 1e-6 if index % 3 == 0 else 0.6)
+    with_probes(directory / "faint-test", loaded, seed=1, mass=lambda index: 2e-6)
     return directory
 
 
@@ -533,3 +540,57 @@ def test_probabilities_that_are_not_probabilities_never_reach_a_temperature_or_a
             continue
         assert "trajectories.jsonl:2: episode" in done.stderr and 'probe "answerable" recorded' in done.stderr
     assert not (tmp_path / "c.json").exists() and not (tmp_path / "test" / "calibrated.json").exists()
+
+
+# -- the options' mass (issue 37) -----------------------------------------------------------------
+
+
+def test_the_mass_is_a_figure_and_low_mass_episodes_leave_the_calibration(runs):
+    metrics = RunMetrics.model_validate_json((runs / "faint" / "metrics.json").read_text())
+    masses = [1e-6 if index % 3 == 0 else 0.6 for index in range(metrics.episodes)]
+    mass = metrics.probe_mass["answerable"]
+    assert (mass.measured, mass.min, mass.min_mass, mass.below) == (len(masses), 1e-6, 0.1, masses.count(1e-6))
+    assert mass.mean == pytest.approx(sum(masses) / len(masses))
+    figures = metrics.calibration["answerable"]
+    assert figures.low_mass == masses.count(1e-6) and figures.n == metrics.scored - masses.count(1e-6)
+    whole = RunMetrics.model_validate_json((runs / "validation" / "metrics.json").read_text())
+    assert whole.probe_mass["answerable"].below == 0 and whole.calibration["answerable"].low_mass == 0
+    inspected = run_cli("inspect", str(runs / "faint"), env=WIDE)
+    assert inspected.returncode == 0, inspected.stderr
+    line = next(line for line in inspected.stdout.splitlines() if line.startswith("probe answerable: its options held"))
+    assert f"least 1e-06); {masses.count(1e-6)} of {len(masses)} episodes under the minimum 0.1 measured no belief" in line
+    assert f"{masses.count(1e-6)} under the minimum mass left out" in inspected.stdout
+
+
+def test_calibrate_refuses_to_fit_or_judge_on_a_probe_that_measures_no_belief(runs, tmp_path):
+    out = tmp_path / "faint.json"
+    done = run_cli("calibrate", "fit", str(runs / "faint"), "--out", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not out.exists()
+    assert "options held less than 0.1 of the model's next-token distribution" in done.stderr and "measure no belief" in done.stderr
+    assert "--min-mass" in done.stderr
+    done = run_cli("calibrate", "fit", str(runs / "faint"), "--out", str(out), "--min-mass", "0")  # asked for: fitted on all
+    assert done.returncode == 0, done.stderr
+    assert load_calibration(out).min_mass == 0 and load_calibration(out).validation.episodes == Run.load(runs / "faint").metrics.scored
+    good = tmp_path / "good.json"
+    assert run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(good)).returncode == 0
+    assert load_calibration(good).min_mass == 0.1  # the run's own minimum, recorded
+    judged = run_cli("calibrate", "apply", str(runs / "faint-test"), "--calibration", str(good))
+    assert judged.returncode == 2 and judged.stderr.count("\n") == 1 and "will not judge a calibration" in judged.stderr
+    assert not (runs / "faint-test" / "calibrated.json").exists()
+    for bad in ("1.5", "-0.1", "nan"):
+        refused = run_cli("calibrate", "fit", str(runs / "faint"), "--out", str(tmp_path / "x.json"), "--min-mass", bad)
+        assert refused.returncode == 2 and "--min-mass" in refused.stderr and refused.stderr.count("\n") == 1, bad
+
+
+def test_the_report_and_compare_show_the_mass(runs, tmp_path):
+    page = tmp_path / "faint.html"
+    assert run_cli("report", str(runs / "faint"), "--out", str(page)).returncode == 0
+    html = page.read_text()
+    below = RunMetrics.model_validate_json((runs / "faint" / "metrics.json").read_text()).probe_mass["answerable"].below
+    assert "<th>options&#x27;s mass (least)</th>" in html or "<th>options&#x27; mass (least)</th>" in html
+    assert f"(1e-06), {below} under 0.1</td>" in html and f"{below} under the minimum mass)" in html
+    compared = run_cli("compare", str(runs / "validation"), str(runs / "faint"), "--json")
+    paired = json.loads(compared.stdout)["calibration"]
+    assert paired["mass_a"]["answerable"]["below"] == 0 and paired["mass_b"]["answerable"]["below"] == below
+    shown = run_cli("compare", str(runs / "validation"), str(runs / "faint"), env=WIDE)
+    assert "options' mass (least)" in shown.stdout and f"(1e-06), {below} under 0.1" in shown.stdout

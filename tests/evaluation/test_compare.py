@@ -8,7 +8,7 @@ from statistics import fmean
 import pytest
 from scipy import stats as scipy_stats
 
-from evaluation.compare import RunComparison
+from evaluation.compare import RunComparison, RunSetting, compared_part, confound_note, setting_differences
 from evaluation.run import load_corpus
 from tests.conftest import rescored, run_cli
 
@@ -164,3 +164,65 @@ def test_runs_without_a_shared_question_or_with_a_question_twice_are_one_line(ru
     (twice / "scores.jsonl").write_text("\n".join(lines + lines[:1]) + "\n")
     done = run_cli("compare", str(runs / "a"), str(twice))
     assert done.returncode == 2 and f"scores.jsonl:{len(lines) + 1}: episode" in done.stderr and "is scored again" in done.stderr
+
+
+# -- what is compared, and what confounds it (issue 37) -------------------------------------------
+
+
+def setting(**changes) -> RunSetting:
+    base = {
+        "policy": "hf",
+        "model": "models/smollm2",
+        "adapter": None,
+        "seed": 0,
+        "selected_questions_sha256": "q",
+        "policy_settings": {"temperature": 0.0, "max_new_tokens": 96},
+        "episode": {"max_steps": 5},
+        "prompt_template_sha256": "p",
+    }
+    return RunSetting.model_validate(base | changes)
+
+
+@pytest.mark.parametrize(
+    ("b", "compared", "confounds"),
+    [
+        ({"adapter": "sft/checkpoint-16"}, ["adapter"], []),  # base against its adapter: the adapter is the comparison
+        ({"model": "models/qwen3"}, ["model"], []),
+        ({"model": "models/qwen3", "adapter": "a"}, ["model", "adapter"], []),
+        ({"adapter": "a", "seed": 1, "episode": {"max_steps": 8}}, ["adapter"], ["seed", "max_steps"]),
+        ({"adapter": "a", "policy_settings": {"temperature": 0.7, "max_new_tokens": 96}}, ["adapter"], ["temperature"]),
+        ({"adapter": "a", "prompt_template_sha256": "other"}, ["adapter"], ["prompt template"]),
+        # another policy: its own settings mean other things, so they are part of the policy compared
+        ({"policy": "openai", "policy_settings": {"temperature": 0.7}}, ["policy"], []),
+        ({"policy": "scripted", "selected_questions_sha256": "other"}, ["policy"], ["question selection"]),
+        ({"seed": 1}, [], ["seed"]),  # one policy, one change: the seed is what is compared
+        ({"seed": 1, "policy_settings": {"temperature": 0.7, "max_new_tokens": 96}}, [], ["seed", "temperature"]),
+    ],
+)
+def test_the_confound_note_names_only_what_else_differs(b, compared, confounds):
+    a, other = setting(), setting(**b)
+    assert compared_part(a, other) == compared and setting_differences(a, other) == confounds
+
+
+def test_the_note_reads_as_the_comparison_was_meant(runs):
+    def note(compared, differs):
+        template = compare_json(runs / "a", runs / "b")
+        return confound_note(template.model_copy(update={"compared": compared, "setting_differs": differs}))
+
+    assert note(["adapter"], []) is None and note([], ["seed"]) is None
+    assert note(["adapter"], ["seed", "max_steps"]) == (
+        "the runs differ in seed, max_steps besides the adapter: a paired difference measures that too"
+    )
+    assert (
+        note([], ["seed", "temperature"])
+        == "the runs of one policy differ in seed, temperature: a paired difference measures them all at once"
+    )
+
+
+def test_two_runs_of_one_policy_that_differ_in_two_settings_say_so(tmp_path):
+    for name, flags in (("x", ["--seed", "0"]), ("y", ["--seed", "1", "--max-steps", "4"])):
+        done = run_cli("eval", "--split", "all", "--limit", "3", "--out", str(tmp_path / name), *flags)
+        assert done.returncode == 0, done.stderr
+    done = run_cli("compare", str(tmp_path / "x"), str(tmp_path / "y"), env=WIDE)
+    assert done.returncode == 0, done.stderr
+    assert "note: the runs of one policy differ in seed, max_steps: a paired difference measures them all at once" in done.stdout
