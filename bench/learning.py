@@ -155,6 +155,24 @@ class Timings:
         self.path.write_text(json.dumps(spent))
 
 
+def selection(out: Path, summary: dict) -> dict:
+    """The training summary with its selection made by this code's rule (``sft.validation.
+    select_checkpoint``) over the run's own validation records: a training run that recorded no
+    format-error rate (older code) has it filled in from the validation episodes it saved."""
+    from sft.config import TrainConfig
+    from sft.records import ValidationRecord
+    from sft.validation import select_checkpoint
+
+    records = [ValidationRecord.model_validate(record) for record in summary["checkpoints"]]
+    for record in records:
+        episodes = out / "validation-episodes" / f"step-{record.step}.jsonl"
+        if record.behaviour.format_error_rate is None and episodes.exists():
+            steps = [step for trajectory in lines(episodes) for step in trajectory["steps"]]
+            record.behaviour.format_error_rate = sum(bool(step.get("format_error")) for step in steps) / len(steps) if steps else None
+    chosen = select_checkpoint(records, TrainConfig())
+    return {**summary, **chosen.model_dump(), "checkpoints": [record.model_dump(mode="json") for record in records]}
+
+
 def evaluated_checkpoint(out: Path, summary: dict) -> Path:
     """The checkpoint behavioural selection chose; when it chose none (every checkpoint submitted at
     once too often), the last one, so that the table still shows what training made (and says so)."""
@@ -218,8 +236,9 @@ def always_abstain_f1(run: Path) -> float:
 
 def checkpoint_rows(summary: dict) -> list[str]:
     rows = [
-        "| checkpoint | step | teacher-forced loss | P(first action ends) | validation episodes | answer F1 | direct submit | tool calls before submit | chosen |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| checkpoint | step | teacher-forced loss | P(first action ends) | validation episodes | format errors (steps) | answer F1 "
+        "| direct submit | tool calls before submit | chosen |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     chosen = summary.get("best_checkpoint")
     for record in summary["checkpoints"]:
@@ -233,19 +252,27 @@ def checkpoint_rows(summary: dict) -> list[str]:
 
         rows.append(
             f"| {name} | {record['step']} | {number(forced.get('loss_all'))} | {number(forced.get('first_action_end_probability'))} | "
-            f"{behaviour.get('episodes', 0)} | {number(behaviour.get('answer_f1'))} | {number(behaviour.get('direct_submit_rate'), '.0%')} | "
+            f"{behaviour.get('episodes', 0)} | {number(behaviour.get('format_error_rate'), '.0%')} | {number(behaviour.get('answer_f1'))} | {number(behaviour.get('direct_submit_rate'), '.0%')} | "
             f"{number(behaviour.get('tool_calls_before_submit'), '.2f')} | {'yes' if chosen and Path(chosen).name == name else ''} |"
         )
     return rows
 
 
-def report(args, speeds, summary, seconds, base_run, trained_run, compare) -> str:
+def report(args, speeds, summary, seconds, base_run, trained_run, compare, others: list[Path]) -> str:
+    """The RESULTS.md section. ``others``: held-out runs of checkpoints other than the chosen one
+    (a checkpoint an earlier selection rule chose, kept rather than thrown away), shown beside it."""
     base, trained = figures(base_run), figures(trained_run)
     paired = paired_answerable(base_run, trained_run)
     abstain = always_abstain_f1(base_run)
     chosen = summary.get("best_checkpoint")
     evaluated = evaluated_checkpoint(Path(trained_run).parent / "train", summary)
+    columns = [("base SmolLM2-135M-Instruct", base), *((f"{run.name.removeprefix('eval-')}", figures(run)) for run in others)]
+    columns.append((f"trained ({evaluated.name}, chosen)" if chosen else f"trained ({evaluated.name})", trained))
     plain = next(iter(speeds.values()), 1.0)
+
+    def row(label: str, key: str, spec: str) -> str:
+        return f"| {label} | " + " | ".join(format(figures_[key], spec) for _, figures_ in columns) + " |"
+
     lines_ = [
         "Training speed, input tokens per second over the first steps (padding none: one example a forward pass):",
         "",
@@ -268,29 +295,30 @@ def report(args, speeds, summary, seconds, base_run, trained_run, compare) -> st
         + ".",
         "",
         f"Held-out evaluation: the first {args.questions} questions of the test split, each model served by the real vLLM "
-        f"(float32, CPU), greedy, at most {args.max_steps} actions of {args.max_new_tokens} tokens; {seconds['eval'] / 60:.1f} min for both.",
+        f"(float32, CPU), greedy, at most {args.max_steps} actions of {args.max_new_tokens} tokens; "
+        f"{seconds['eval'] / 60:.1f} min for the {len(columns)} runs.",
         "",
-        f"| figure | base SmolLM2-135M-Instruct | trained ({evaluated.name}) |",
-        "|---|---:|---:|",
-        f"| episodes | {base['episodes']} | {trained['episodes']} |",
-        f"| format errors (share of steps) | {base['format_error_steps']:.1%} | {trained['format_error_steps']:.1%} |",
-        f"| episodes with a format error | {base['format_error_episodes']:.1%} | {trained['format_error_episodes']:.1%} |",
-        f"| tools used before the end (share of episodes) | {base['tool_use']:.1%} | {trained['tool_use']:.1%} |",
-        f"| ended by submit or abstain | {base['ended']:.1%} | {trained['ended']:.1%} |",
-        f"| answer F1, all questions | {base['answer_f1']:.3f} | {trained['answer_f1']:.3f} |",
-        f"| answer F1, answerable questions | {base['answer_f1_answerable']:.3f} | {trained['answer_f1_answerable']:.3f} |",
-        f"| abstention accuracy (abstained exactly when unanswerable) | {base['abstention_accuracy']:.1%} | {trained['abstention_accuracy']:.1%} |",
-        f"| direct-submit rate | {base['direct_submit']:.1%} | {trained['direct_submit']:.1%} |",
-        f"| mean actions per episode | {base['mean_steps']:.2f} | {trained['mean_steps']:.2f} |",
+        "| figure | " + " | ".join(label for label, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        row("episodes", "episodes", "d"),
+        row("format errors (share of steps)", "format_error_steps", ".1%"),
+        row("episodes with a format error", "format_error_episodes", ".1%"),
+        row("tools used before the end (share of episodes)", "tool_use", ".1%"),
+        row("ended by submit or abstain", "ended", ".1%"),
+        row("answer F1, all questions", "answer_f1", ".3f"),
+        row("answer F1, answerable questions", "answer_f1_answerable", ".3f"),
+        row("abstention accuracy (abstained exactly when unanswerable)", "abstention_accuracy", ".1%"),
+        row("direct-submit rate", "direct_submit", ".1%"),
+        row("mean actions per episode", "mean_steps", ".2f"),
         "",
-        f"- Answer F1 on the {paired['questions']} answerable questions, trained minus base: "
+        f"- Answer F1 on the {paired['questions']} answerable questions, {evaluated.name} minus base: "
         f"{paired['interval']['mean']:+.3f} (95% bootstrap interval {paired['interval']['low']:+.3f} to {paired['interval']['high']:+.3f}), "
         f"paired sign-flip permutation test {format_p(paired['p_value'])} (goal: above base with p < 0.05 on at least 100 questions).",
-        f'- Answering "Unanswerable" to every question scores answer F1 {abstain:.3f} on these questions; the trained model '
+        f'- Answering "Unanswerable" to every question scores answer F1 {abstain:.3f} on these questions; {evaluated.name} '
         f"{'beats' if trained['answer_f1'] > abstain else 'does not beat'} it ({trained['answer_f1']:.3f}).",
-        f"- `explorer compare`: exact-match McNemar {format_p(compare['mcnemar_exact_match']['p_value'])}, "
+        f"- `explorer compare` of base and {evaluated.name}: exact-match McNemar {format_p(compare['mcnemar_exact_match']['p_value'])}, "
         f"abstention McNemar {format_p(compare['mcnemar_abstention'][0]['p_value'])}; the runs differ in "
-        f"{', '.join(compare['setting_differs']) or 'nothing but the policy'}.",
+        f"{', '.join(compare['setting_differs']) or 'nothing but the adapter'}.",
         "- Goals (issue 30): format errors under 10% of steps, tools in at least 90% of episodes; figures are reported as measured.",
     ]
     return "\n".join(lines_)
@@ -318,18 +346,21 @@ def main() -> None:
     with timings.stage("teach_build"):
         data = teach_and_build(args.work)
     with timings.stage("train"):
-        summary = train(args.work, data, args)
+        summary = selection(args.work / "train", train(args.work, data, args))
     chosen = evaluated_checkpoint(args.work / "train", summary)
     with timings.stage("eval"):
-        if not all((args.work / f"eval-{name}" / "metrics.json").exists() for name in ("base", "trained")):
+        if not all((args.work / f"eval-{name}" / "metrics.json").exists() for name in ("base", chosen.name)):
             with running_vllm(MODEL, args.work / "vllm.log", served_name=SERVED, max_model_len=8192, kv_cache_bytes=1 << 30) as server:
                 evaluate(server, args.work, "base", None, args)
-                evaluate(server, args.work, "trained", str(chosen), args)
-    base_run, trained_run = args.work / "eval-base", args.work / "eval-trained"
+                evaluate(server, args.work, chosen.name, str(chosen), args)
+    base_run, trained_run = args.work / "eval-base", args.work / f"eval-{chosen.name}"
+    others = sorted(
+        (run for run in args.work.glob("eval-checkpoint-*") if run != trained_run), key=lambda run: int(run.name.split("-")[-1])
+    )
     speeds = measure_speed(args.work, data, args.speed_steps)  # last: the figures above do not wait on it
     seconds = timings.seconds()
     compared = explorer("compare", str(base_run), str(trained_run), "--json", log=args.work / "compare.log")
-    text = report(args, speeds, summary, seconds, base_run, trained_run, json.loads(compared.stdout))
+    text = report(args, speeds, summary, seconds, base_run, trained_run, json.loads(compared.stdout), others)
     print(text)
     if not args.no_write:
         write_results(

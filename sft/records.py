@@ -112,6 +112,7 @@ class Behaviour(Sparse):
     direct_submit_rate: float | None = None
     abstention: AbstentionTable | None = None
     tool_calls_before_submit: float | None = None
+    format_error_rate: float | None = None  # share of the episodes' steps whose text held no action
     status: dict[str, int] | None = None
 
 

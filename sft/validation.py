@@ -6,7 +6,8 @@ checkpoint is chosen.
 * K greedy validation episodes with the current weights, scored like ``explorer eval``: tool
   calls before submit, direct-submit rate, abstention, answer F1.
 * The best checkpoint by behaviour (default: the highest answer F1 among those whose
-  direct-submit rate is below 25%), and a loud warning when validation loss improves while the
+  direct-submit rate is below 25%; among equals - early in training no validation episode may
+  answer at all - the fewest steps without an action, then the lowest validation loss), and a loud warning when validation loss improves while the
   direct-submit rate rises - the shortcut this project exists to catch.
 
 A validation never draws from the random streams training uses (``rng_untouched``), so a
@@ -117,7 +118,9 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
     scores = [score_episode(trajectory, q) for trajectory, q in zip(trajectories, chosen)]
     metrics = run_metrics(scores)
     before = [s.tool_calls_before_end for s in scores if s.status in ("submitted", "abstained")]
+    steps = [step for trajectory in trajectories for step in trajectory.steps]
     return Behaviour(
+        format_error_rate=sum(step.format_error for step in steps) / len(steps) if steps else None,
         episodes=len(scores),
         answer_f1=metrics.answer_f1,
         exact_match=metrics.exact_match,
@@ -153,11 +156,19 @@ def select_checkpoint(records: list[ValidationRecord], config: TrainConfig) -> S
         and r.behaviour.direct_submit_rate < config.max_direct_submit_rate
         and metric(r) is not None
     ]
-    best = max(eligible, key=metric, default=None)
+
+    def rank(record: ValidationRecord) -> tuple[float, float, float]:
+        """The metric, then - among equals, as when no validation episode answered yet - fewer
+        steps without an action, then the lower validation loss (unknown ranks last)."""
+        errors, loss = record.behaviour.format_error_rate, record.teacher_forced.loss_all
+        return (metric(record) or 0.0, -(1.0 if errors is None else errors), -(math.inf if loss is None else loss))
+
+    best = max(eligible, key=rank, default=None)
     if best is None and checkpoints:
         warnings.append(f"no checkpoint has a direct-submit rate below {config.max_direct_submit_rate:.0%}: none is selected")
     return Selection(
-        criterion=f"highest {config.selection_metric} among checkpoints with direct-submit rate < {config.max_direct_submit_rate:.0%}",
+        criterion=f"highest {config.selection_metric} among checkpoints with direct-submit rate < {config.max_direct_submit_rate:.0%}"
+        "; among equals, fewest format errors, then lowest validation loss",
         best_checkpoint=best.checkpoint if best else None,
         warnings=warnings,
     )
@@ -263,6 +274,7 @@ def scalars(record: ValidationRecord) -> dict[str, float]:
     figures = {
         "eval_direct_submit_rate": seen.direct_submit_rate,
         "eval_tool_calls_before_submit": seen.tool_calls_before_submit,
+        "eval_format_error_rate": seen.format_error_rate,
         "eval_answer_f1": seen.answer_f1,
         "eval_exact_match": seen.exact_match,
         "eval_first_action_end_probability": tf.first_action_end_probability,

@@ -164,6 +164,25 @@ def test_selection_prefers_behaviour_and_warns_when_loss_hides_the_shortcut():
     assert none.best_checkpoint is None and "none is selected" in none.warnings[0]
 
 
+def test_among_equal_answers_selection_prefers_actions_then_loss():
+    """Early in training no validation episode answers (F1 0 everywhere): the first checkpoint must
+    not win by its place; the one whose steps hold actions does, then the lower loss."""
+
+    def record(name, loss, errors):
+        behaviour = {"episodes": 6, "direct_submit_rate": 0.0, "answer_f1": 0.0, "format_error_rate": errors}
+        return ValidationRecord.model_validate(
+            {"step": 0, "checkpoint": name, "teacher_forced": {"loss_all": loss}, "behaviour": behaviour}
+        )
+
+    records = [record("checkpoint-8", 1.13, 0.9), record("checkpoint-16", 0.74, 0.3), record("checkpoint-24", 0.61, 0.3)]
+    result = select_checkpoint(records, TrainConfig())
+    assert result.best_checkpoint == "checkpoint-24" and "fewest format errors, then lowest validation loss" in result.criterion
+    older = [r.model_copy(update={"behaviour": r.behaviour.model_copy(update={"format_error_rate": None})}) for r in records]
+    assert select_checkpoint(older, TrainConfig()).best_checkpoint == "checkpoint-24"  # records from before the rate: the loss decides
+    more_errors = [*records[:2], records[2].model_copy(update={"behaviour": records[0].behaviour})]
+    assert select_checkpoint(more_errors, TrainConfig()).best_checkpoint == "checkpoint-16"
+
+
 def test_training_on_direct_submit_teachers_is_flagged_from_the_command_line(tiny_model, tmp_path):
     """The reference failure in miniature: the loss improves while the policy learns to answer at once."""
     corpus = tmp_path / "corpus.jsonl"
