@@ -355,7 +355,8 @@ def main() -> None:
                 evaluate(server, args.work, chosen.name, str(chosen), args)
     base_run, trained_run = args.work / "eval-base", args.work / f"eval-{chosen.name}"
     others = sorted(
-        (run for run in args.work.glob("eval-checkpoint-*") if run != trained_run), key=lambda run: int(run.name.split("-")[-1])
+        (run for run in args.work.glob("eval-checkpoint-*") if run.is_dir() and run != trained_run),
+        key=lambda run: int(run.name.split("-")[-1]),
     )
     speeds = measure_speed(args.work, data, args.speed_steps)  # last: the figures above do not wait on it
     seconds = timings.seconds()
