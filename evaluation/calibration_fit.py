@@ -443,16 +443,18 @@ def run_min_mass(scores: list, probe: str) -> float:
 
 def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None, min_mass: float | None = None) -> Calibrated:
     """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json; an episode
-    whose options held less than ``min_mass`` (None: the run's own setting) is refused as in ``fit``."""
+    whose options held less than ``min_mass`` (None: the run's own setting, or the file's when it is
+    higher) is refused as in ``fit``."""
     calibration = load_calibration(path)
     refuse_the_fitted_run(run, calibration, path)
     if prereg is not None:
         config = run.manifest.config
         check_frozen(prereg[0], prereg[1], run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
     scores = checked_scores(run, calibration.probe)
-    found = observations(
-        scores, calibration.probe, calibration.label, min_mass if min_mass is not None else run_min_mass(scores, calibration.probe)
-    )
+    # by default the stricter of the run's minimum and the fit's: a temperature fitted only on
+    # episodes whose options held 0.3 of the distribution says nothing of one that held 0.15
+    floor = min_mass if min_mass is not None else max(run_min_mass(scores, calibration.probe), calibration.min_mass or 0.0)
+    found = observations(scores, calibration.probe, calibration.label, floor)
     refuse_low_mass(run, found, "judge a calibration")
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {calibration.probe!r}, which {path} calibrates")

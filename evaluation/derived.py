@@ -11,7 +11,11 @@ from the trajectories (``explorer eval --out RUN --resume``).
 What is checked, without the corpus:
 
 - the log holds one episode that counts per question and sample the manifest says the run
-  selected (a finished run has them all: an episode removed after the run is not a better run).
+  selected (a finished run has them all: an episode removed after the run is not a better run),
+  each with the run's episode settings (a ``probe_min_mass`` edited in one line would move what
+  its probe is scored against).
+- a probe's probabilities and mass are what its recorded log-probabilities give
+  (``evaluation.calibration.reading_problem``): a mass raised above the minimum is refused.
 - scores.jsonl holds one line per episode that counts (``run_directory.counted``), in the log's
   order, and every field the trajectory alone decides is what ``scoring.score_episode`` gives for
   it (status, prediction, steps, tool calls, tokens, probes, and the detector flags; the flags
@@ -51,12 +55,12 @@ from typing import Any, cast
 
 from pydantic_core import to_jsonable_python
 
-from agent.manifest import RunManifest
+from agent.manifest import RunManifest, differing_settings
 from agent.trajectory import Trajectory, without_timings
 from corpus.collection import Corpus
 from corpus.jsonl import Record
 from corpus.schema import Question
-from evaluation.calibration import probability_problem
+from evaluation.calibration import probability_problem, reading_problem
 from evaluation.detectors import false_abstention, missed_abstention
 from evaluation.errors import EvaluationError
 from evaluation.records import DerivedFrom, RunMetrics
@@ -168,6 +172,15 @@ def check(
             f"{manifest.config.samples} samples ({MANIFEST}): episodes were removed or added after it ran",
             f"explorer eval --out {directory} --resume runs the missing ones and scores the run again",
         )
+    for record in episodes:  # each episode's own settings are the run's: scoring reads its probe_min_mass, a log line can be edited alone
+        if record.value.config != manifest.config.episode:
+            raise run.refuse(
+                f"{TRAJECTORIES}:{record.number}",
+                f"episode {record.value.episode_id}'s episode settings differ from the run's ({MANIFEST}: "
+                f"{', '.join(differing_settings(manifest.config.episode, record.value.config))})",
+                "the record was edited or comes from another run: remove that line and run "
+                f"explorer eval --out {directory} --resume to run the episode again",
+            )
     _check_lines(run, episodes, scores)
     values = [score for _, score in scores]
     trajectories = [record.value for record in episodes]
@@ -245,8 +258,10 @@ def _check_line(run: _Check, number: int, score: EpisodeScore, record: Record[Tr
     expected = score_episode(trajectory, None)
     where = f"{SCORES}:{number}"
     source = f"its trajectory ({TRAJECTORIES}:{record.number})"
+    final = {result.probe: result for result in trajectory.probes if result.at_step is None}  # what score_episode reads
     for probe in expected.probes or []:
         problem = None if probe.probabilities is None else probability_problem(probe.options, probe.probabilities)
+        problem = problem or reading_problem(final[probe.probe])
         if problem is not None:
             raise run.refuse(
                 f"{TRAJECTORIES}:{record.number}",
