@@ -268,8 +268,21 @@ def choose_threshold(calibrated: np.ndarray, answerable: np.ndarray, bounds: Rul
 def checked_scores(run: Run, probe: str) -> list:
     """scores.jsonl's lines, each with ``probe`` as its trajectory recorded it: a line whose copy
     disagrees with the trajectory's (a scores.jsonl edited after the run) is refused, naming the
-    episode, and so is a line without a trajectory."""
+    episode, and so is a line without a trajectory, and a run that asked ``probe`` from more than one
+    probes file."""
     recorded = {trajectory.episode_id: trajectory for trajectory in run.trajectories}
+    asked = {}  # probes file -> the first episode that asked the probe from it
+    for trajectory in run.trajectories:
+        for result in trajectory.probes:
+            if result.probe == probe and result.at_step is None:
+                asked.setdefault(result.probes_sha256, trajectory.episode_id)
+    if len(asked) > 1:  # a probes file changed mid-run, or shards asked from other files: two wordings under one name
+        (first, one), (second, other) = list(asked.items())[:2]
+        raise EvaluationError(
+            f"{run.directory / TRAJECTORIES}: probe {probe!r} was asked from {len(asked)} probes files (episode {one}: "
+            f"SHA-256 {first[:12]}; episode {other}: {second[:12]}): one temperature of two wordings calibrates neither; "
+            "run the episodes of one file again with the other (explorer eval --resume after removing their lines)"
+        )
     scores = []
     for score in run.scores:
         trajectory = recorded.get(score.episode_id)

@@ -636,7 +636,10 @@ def test_a_minimum_mass_edited_in_the_log_or_the_manifest_alone_is_refused(runs,
     ):
         done = run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"), "--min-mass", "0")
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-        assert "trajectories.jsonl:1: episode" in done.stderr and "settings differ from the run's (manifest.json: probe_min_mass)" in done.stderr
+        assert (
+            "trajectories.jsonl:1: episode" in done.stderr
+            and "settings differ from the run's (manifest.json: probe_min_mass)" in done.stderr
+        )
 
 
 def test_apply_holds_a_run_to_the_minimum_the_calibration_was_fitted_at(runs, tmp_path):
@@ -712,3 +715,13 @@ def test_an_edited_probe_mass_in_metrics_json_is_refused(runs, tmp_path):
     (copy / "metrics.json").write_text(json.dumps(metrics))
     done = run_cli("inspect", str(copy))
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "metrics.json: probe_mass is" in done.stderr, done.stderr
+
+
+def test_calibrate_refuses_a_probe_asked_from_two_probes_files(runs, tmp_path):
+    """A probes file changed mid-run (each episode reads it) or between shards: two wordings under one name."""
+    mixed = edited_run(
+        runs, tmp_path, "validation", lambda index, line: line["probes"][0].update({"probes_sha256": "2" * 64}) if index else None
+    )
+    done = run_cli("calibrate", "fit", str(mixed), "--out", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not (tmp_path / "c.json").exists(), done.stderr
+    assert "was asked from 2 probes files" in done.stderr and "SHA-256 111111111111" in done.stderr and "222222222222" in done.stderr
