@@ -117,13 +117,14 @@ def rewrite(run, trajectories: list[Trajectory], corpus) -> tuple[list, RunMetri
 def scored(runs):
     """The code run with model generations on its steps (prompt 1000 + 100 i, 20 generated each);
     the reader run with a Reading on each episode (model tokens 5000 + 1000 i), its first episode
-    ended in no_answer (its final answer cut at the cap), and another seed in its manifest."""
+    ended in no_answer (its final answer cut at the cap), and another seed in its manifest and episodes."""
     corpus = load(runs / "small.jsonl")
     code = read_trajectories(runs / "code" / "trajectories.jsonl")
     code = [with_steps(t, [Generation(prompt_tokens=1000 + 100 * i, generated_tokens=20) for i in range(len(t.steps))]) for t in code]
     reader = read_trajectories(runs / "reader" / "trajectories.jsonl")
     reader = [with_steps(t, [], reading(5000 + 1000 * n, document=900 + n, cut_answer=n == 0)) for n, t in enumerate(reader)]
     reader[0] = reader[0].model_copy(update={"outcome": Outcome(status="no_answer", reason=CUT)})
+    reader = [t.model_copy(update={"config": t.config.model_copy(update={"seed": 1})}) for t in reader]  # the run's seed, as its manifest's
     manifest = json.loads((runs / "reader" / "manifest.json").read_text())
     manifest["config"]["episode"]["seed"] = 1
     (runs / "reader" / "manifest.json").write_text(json.dumps(manifest))
