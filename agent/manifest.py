@@ -45,6 +45,12 @@ def acting_settings(trajectory: Trajectory) -> dict[str, Any]:
     return {key: value for key, value in trajectory.policy.settings.items() if key not in CONNECTION_SETTINGS}
 
 
+def differing_settings(ours: BaseModel, theirs: BaseModel) -> list[str]:
+    """The fields two settings records differ in, by value (a dump leaves out probe settings when no
+    probe was asked, so comparing dumps would name none)."""
+    return sorted(name for name in type(ours).model_fields if getattr(ours, name) != getattr(theirs, name, None))
+
+
 def stranger(trajectory: Trajectory, manifest: RunManifest, settings: dict[str, Any] | None) -> str | None:
     """Why a log line was not made by the run ``manifest`` describes (another policy, other
     episode settings or hashes, other policy ``settings`` than the run's other lines), or None."""
@@ -54,8 +60,7 @@ def stranger(trajectory: Trajectory, manifest: RunManifest, settings: dict[str, 
     if trajectory.policy.name != manifest.config.policy.name:
         return f"it was made by policy {trajectory.policy.name!r}; the run's is {manifest.config.policy.name!r}"
     if trajectory.config != manifest.config.episode:
-        ours, theirs = manifest.config.episode.model_dump(), trajectory.config.model_dump()
-        return f"its episode settings differ from the run's ({', '.join(sorted(k for k in ours if ours[k] != theirs.get(k)))})"
+        return f"its episode settings differ from the run's ({', '.join(differing_settings(manifest.config.episode, trajectory.config))})"
     if settings is not None and acting_settings(trajectory) != settings:
         theirs = acting_settings(trajectory)
         changed = sorted(key for key in set(settings) | set(theirs) if settings.get(key) != theirs.get(key))

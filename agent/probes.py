@@ -58,7 +58,9 @@ class ProbeSet:
     def named(self, names: Sequence[str]) -> list[Probe]:
         unknown = [name for name in names if name not in self.probes]
         if unknown:
-            raise AgentError(f"--probe {unknown[0]}: no such probe in {self.path}; choose from {', '.join(self.probes)}")
+            raise AgentError(
+                f"--probe {unknown[0]}: no such probe in {self.path}; choose from {', '.join(self.probes) or 'none: the file names no probe'}"
+            )
         return [self.probes[name] for name in names]
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_serializer
 
 from tools.limits import SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
@@ -168,9 +168,11 @@ class ProbeResult(Sparse):
     at_step: int | None = None  # the steps the conversation held; None: at the episode's end
     options: list[str]  # the options, as the probes file names them ("yes", "no")
     option_ids: list[int]  # each option's single token
-    logprobs: list[float | None] | None = None  # each option token's log-probability, unnormalised (None: not returned)
-    probabilities: list[float] | None = None  # renormalised over the options; None when not measured
-    mass: float | None = None  # the options' total probability before renormalising
+    # numbers as numbers (strict: a forged "0.5" or true is no reading), a share as a share: agent.probes
+    # clamps the mass to [0, 1], so a record outside it was edited (1e308 would overflow every sum of it)
+    logprobs: list[StrictFloat | None] | None = None  # each option token's log-probability, unnormalised (None: not returned)
+    probabilities: list[StrictFloat] | None = None  # renormalised over the options; None when not measured
+    mass: StrictFloat | None = Field(None, ge=0, le=1, allow_inf_nan=False)  # the options' total probability before renormalising
     source: str | None = None  # "hf" (one forward pass), "server" (the top log-probabilities), "server+fallback"
     fallback_options: list[str] | None = None  # options outside the server's top-k, read by a second request
     cached_tokens: int | None = None  # hf: prompt tokens the episode's KV cache already held

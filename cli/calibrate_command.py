@@ -30,7 +30,7 @@ PreregistrationOption = typer.Option(
 MinMassOption = typer.Option(
     None,
     "--min-mass",
-    help="The options' least share of the model's next-token distribution (default: the run's --probe-min-mass); "
+    help="The options' least share of the model's next-token distribution (default: the run's --probe-min-mass; apply: the calibration file's when higher); "
     "an episode under it measured no belief and is refused.",
 )
 

@@ -308,8 +308,11 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
             moves.add_row(untrusted(row.question[:50]), untrusted(row.a[:30]), untrusted(row.b[:30]), f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
     calibration: list[Table] = []
     if result.calibration is not None:  # each run's figures per probe, on the paired questions
-        calibration = [Table(*CALIBRATION_HEADER, title="calibration of the option probes on the paired questions (95% CI)")]
         paired = result.calibration
+        caption = untrusted("; ".join(f"note: {note}" for note in paired.notes), "yellow") if paired.notes else None
+        calibration = [
+            Table(*CALIBRATION_HEADER, title="calibration of the option probes on the paired questions (95% CI)", caption=caption)
+        ]
         for row in calibration_rows(paired.a, "A", paired.mass_a) + calibration_rows(paired.b, "B", paired.mass_b):
             calibration[0].add_row(*(untrusted(cell) for cell in row))
     return [figures, abstention, mcnemar, fisher, rest, moves, *calibration]

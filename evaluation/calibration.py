@@ -42,7 +42,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 from scipy.special import logsumexp
 
-from agent.trajectory import DEFAULT_PROBE_MIN_MASS
+from agent.trajectory import DEFAULT_PROBE_MIN_MASS, ProbeResult
 from evaluation.errors import EvaluationError
 from evaluation.records import Interval, ProbeCalibration, ProbeMass, ReliabilityBin
 
@@ -151,6 +151,31 @@ def probability_problem(options: Sequence[str], probabilities: Sequence[float]) 
             return f"{value!r} is not a probability (finite, in [0, 1])"
     if abs(math.fsum(probabilities) - 1) > SUM_TOLERANCE:
         return f"they sum to {math.fsum(probabilities)!r}, not 1"
+    return None
+
+
+READING_TOLERANCE = 1e-9  # how far a recorded probability or mass may be from what its log-probabilities give
+
+
+def reading_problem(result: ProbeResult) -> str | None:
+    """Why a measured probe's probabilities and mass are not what its own recorded
+    log-probabilities give (``agent.probes.from_logprobs``, which wrote them), or None. A mass
+    raised above the run's minimum, or probabilities moved, without their log-probabilities is an
+    edited record: rescore would find it with the model, this finds it without."""
+    if result.probabilities is None or result.logprobs is None or len(result.logprobs) != len(result.options):
+        return None
+    from agent.probes import from_logprobs
+
+    try:  # a log-probability of -inf is recorded as null (agent.probes._recordable)
+        probabilities, mass = from_logprobs([-math.inf if value is None else value for value in result.logprobs])
+    except ValueError as error:
+        return f"its log-probabilities {result.logprobs!r} are no reading ({error})"
+    if result.mass is not None and not math.isclose(result.mass, mass, rel_tol=READING_TOLERANCE, abs_tol=1e-300):
+        return f"its mass {result.mass!r} is not the {mass!r} its log-probabilities {result.logprobs!r} give"
+    if len(probabilities) == len(result.probabilities) and any(
+        not abs(a - b) <= READING_TOLERANCE for a, b in zip(probabilities, result.probabilities)
+    ):
+        return f"its probabilities {result.probabilities!r} are not the {probabilities!r} its log-probabilities give"
     return None
 
 

@@ -269,8 +269,21 @@ def choose_threshold(calibrated: np.ndarray, answerable: np.ndarray, bounds: Rul
 def checked_scores(run: Run, probe: str) -> list:
     """scores.jsonl's lines, each with ``probe`` as its trajectory recorded it: a line whose copy
     disagrees with the trajectory's (a scores.jsonl edited after the run) is refused, naming the
-    episode, and so is a line without a trajectory."""
+    episode, and so is a line without a trajectory, and a run that asked ``probe`` from more than one
+    probes file."""
     recorded = {trajectory.episode_id: trajectory for trajectory in run.trajectories}
+    asked = {}  # probes file -> the first episode that asked the probe from it
+    for trajectory in run.trajectories:
+        for result in trajectory.probes:
+            if result.probe == probe and result.at_step is None:
+                asked.setdefault(result.probes_sha256, trajectory.episode_id)
+    if len(asked) > 1:  # a probes file changed mid-run, or shards asked from other files: two wordings under one name
+        (first, one), (second, other) = list(asked.items())[:2]
+        raise EvaluationError(
+            f"{run.directory / TRAJECTORIES}: probe {probe!r} was asked from {len(asked)} probes files (episode {one}: "
+            f"SHA-256 {first[:12]}; episode {other}: {second[:12]}): one temperature of two wordings calibrates neither; "
+            "run the episodes of one file again with the other (explorer eval --resume after removing their lines)"
+        )
     scores = []
     for score in run.scores:
         trajectory = recorded.get(score.episode_id)
@@ -444,16 +457,18 @@ def run_min_mass(scores: list, probe: str) -> float:
 
 def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None, min_mass: float | None = None) -> Calibrated:
     """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json; an episode
-    whose options held less than ``min_mass`` (None: the run's own setting) is refused as in ``fit``."""
+    whose options held less than ``min_mass`` (None: the run's own setting, or the file's when it is
+    higher) is refused as in ``fit``."""
     calibration = load_calibration(path)
     refuse_the_fitted_run(run, calibration, path)
     if prereg is not None:
         config = run.manifest.config
         check_frozen(prereg[0], prereg[1], run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
     scores = checked_scores(run, calibration.probe)
-    found = observations(
-        scores, calibration.probe, calibration.label, min_mass if min_mass is not None else run_min_mass(scores, calibration.probe)
-    )
+    # by default the stricter of the run's minimum and the fit's: a temperature fitted only on
+    # episodes whose options held 0.3 of the distribution says nothing of one that held 0.15
+    floor = min_mass if min_mass is not None else max(run_min_mass(scores, calibration.probe), calibration.min_mass or 0.0)
+    found = observations(scores, calibration.probe, calibration.label, floor)
     refuse_low_mass(run, found, "judge a calibration")
     if found.labels.size == 0:
         raise EvaluationError(f"{run.directory}: no scored episode measured probe {calibration.probe!r}, which {path} calibrates")

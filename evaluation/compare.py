@@ -74,7 +74,7 @@ class PairedTokens(PairedFigure):
 POLICY_IDENTITY = ("name", "model", "adapter", "served_adapter", "replay")
 NOT_BEHAVIOUR = ("base_url", "timeout", "retries", "threads", "tokenizer", "api", "prompt_format")
 # Episode settings that change no action: what is recorded or asked after the episode.
-NOT_EPISODE_BEHAVIOUR = ("seed", "probes", "probe_min_mass", "record_prompt_ids")
+NOT_EPISODE_BEHAVIOUR = ("seed", "probes", "probes_file", "probe_min_mass", "record_prompt_ids")
 
 
 class RunSetting(Record):
@@ -142,6 +142,7 @@ class PairedCalibration(Record):
     b: dict[str, ProbeCalibration] | None
     mass_a: dict[str, ProbeMass] | None = None  # the options' share of the distribution (evaluation.calibration.probe_mass)
     mass_b: dict[str, ProbeMass] | None = None
+    notes: list[str] = []  # a probe the runs asked otherwise (another probes file, another minimum mass): ``probe_notes``
 
 
 class QuestionDifference(Record):
@@ -319,6 +320,37 @@ def paired_tokens(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> PairedToken
     )
 
 
+def probe_notes(a: Run, b: Run, mass_a: dict[str, ProbeMass] | None, mass_b: dict[str, ProbeMass] | None) -> list[str]:
+    """What differs in how both runs asked a probe they share, besides the runs themselves: its
+    probes file (another wording: the figures compare the prompts too) and its minimum mass (other
+    episodes left out). The probes change no episode, so they are no confound of the paired figures;
+    they are one of the calibration table's."""
+
+    def files(run: Run) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {}
+        for trajectory in run.trajectories:
+            for result in trajectory.probes:
+                if result.at_step is None:
+                    found.setdefault(result.probe, set()).add(result.probes_sha256[:12])
+        return found
+
+    notes = []
+    files_a, files_b = files(a), files(b)
+    for probe in [name for name in files_a if name in files_b]:
+        if files_a[probe] != files_b[probe]:
+            notes.append(
+                f"probe {probe} was asked from other probes files (A {', '.join(sorted(files_a[probe]))}; "
+                f"B {', '.join(sorted(files_b[probe]))}): its figures compare the wordings too"
+            )
+        floors = [(mass or {}).get(probe) for mass in (mass_a, mass_b)]
+        if None not in floors and floors[0].min_mass != floors[1].min_mass:  # type: ignore[union-attr]
+            notes.append(
+                f"probe {probe}'s episodes were held to other minimum masses (A {floors[0].min_mass:g}, "  # type: ignore[union-attr]
+                f"B {floors[1].min_mass:g}): each run leaves out its own"  # type: ignore[union-attr]
+            )
+    return notes
+
+
 def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
     """The paired comparison of B with A, and the questions whose F1 moved most."""
     by_a, by_b = scored_by_question(a), scored_by_question(b)
@@ -393,5 +425,5 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         ],
         calibration=None
         if all(figures is None for figures in (calibration_a, calibration_b, mass_a, mass_b))
-        else PairedCalibration(a=calibration_a, b=calibration_b, mass_a=mass_a, mass_b=mass_b),
+        else PairedCalibration(a=calibration_a, b=calibration_b, mass_a=mass_a, mass_b=mass_b, notes=probe_notes(a, b, mass_a, mass_b)),
     )

@@ -16,6 +16,8 @@ What is checked, without the corpus:
   settings and hashes; a sample it drew): a manifest copied over another run's files, or another
   run's files under this manifest, is not this run, though each file agrees with the ones derived
   from it.
+- a probe's probabilities and mass are what its recorded log-probabilities give
+  (``evaluation.calibration.reading_problem``): a mass raised above the minimum is refused.
 - scores.jsonl holds one line per episode that counts (``run_directory.counted``), in the log's
   order, and every field the trajectory alone decides is what ``scoring.score_episode`` gives for
   it (status, prediction, steps, tool calls, tokens, probes, and the detector flags; the flags
@@ -66,7 +68,7 @@ from agent.trajectory import Trajectory, without_timings
 from corpus.collection import Corpus, questions_sha256
 from corpus.jsonl import Record
 from corpus.schema import Question
-from evaluation.calibration import probability_problem
+from evaluation.calibration import probability_problem, reading_problem
 from evaluation.detectors import false_abstention, missed_abstention
 from evaluation.errors import EvaluationError
 from evaluation.records import DerivedFrom, RunMetrics
@@ -282,8 +284,10 @@ def _check_line(run: _Check, number: int, score: EpisodeScore, record: Record[Tr
     expected = score_episode(trajectory, None)
     where = f"{SCORES}:{number}"
     source = f"its trajectory ({TRAJECTORIES}:{record.number})"
+    final = {result.probe: result for result in trajectory.probes if result.at_step is None}  # what score_episode reads
     for probe in expected.probes or []:
         problem = None if probe.probabilities is None else probability_problem(probe.options, probe.probabilities)
+        problem = problem or reading_problem(final[probe.probe])
         if problem is not None:
             raise run.refuse(
                 f"{TRAJECTORIES}:{record.number}",

@@ -190,7 +190,10 @@ def ece_check(rule: CalibrationRule, found: Observations, calibrated: bool = Fal
     from evaluation.calibration import ece
 
     value = ece(found.confidence, found.labels, rule.bins, equal_mass=rule.binning == "equal-mass") if found.labels.size else None
-    described = rule.describe(calibrated) + ("" if value is not None else f" (no episode measured probe {rule.probe})")
+    unmeasured = f" (no episode measured probe {rule.probe}" + (
+        f"; {found.low_mass} held less than the minimum mass and measured no belief)" if found.low_mass else ")"
+    )
+    described = rule.describe(calibrated) + ("" if value is not None else unmeasured)
     return {"check": described, "value": None if value is None else round(value, 6), "pass": value is not None and value <= rule.max_ece}
 
 

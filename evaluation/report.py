@@ -91,7 +91,8 @@ def calibration_rows(
         c, m = (figures or {}).get(probe), (masses or {}).get(probe)
         mass = "-" if m is None else f"{m.mean:.3g} ({m.min:.3g})" + (f", {m.below} under {m.min_mass:g}" if m.below else "")
         if c is None:
-            rows.append([run, probe, "-", "0 (no episode held the minimum mass)", mass, *["-"] * 5])
+            why = "no episode held the minimum mass" if m is not None and m.below else "no measured episode with a label"
+            rows.append([run, probe, "-", f"0 ({why})", mass, *["-"] * 5])
             continue
         left_out = [f"{c.not_measured} not measured"] * bool(c.not_measured) + [f"{c.low_mass} under the minimum mass"] * bool(c.low_mass)
         rows.append(

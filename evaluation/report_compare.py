@@ -232,7 +232,10 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
         figures=figures,
         statistics=statistics,
         plots="".join(comparison_plots(comparison, pairs)),
-        calibration="" if paired is None else calibration_section([("A", paired.a, paired.mass_a), ("B", paired.b, paired.mass_b)]),
+        calibration=""
+        if paired is None
+        else calibration_section([("A", paired.a, paired.mass_a), ("B", paired.b, paired.mass_b)])
+        + "".join(f'<p class="muted">Note: {html.escape(note)}.</p>' for note in paired.notes),
     )
     data = page_data({"pairs": [p.model_dump(mode="json") for p in pairs], "a": episodes[0], "b": episodes[1], "names": names})
     return page(title, header, main, data, SCRIPT)

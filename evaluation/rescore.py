@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent.errors import AgentError
 from agent.models import load_renderer
 from agent.probes import from_logprobs, load_probes
 from agent.served import common_prefix
@@ -72,7 +73,7 @@ from evaluation.rescore_checks import (
     rebuilt_prompt,
     recorded_probes,
 )
-from evaluation.run_directory import Run
+from evaluation.run_directory import MANIFEST, Run
 
 if TYPE_CHECKING:
     from agent.policies.hf import HFPolicy
@@ -263,7 +264,15 @@ def rescore(
     report = Rescore(
         str(run.directory), model, str(adapter) if adapter else None, chosen, tolerance, policy_name, not_measured=len(unmeasured)
     )
-    probes = load_probes(run.manifest.config.episode.probes_file)  # the file the run asked its probes from
+    recorded = run.manifest.config.episode.probes_file
+    try:
+        probes = load_probes(recorded)  # the file the run asked its probes from
+    except AgentError as error:
+        if recorded is None:
+            raise
+        raise EvaluationError(
+            f"{error}; the run asked its probes from {recorded} ({run.directory / MANIFEST}): put that file back there to rescore it"
+        ) from None
     report.mismatch = missing_probe(run, probes)
     if report.mismatch is not None:
         return report

@@ -34,7 +34,7 @@ from agent.engine import EpisodeProcesses, EpisodeThreads, raise_descriptor_limi
 from agent.loop import corpus_hashes
 from agent.policies import Policy, make_policy
 from agent.policies.replay import Replay
-from agent.probes import check_probes
+from agent.probes import check_probes, load_probes
 from agent.runner import EpisodeRunner, sandbox_isolation
 from agent.trajectory import Trajectory
 from agent.writer import TrajectoryLog
@@ -228,6 +228,7 @@ class _Run:
             check_resumable(out, recorded, hashes)
         units = [(q, sample) for q in questions for sample in range(config.samples)]
         latest = logged_episodes(out) if self.resume else {}
+        _refuse_other_probes(out, config, latest.values())
         done = {key for key, t in latest.items() if not (self.retry_errors and t.outcome.status == "policy_error")}
         remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
         self._ready(config, policy, remaining, adapters)
@@ -389,6 +390,23 @@ def refuse_other_corpus(policy: Policy, papers_sha256: str, allowed: bool) -> No
         raise EvaluationError(
             f"{policy.source or 'the recording'}: recorded on another corpus (corpus_sha256 {other[0][:12]}, this corpus "
             f"{papers_sha256[:12]}); pass the corpus it was recorded on with --corpus, or --replay-other-corpus to measure what changed"
+        )
+
+
+def _refuse_other_probes(out: Path, config: EvalConfig, logged) -> None:
+    """A resume asks its probes from the file the logged episodes asked theirs from: the manifest
+    records the file's path, not its bytes, and one run whose episodes were probed with two wordings
+    measures two things under one name (calibrate fits one temperature to both)."""
+    if not config.episode.probes:
+        return
+    probes = load_probes(config.episode.probes_file)
+    other = next((t for t in logged for p in t.probes if p.probes_sha256 != probes.sha256), None)
+    if other is not None:
+        recorded = next(p.probes_sha256 for p in other.probes if p.probes_sha256 != probes.sha256)
+        raise EvaluationError(
+            f"{out}: refusing to resume: episode {other.episode_id} asked its probes from a probes file of SHA-256 "
+            f"{recorded[:12]}, and {probes.path} is {probes.sha256[:12]} now; restore the file the run started with, "
+            "or start a new run with another --out"
         )
 
 

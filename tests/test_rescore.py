@@ -279,3 +279,19 @@ def test_a_nan_probability_is_refused_as_the_log_is_read(run_dir, qwen3_model, t
 def test_a_tolerance_that_is_not_a_finite_number_of_zero_or_more_is_one_line(run_dir, qwen3_model, tolerance):
     status, _, err = rescore_cli(str(run_dir), "--model", str(qwen3_model), "--tolerance", tolerance)
     assert status == 2 and err.count("\n") == 1 and "give a finite number of 0 or more" in err
+
+
+def test_a_recorded_probes_file_that_is_gone_or_not_a_file_says_where_to_put_it(run_dir, qwen3_model, tmp_path):
+    import os
+
+    copy = tmp_path / "elsewhere"
+    shutil.copytree(run_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    for name, make in (("gone.toml", lambda path: None), ("fifo.toml", os.mkfifo), ("dir.toml", os.mkdir)):
+        path = tmp_path / name
+        make(path)
+        manifest["config"]["episode"]["probes_file"] = str(path)
+        (copy / "manifest.json").write_text(json.dumps(manifest))
+        status, out, err = rescore_cli(str(copy), "--model", str(qwen3_model))
+        assert status == 2 and err.count("\n") == 1 and "probes compared" not in out, err
+        assert err.startswith(f"error: {path}: ") and f"the run asked its probes from {path}" in err and "put that file back" in err

@@ -594,3 +594,152 @@ def test_the_report_and_compare_show_the_mass(runs, tmp_path):
     assert paired["mass_a"]["answerable"]["below"] == 0 and paired["mass_b"]["answerable"]["below"] == below
     shown = run_cli("compare", str(runs / "validation"), str(runs / "faint"), env=WIDE)
     assert "options' mass (least)" in shown.stdout and f"(1e-06), {below} under 0.1" in shown.stdout
+
+
+def edited_run(runs, tmp_path, source: str, change, manifest=None):
+    """A copy of run ``source`` whose trajectories ``change(index, line)`` edits as JSON (and whose
+    manifest ``manifest(data)`` does), rescored as explorer eval scores it; None when the edited
+    log no longer reads (rescoring refused it)."""
+    from agent.errors import AgentError
+
+    copy = tmp_path / f"{source}-edited"
+    shutil.copytree(runs / source, copy)
+    lines = [json.loads(line) for line in (copy / "trajectories.jsonl").read_text().splitlines()]
+    for index, line in enumerate(lines):
+        change(index, line)
+    (copy / "trajectories.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    if manifest is not None:
+        data = json.loads((copy / "manifest.json").read_text())
+        manifest(data)
+        (copy / "manifest.json").write_text(json.dumps(data))
+    try:
+        rescored(copy, load(runs / "small.jsonl"))
+    except AgentError:
+        pass  # the edited log no longer reads: every command that reads it says so in one line
+    return copy
+
+
+@pytest.mark.parametrize(
+    "field, value, said",
+    [
+        ("mass", 5.0, "less than or equal to 1"),
+        ("mass", -1.0, "greater than or equal to 0"),
+        ("mass", 1e308, "less than or equal to 1"),  # was an OverflowError in the mass's mean
+        ("mass", "0.5", "valid number"),
+        ("mass", True, "valid number"),
+        ("mass", 0.6, "its mass 0.6 is not the"),  # raised above the minimum, its log-probabilities left as they were
+        ("probabilities", [0.5, 0.5], "are not the"),
+        ("logprobs", ["-0.1", -3.0], "valid number"),
+    ],
+)
+def test_a_forged_mass_is_refused_in_one_line(runs, tmp_path, field, value, said):
+    copy = edited_run(runs, tmp_path, "faint", lambda index, line: line["probes"][0].update({field: value}) if index == 0 else None)
+    for done in (run_cli("inspect", str(copy)), run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"))):
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+        assert "trajectories.jsonl:1" in done.stderr and said in done.stderr, done.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_a_minimum_mass_edited_in_the_log_or_the_manifest_alone_is_refused(runs, tmp_path):
+    def lowered(index, line):
+        line["config"]["probe_min_mass"] = 0.0
+
+    def raised(data):
+        data["config"]["episode"]["probe_min_mass"] = 0.5
+
+    for copy in (
+        edited_run(runs, tmp_path / "one", "faint", lambda index, line: lowered(index, line) if index == 0 else None),
+        edited_run(runs, tmp_path / "all", "faint", lowered),  # every line, the manifest left: the faint episodes would be fitted
+        edited_run(runs, tmp_path / "manifest", "faint", lambda index, line: None, raised),
+    ):
+        done = run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"), "--min-mass", "0")
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert (
+            "trajectories.jsonl:1: episode" in done.stderr
+            and "settings differ from the run's (manifest.json: probe_min_mass)" in done.stderr
+        )
+
+
+def test_apply_holds_a_run_to_the_minimum_the_calibration_was_fitted_at(runs, tmp_path):
+    out = tmp_path / "strict.json"
+    assert run_cli("calibrate", "fit", str(runs / "validation"), "--out", str(out), "--min-mass", "0.8").returncode == 0
+    assert load_calibration(out).min_mass == 0.8
+    middling = edited_run(runs, tmp_path, "test", lambda index, line: None)
+    with_probes(middling, load(runs / "small.jsonl"), seed=1, mass=lambda index: 0.6)  # above the run's 0.1, under the fit's 0.8
+    done = run_cli("calibrate", "apply", str(middling), "--calibration", str(out))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "held less than 0.8" in done.stderr, done.stderr
+    assert run_cli("calibrate", "apply", str(middling), "--calibration", str(out), "--min-mass", "0.5").returncode == 0
+
+
+def test_a_calibration_rule_on_a_probe_whose_every_episode_held_too_little_fails_its_check(runs, tmp_path):
+    run = Run.load(runs / "faint-test")  # every episode's options held 2e-6
+    assert run.metrics.calibration is None and run.metrics.probe_mass["answerable"].below == run.metrics.probe_mass["answerable"].measured
+    prereg = Preregistration.model_validate(
+        {
+            "frozen": {"corpus_sha256": "0" * 64, "questions_sha256": "0" * 64},
+            "rule": {"min_correct_abstentions": 0, "max_false_abstentions": 100},
+            "calibration": {"max_ece": 0.5},
+        }
+    )
+    result = judge(prereg, tmp_path / "p.toml", run.metrics.abstention, run.scores)
+    assert not result.passed and result.checks[-1].value is None
+    assert f"{run.metrics.probe_mass['answerable'].below} held less than the minimum mass" in result.checks[-1].check
+    page = tmp_path / "faint.html"
+    assert run_cli("report", str(runs / "faint-test"), "--out", str(page)).returncode == 0
+    assert "0 (no episode held the minimum mass)" in page.read_text()
+
+
+def test_compare_notes_a_probe_asked_from_another_file_or_held_to_another_minimum(runs, tmp_path):
+    from evaluation.compare import compare_runs
+
+    def reworded(index, line):
+        line["probes"][0]["probes_sha256"] = "2" * 64
+        line["config"].update({"probe_min_mass": 0.3, "probes_file": "/elsewhere/probes.toml"})
+
+    def recorded(data):
+        data["config"]["episode"].update({"probe_min_mass": 0.3, "probes_file": "/elsewhere/probes.toml"})
+
+    other = edited_run(runs, tmp_path, "validation", reworded, recorded)
+    result = compare_runs(Run.load(runs / "validation"), Run.load(other))
+    assert result.setting_differs == []  # the probes change no episode: no confound of the paired figures
+    notes = result.calibration.notes
+    assert len(notes) == 2 and "other probes files (A 111111111111; B 222222222222)" in notes[0] and "(A 0.1, B 0.3)" in notes[1]
+    shown = run_cli("compare", str(runs / "validation"), str(other), env=WIDE)
+    assert shown.returncode == 0 and "note: probe answerable was asked from other probes files" in shown.stdout
+    assert compare_runs(Run.load(runs / "validation"), Run.load(runs / "validation")).calibration.notes == []
+
+
+def test_a_resume_refuses_a_probes_file_changed_since_the_run_started(runs, tmp_path):
+    from agent.config import EvalConfig
+    from agent.trajectory import EpisodeConfig
+    from evaluation.errors import EvaluationError
+    from evaluation.run import _refuse_other_probes
+
+    logged = Run.load(runs / "validation").trajectories  # their probes were asked from a file of SHA-256 111...
+    mine = tmp_path / "probes.toml"
+    mine.write_text('[answerable]\ntext = "Can it be answered?"\noptions = ["yes", "no"]\n')
+    config = EvalConfig(episode=EpisodeConfig(probes=["answerable"], probes_file=mine))
+    with pytest.raises(EvaluationError, match=r"refusing to resume: episode .* SHA-256 111111111111, and .*probes.toml is"):
+        _refuse_other_probes(tmp_path, config, logged)
+    _refuse_other_probes(tmp_path, config, [])  # nothing logged yet: nothing to agree with
+    _refuse_other_probes(tmp_path, EvalConfig(), logged)  # no probes asked now
+
+
+def test_an_edited_probe_mass_in_metrics_json_is_refused(runs, tmp_path):
+    copy = tmp_path / "faint"
+    shutil.copytree(runs / "faint", copy)
+    metrics = json.loads((copy / "metrics.json").read_text())
+    metrics["probe_mass"]["answerable"]["below"] = 0  # "no episode under the minimum"
+    (copy / "metrics.json").write_text(json.dumps(metrics))
+    done = run_cli("inspect", str(copy))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "metrics.json: probe_mass is" in done.stderr, done.stderr
+
+
+def test_calibrate_refuses_a_probe_asked_from_two_probes_files(runs, tmp_path):
+    """A probes file changed mid-run (each episode reads it) or between shards: two wordings under one name."""
+    mixed = edited_run(
+        runs, tmp_path, "validation", lambda index, line: line["probes"][0].update({"probes_sha256": "2" * 64}) if index else None
+    )
+    done = run_cli("calibrate", "fit", str(mixed), "--out", str(tmp_path / "c.json"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and not (tmp_path / "c.json").exists(), done.stderr
+    assert "was asked from 2 probes files" in done.stderr and "SHA-256 111111111111" in done.stderr and "222222222222" in done.stderr

@@ -117,7 +117,7 @@ def rewrite(run, trajectories: list[Trajectory], corpus) -> tuple[list, RunMetri
 def scored(runs):
     """The code run with model generations on its steps (prompt 1000 + 100 i, 20 generated each);
     the reader run with a Reading on each episode (model tokens 5000 + 1000 i), its first episode
-    ended in no_answer (its final answer cut at the cap), and another seed in its manifest."""
+    ended in no_answer (its final answer cut at the cap), and another seed in its manifest and episodes."""
     corpus = load(runs / "small.jsonl")
     code = read_trajectories(runs / "code" / "trajectories.jsonl")
     code = [with_steps(t, [Generation(prompt_tokens=1000 + 100 * i, generated_tokens=20) for i in range(len(t.steps))]) for t in code]
