@@ -21,7 +21,8 @@ may name anything the file system holds. What is protected:
 - Outputs are never written through a symbolic link: appends open ``O_NOFOLLOW`` (a link, dangling
   or not, is refused; nothing is created where it points) and refuse a file with other names (a
   hard link); whole files are written beside the target and renamed over it (``atomic_file``),
-  which replaces a link instead of writing where it points.
+  which replaces a link instead of writing where it points. A copy (``copy_file``) is read and
+  written by the same rules, in blocks.
 
 What is not: a race by someone who can write the directory while we read it (an intermediate
 directory swapped for a link between the check and the open); a regular file that is merely
@@ -145,15 +146,39 @@ def sha256(path: PathLike, *, limit: int = HASHED_BYTES, inside: PathLike | None
     with _opened(path, inside, what) as (fd, size):
         if size > limit:
             raise _too_large(path, limit, what, size)
-        total = 0
-        while block := _read(fd, 1 << 20, path):
-            total += len(block)
-            if total > size + READ_BLOCK:
-                raise FileRefused(
-                    f"{path}: holds more than the {_size(size)} its size says (a /proc or special file?); name {a(what)} file"
-                )
+        for block in _blocks(fd, size, path, what):
             digest.update(block)
     return digest.hexdigest()
+
+
+def copy_file(source: PathLike, target: PathLike, *, limit: int, inside: PathLike | None = None, what: str = "file") -> str:
+    """Copy the regular file ``source`` (at most ``limit`` bytes) to ``target``; its SHA-256.
+
+    Read as ``sha256`` reads (a FIFO or device refused, bounded by ``limit`` and by the size the
+    file says it has, in blocks, never whole; ``inside`` as for ``read_bytes``), written as
+    ``atomic_file`` writes: whole or not at all, never through a link at ``target``. Where
+    ``shutil.copy`` would read ``/dev/zero`` until the disk fills, or write where a link points."""
+    source = Path(source)
+    digest = hashlib.sha256()
+    with _opened(source, inside, what) as (fd, size):
+        if size > limit:
+            raise _too_large(source, limit, what, size)
+        with atomic_file(target, binary=True) as handle:
+            for block in _blocks(fd, size, source, what):
+                digest.update(block)
+                handle.write(block)
+    return digest.hexdigest()
+
+
+def _blocks(fd: int, size: int, path: Path, what: str) -> Iterator[bytes]:
+    """The file's bytes in blocks, refused in one line once they pass the size it said it has:
+    a /proc file says 0 bytes and may hold terabytes."""
+    total = 0
+    while block := _read(fd, 1 << 20, path):
+        total += len(block)
+        if total > size + READ_BLOCK:
+            raise FileRefused(f"{path}: holds more than the {_size(size)} its size says (a /proc or special file?); name {a(what)} file")
+        yield block
 
 
 def _read(fd: int, count: int, path: Path) -> bytes:

@@ -123,8 +123,11 @@ def complete_checkpoint(
     for name in ("tokenizer.json", "tokenizer_config.json"):
         source = Path(config.model) / name
         if source.exists():
-            shutil.copy(source, checkpoint / name)
-    files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            try:  # links followed (a hub snapshot's files are links to its blobs), but only to a bounded regular file
+                files.copy_file(source, checkpoint / name, limit=files.DOCUMENT_BYTES, what=name)
+            except files.FileRefused as error:
+                raise TrainingError(f"{error}; {checkpoint} is left incomplete (a resume removes it): mend {source} and resume") from None
+    hashes = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
     manifest = CheckpointManifest(
         base_model=config.model,
         quantized=quantized,
@@ -135,7 +138,7 @@ def complete_checkpoint(
         validation=record,
         interrupted=interrupted,
         step=_number(checkpoint),
-        files=files,
+        files=hashes,
     )
     with atomic_file(checkpoint / MANIFEST) as handle:
         handle.write(manifest.model_dump_json(indent=2))

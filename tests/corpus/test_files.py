@@ -481,3 +481,19 @@ def test_a_full_disk_while_appending_is_one_line(tmp_path, monkeypatch):
         monkeypatch.setattr("corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
         with pytest.raises(files.FileRefused, match="log.jsonl: cannot be written"):
             log.append({"a": 1})
+
+
+def test_a_copy_reads_a_bounded_regular_file_and_never_writes_through_a_link(tmp_path):
+    source, target, elsewhere = tmp_path / "tokenizer.json", tmp_path / "out" / "tokenizer.json", tmp_path / "elsewhere"
+    source.write_bytes(b"{}")
+    elsewhere.write_bytes(b"mine")
+    target.parent.mkdir()
+    target.symlink_to(elsewhere)
+    assert files.copy_file(source, target, limit=10) == files.sha256(source)
+    assert target.read_bytes() == b"{}" and not target.is_symlink() and elsewhere.read_bytes() == b"mine"
+    with pytest.raises(files.FileRefused, match="more than 1 bytes"):
+        files.copy_file(source, target, limit=1)
+    for special in ("/dev/zero", "/proc/self/pagemap"):
+        with pytest.raises(files.FileRefused, match="character device|cannot be read|holds more than"):
+            files.copy_file(special, tmp_path / "copy", limit=files.GiB)
+    assert not (tmp_path / "copy").exists() and [p.name for p in target.parent.iterdir()] == ["tokenizer.json"]
