@@ -12,7 +12,8 @@ may name anything the file system holds. What is protected:
   its link points: the user asked for it.
 - Sizes are bounded before reading (``fstat``) and while reading (a ``/proc`` file says 0 bytes):
   a file over its bound is refused in one line that says the bound.
-- Text is UTF-8 without NUL (``decode``): a binary file, or text in UTF-16 or UTF-32, is refused in
+- Text is UTF-8 without NUL (``decode``), a UTF-8 byte order mark dropped wherever text or JSON is
+  read (``without_bom`` for JSON read undecoded): a binary file, or text in UTF-16 or UTF-32, is refused in
   one line instead of becoming a paper full of NUL characters.
 - JSON and TOML (``parse_json``, ``parse_toml``) bound nesting (Python's recursion limit, caught)
   and number sizes, and refuse NaN and Infinity, which JSON does not have; each problem is one
@@ -287,6 +288,13 @@ def decode(data: bytes, path: PathLike) -> str:
         ) from None
 
 
+def without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark, which ``decode`` drops too: for bytes
+    parsed as JSON undecoded (pydantic's JSON reader refuses the mark as invalid JSON), so that a
+    file an editor saved with one reads as it does everywhere else."""
+    return data.removeprefix(codecs.BOM_UTF8)
+
+
 def refuse_binary(data: bytes, path: PathLike) -> None:
     """One line if ``data`` is text in UTF-16 or UTF-32, or holds a NUL byte (no UTF-8 text does)."""
     for bom, encoding in _WIDE_BOMS:
@@ -345,7 +353,7 @@ def parse_json(text: str | bytes, path: PathLike, line: int | None = None, objec
     line naming the file and the line (``line``: the line of a JSON-lines file ``text`` is);
     invalid JSON stays ``json.JSONDecodeError``, for the caller to word."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8")
+        text = text.decode("utf-8-sig")
     decoder = (
         _DECODER
         if object_pairs_hook is None
@@ -392,7 +400,7 @@ def refuse_not_finite(data: bytes, path: PathLike, line: int | None = None) -> N
     if _MAYBE_NOT_FINITE.search(data) is None:
         return
     try:
-        parse_json(data.decode("utf-8"), path, line)
+        parse_json(data.decode("utf-8-sig"), path, line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return
 
@@ -481,7 +489,7 @@ def read_model(path: PathLike, model: type[M], *, what: str, inside: PathLike | 
     """A JSON document (a manifest, a summary, a record) read by ``read_bytes`` and validated by
     ``model`` with pydantic's JSON reader (nesting bounded at 200 levels, numbers at 4,300 digits).
     Invalid JSON or a bad field is one FileRefused line naming the file, and the line or the field."""
-    data = read_bytes(path, limit=limit, inside=inside, what=what)
+    data = without_bom(read_bytes(path, limit=limit, inside=inside, what=what))
     refuse_not_finite(data, path)
     try:
         return model.model_validate_json(data)

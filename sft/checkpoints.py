@@ -72,7 +72,9 @@ def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path | None
 def checkpoint_manifest(checkpoint: Path) -> CheckpointManifest:
     try:
         return CheckpointManifest.model_validate_json(
-            files.read_bytes(checkpoint / MANIFEST, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="checkpoint manifest")
+            files.without_bom(
+                files.read_bytes(checkpoint / MANIFEST, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="checkpoint manifest")
+            )
         )
     except files.FileRefused as error:
         raise TrainingError(f"{error}; remove the checkpoint to resume from the one before") from None

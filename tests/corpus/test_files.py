@@ -177,6 +177,32 @@ def test_utf8_with_its_byte_order_mark_is_text(tmp_path):
     assert files.read_text(path, limit=100) == "a paper\n"
 
 
+class Counted(BaseModel):
+    count: int
+
+
+def test_json_and_json_lines_with_a_byte_order_mark_read_as_without_it(tmp_path):
+    """decode drops the mark; so do the readers that hand bytes to a JSON parser undecoded."""
+    document, log = tmp_path / "metrics.json", tmp_path / "scores.jsonl"
+    document.write_bytes(b'\xef\xbb\xbf{"count": 3}')
+    assert files.read_model(document, Counted, what="count").count == 3
+    assert files.parse_json(document.read_bytes(), document) == {"count": 3}
+    log.write_bytes(b'\xef\xbb\xbf{"count": 1}\n{"count": 2}\n')
+    assert read_records(log, Counted, what="count") == [Counted(count=1), Counted(count=2)]
+    records, torn = read_numbered(log, Counted, what="count")
+    assert [r.data for r in records] == [b'{"count": 1}', b'{"count": 2}'] and torn is None
+
+
+@pytest.mark.parametrize("after", [b"", b'{"cou', b'{"count": 1}'])
+def test_an_append_keeps_a_byte_order_mark_and_mends_the_line_after_it(tmp_path, after):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + after)
+    with AppendOnlyLines(path) as log:
+        log.append({"count": 2})
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert read_records(path, what="record") == [*([{"count": 1}] if after.endswith(b"}") else []), {"count": 2}]
+
+
 # -- JSON and TOML ------------------------------------------------------------------------------
 
 
