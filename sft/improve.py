@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 import corpus.files as files
 from agent.errors import AgentError
 from agent.models import file_hashes, tokenizer_file
+from agent.trajectory import MAX_STEPS
 from corpus.files import atomic_file
 from sft.build import NothingToTrain, build_dataset
 from sft.config import BuildConfig, TrainConfig
@@ -59,7 +60,7 @@ class ImproveSettings(BaseModel):
     limit: int | None = None  # train questions sampled per round
     best_of: int = Field(ge=1)
     seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
-    max_steps: int = Field(ge=1)
+    max_steps: int = Field(ge=1, le=MAX_STEPS)
     max_new_tokens: int = Field(ge=1)
     train_max_steps: int | None = None
     validation_episodes: int = Field(ge=0)

@@ -241,3 +241,18 @@ def test_a_run_file_an_editor_saved_with_a_byte_order_mark_reads_as_before(eval_
     assert shown.stdout == run_cli("inspect", str(eval_run)).stdout.replace(str(eval_run), str(run))
     resumed = run_cli("eval", "--out", str(run), "--resume")
     assert resumed.returncode == 0, resumed.stderr
+
+
+@pytest.mark.parametrize(
+    "budget, forged",
+    [("max_steps", 10**9), ("observation_chars", 10**12), ("context_chars", 10**15)],
+)
+def test_a_resumed_manifest_with_a_budget_past_its_bound_is_one_line(eval_run, tmp_path, budget, forged):
+    """A run cut off before its first episode is its manifest alone; the budgets a resume reads from it are bounded."""
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = json.loads((eval_run / "manifest.json").read_text())
+    manifest["config"]["episode"][budget] = forged
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    one_line(run_cli("eval", "--out", str(run), "--resume"), f"{run}/manifest.json", f"config.episode.{budget}", "less than or equal to")
+    assert not (run / "trajectories.jsonl").exists()
