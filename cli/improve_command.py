@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agent.terminal_text import visible
+from agent.trajectory import MAX_STEPS
 from cli.display import ConsoleReporter
 from cli.errors import UsageError, error_line
 from cli.options import CorpusOption, SplitOfOption, open_corpus, split_of
@@ -32,7 +33,7 @@ def improve_command(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N train questions each round."),
     best_of: int = typer.Option(1, "--best-of", min=1, help="Successful attempts kept per question."),
     seed_data: list[Path] | None = typer.Option(None, "--seed-data", help="Trajectories added to every round's data (e.g. sft teach's)."),
-    max_steps: int = typer.Option(10, "--max-steps", min=1, help="Actions per episode."),
+    max_steps: int = typer.Option(10, "--max-steps", min=1, max=MAX_STEPS, help="Actions per episode."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", min=1),
     train_max_steps: int | None = typer.Option(
         None, "--train-max-steps", min=1, help="Optimizer steps per round (default: the recipe's epochs)."

@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from agent.terminal_text import untrusted
+from agent.trajectory import MAX_STEPS
 from cli.errors import UsageError, error_line
 from cli.flags import config_flags
 from cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
@@ -33,7 +34,7 @@ def teach_command(
     limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
     direct: bool = typer.Option(False, "--direct", help="Submit the gold answer as the first action (reproduces the shortcut)."),
     thinking: bool = typer.Option(False, "--thinking", help="Write each action's reasoning as a Qwen3 think block (thinking-mode data)."),
-    max_steps: int = typer.Option(10, "--max-steps", min=1),
+    max_steps: int = typer.Option(10, "--max-steps", min=1, max=MAX_STEPS),
     tokenizer: Path | None = typer.Option(
         None, "--tokenizer", help="Record the prompts this tokenizer's renderer would serve (for check-parity)."
     ),

@@ -12,7 +12,8 @@ may name anything the file system holds. What is protected:
   its link points: the user asked for it.
 - Sizes are bounded before reading (``fstat``) and while reading (a ``/proc`` file says 0 bytes):
   a file over its bound is refused in one line that says the bound.
-- Text is UTF-8 without NUL (``decode``): a binary file, or text in UTF-16 or UTF-32, is refused in
+- Text is UTF-8 without NUL (``decode``), a UTF-8 byte order mark dropped wherever text or JSON is
+  read (``without_bom`` for JSON read undecoded): a binary file, or text in UTF-16 or UTF-32, is refused in
   one line instead of becoming a paper full of NUL characters.
 - JSON and TOML (``parse_json``, ``parse_toml``) bound nesting (Python's recursion limit, caught)
   and number sizes, and refuse NaN and Infinity, which JSON does not have; each problem is one
@@ -20,11 +21,12 @@ may name anything the file system holds. What is protected:
   JSON reader, which bounds nesting at 200 levels and numbers at 4,300 digits (``corpus.jsonl``).
 - Outputs are never written through a symbolic link: appends open ``O_NOFOLLOW`` (a link, dangling
   or not, is refused; nothing is created where it points) and refuse a file with other names (a
-  hard link) or one another user put in a sticky directory anyone may write (/tmp); whole files are written beside the target and renamed over it (``atomic_file``),
-  which replaces a link instead of writing where it points. The temporary file gets its mode
-  through its descriptor (a link swapped in at its name gets none) and is checked to be the file
-  written before the rename; the umask is read, never set (set to 0 for an instant, it would give
-  a file another thread creates mode 0666).
+  hard link) or one another user put in a sticky directory anyone may write (/tmp); whole files
+  are written beside the target and renamed over it (``atomic_file``), which replaces a link
+  instead of writing where it points. The temporary file gets its mode through its descriptor (a
+  link swapped in at its name gets none) and is checked to be the file written before the rename;
+  the umask is read, never set (set to 0 for an instant, it would give a file another thread
+  creates mode 0666). A copy (``copy_file``) is read and written by the same rules, in blocks.
 
 What is not: a race by someone who can write the directory while we read it (an intermediate
 directory swapped for a link between the check and the open); a regular file that is merely
@@ -148,15 +150,39 @@ def sha256(path: PathLike, *, limit: int = HASHED_BYTES, inside: PathLike | None
     with _opened(path, inside, what) as (fd, size):
         if size > limit:
             raise _too_large(path, limit, what, size)
-        total = 0
-        while block := _read(fd, 1 << 20, path):
-            total += len(block)
-            if total > size + READ_BLOCK:
-                raise FileRefused(
-                    f"{path}: holds more than the {_size(size)} its size says (a /proc or special file?); name {a(what)} file"
-                )
+        for block in _blocks(fd, size, path, what):
             digest.update(block)
     return digest.hexdigest()
+
+
+def copy_file(source: PathLike, target: PathLike, *, limit: int, inside: PathLike | None = None, what: str = "file") -> str:
+    """Copy the regular file ``source`` (at most ``limit`` bytes) to ``target``; its SHA-256.
+
+    Read as ``sha256`` reads (a FIFO or device refused, bounded by ``limit`` and by the size the
+    file says it has, in blocks, never whole; ``inside`` as for ``read_bytes``), written as
+    ``atomic_file`` writes: whole or not at all, never through a link at ``target``. Where
+    ``shutil.copy`` would read ``/dev/zero`` until the disk fills, or write where a link points."""
+    source = Path(source)
+    digest = hashlib.sha256()
+    with _opened(source, inside, what) as (fd, size):
+        if size > limit:
+            raise _too_large(source, limit, what, size)
+        with atomic_file(target, binary=True) as handle:
+            for block in _blocks(fd, size, source, what):
+                digest.update(block)
+                handle.write(block)
+    return digest.hexdigest()
+
+
+def _blocks(fd: int, size: int, path: Path, what: str) -> Iterator[bytes]:
+    """The file's bytes in blocks, refused in one line once they pass the size it said it has:
+    a /proc file says 0 bytes and may hold terabytes."""
+    total = 0
+    while block := _read(fd, 1 << 20, path):
+        total += len(block)
+        if total > size + READ_BLOCK:
+            raise FileRefused(f"{path}: holds more than the {_size(size)} its size says (a /proc or special file?); name {a(what)} file")
+        yield block
 
 
 def _read(fd: int, count: int, path: Path) -> bytes:
@@ -265,6 +291,13 @@ def decode(data: bytes, path: PathLike) -> str:
         ) from None
 
 
+def without_bom(data: bytes) -> bytes:
+    """``data`` without a leading UTF-8 byte order mark, which ``decode`` drops too: for bytes
+    parsed as JSON undecoded (pydantic's JSON reader refuses the mark as invalid JSON), so that a
+    file an editor saved with one reads as it does everywhere else."""
+    return data.removeprefix(codecs.BOM_UTF8)
+
+
 def refuse_binary(data: bytes, path: PathLike) -> None:
     """One line if ``data`` is text in UTF-16 or UTF-32, or holds a NUL byte (no UTF-8 text does)."""
     for bom, encoding in _WIDE_BOMS:
@@ -323,7 +356,7 @@ def parse_json(text: str | bytes, path: PathLike, line: int | None = None, objec
     line naming the file and the line (``line``: the line of a JSON-lines file ``text`` is);
     invalid JSON stays ``json.JSONDecodeError``, for the caller to word."""
     if isinstance(text, bytes):
-        text = text.decode("utf-8")
+        text = text.decode("utf-8-sig")
     decoder = (
         _DECODER
         if object_pairs_hook is None
@@ -370,7 +403,7 @@ def refuse_not_finite(data: bytes, path: PathLike, line: int | None = None) -> N
     if _MAYBE_NOT_FINITE.search(data) is None:
         return
     try:
-        parse_json(data.decode("utf-8"), path, line)
+        parse_json(data.decode("utf-8-sig"), path, line)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return
 
@@ -459,7 +492,7 @@ def read_model(path: PathLike, model: type[M], *, what: str, inside: PathLike | 
     """A JSON document (a manifest, a summary, a record) read by ``read_bytes`` and validated by
     ``model`` with pydantic's JSON reader (nesting bounded at 200 levels, numbers at 4,300 digits).
     Invalid JSON or a bad field is one FileRefused line naming the file, and the line or the field."""
-    data = read_bytes(path, limit=limit, inside=inside, what=what)
+    data = without_bom(read_bytes(path, limit=limit, inside=inside, what=what))
     refuse_not_finite(data, path)
     try:
         return model.model_validate_json(data)

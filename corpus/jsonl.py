@@ -34,6 +34,7 @@ for a plain dict) gives, so U+2028 stays raw in the file and other tools' reader
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
 import os
@@ -102,13 +103,13 @@ def every_line(data: bytes) -> list[Line]:
 
 def read_bytes(path: Path, what: str, inside: Path | None = None) -> bytes:
     """A file's bytes (``corpus.files``: a regular file, bounded, not out of ``inside`` by a link,
-    not binary); FileNotFoundError is the caller's to name, other problems are one line."""
+    not binary), a UTF-8 byte order mark dropped as ``corpus.files.decode`` drops it; FileNotFoundError is the caller's to name, other problems are one line."""
     try:
         data = files.read_bytes(path, limit=files.DATA_BYTES, inside=inside, what=what)
         files.refuse_binary(data, path)
     except files.FileRefused as error:
         raise JsonLinesError(str(error)) from None
-    return data
+    return files.without_bom(data)  # a mark an editor added is not part of the first record
 
 
 @overload
@@ -289,6 +290,10 @@ def _cut_torn_line(fd: int, path: Path) -> int:
     if size == 0 or os.pread(fd, 1, size - 1) == NEWLINE:
         return 0
     keep = _after_last_newline(fd, size)
+    if keep == 0 and os.pread(fd, len(codecs.BOM_UTF8), 0) == codecs.BOM_UTF8:
+        keep = len(codecs.BOM_UTF8)  # a byte order mark is no part of the first record: kept, as readers drop it
+        if keep == size:
+            return 0
     tail = os.pread(fd, min(size - keep, files.DATA_BYTES), keep)
     kind = _torn_record(tail)
     if kind == "whole":

@@ -223,9 +223,10 @@ def read_log(directory: Path) -> tuple[list[Record[Trajectory]], TornLine | None
 
 def read_file(directory: Path, name: str, what: str) -> bytes:
     """The bytes of one of the run's JSON files (``corpus.files``: a regular file of the directory,
-    not a link out of it, bounded); a missing one raises FileNotFoundError, anything else is one line."""
+    not a link out of it, bounded; a UTF-8 byte order mark dropped); a missing one raises
+    FileNotFoundError, anything else is one line."""
     try:
-        return files.read_bytes(directory / name, limit=files.DOCUMENT_BYTES, inside=directory, what=what)
+        return files.without_bom(files.read_bytes(directory / name, limit=files.DOCUMENT_BYTES, inside=directory, what=what))
     except files.FileRefused as error:
         raise EvaluationError(str(error)) from None
 

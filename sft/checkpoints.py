@@ -72,7 +72,9 @@ def resumable_checkpoint(out: Path, log=print, main: bool = True) -> Path | None
 def checkpoint_manifest(checkpoint: Path) -> CheckpointManifest:
     try:
         return CheckpointManifest.model_validate_json(
-            files.read_bytes(checkpoint / MANIFEST, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="checkpoint manifest")
+            files.without_bom(
+                files.read_bytes(checkpoint / MANIFEST, limit=files.DOCUMENT_BYTES, inside=checkpoint, what="checkpoint manifest")
+            )
         )
     except files.FileRefused as error:
         raise TrainingError(f"{error}; remove the checkpoint to resume from the one before") from None
@@ -123,8 +125,11 @@ def complete_checkpoint(
     for name in ("tokenizer.json", "tokenizer_config.json"):
         source = Path(config.model) / name
         if source.exists():
-            shutil.copy(source, checkpoint / name)
-    files = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
+            try:  # links followed (a hub snapshot's files are links to its blobs), but only to a bounded regular file
+                files.copy_file(source, checkpoint / name, limit=files.DOCUMENT_BYTES, what=name)
+            except files.FileRefused as error:
+                raise TrainingError(f"{error}; {checkpoint} is left incomplete (a resume removes it): mend {source} and resume") from None
+    hashes = {str(p.relative_to(checkpoint)): file_sha256(p) for p in sorted(checkpoint.rglob("*")) if p.is_file() and p.name != MANIFEST}
     manifest = CheckpointManifest(
         base_model=config.model,
         quantized=quantized,
@@ -135,7 +140,7 @@ def complete_checkpoint(
         validation=record,
         interrupted=interrupted,
         step=_number(checkpoint),
-        files=files,
+        files=hashes,
     )
     with atomic_file(checkpoint / MANIFEST) as handle:
         handle.write(manifest.model_dump_json(indent=2))

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.config import THREADS_HELP
+from agent.trajectory import MAX_STEPS
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 REPORTERS = ("none", "tensorboard", "wandb")
@@ -62,7 +63,7 @@ class TrainConfig(BaseModel):
     seed: int = Field(0, description="Seeds the LoRA weights, the order of the examples and dropout.")
     validation_examples: int = Field(64, ge=1, description="Teacher-forced metrics on at most this many validation examples.")
     validation_episodes: int = Field(16, ge=0, description="Greedy validation episodes per checkpoint.")
-    validation_max_steps: int = Field(6, ge=1, description="Actions per validation episode.")
+    validation_max_steps: int = Field(6, ge=1, le=MAX_STEPS, description="Actions per validation episode.")
     validation_max_new_tokens: int = Field(256, ge=1, description="Tokens per action of a validation episode.")
     max_direct_submit_rate: float = Field(
         0.25, ge=0, le=1, description="Only a checkpoint whose validation episodes submit at once less often than this is selected."

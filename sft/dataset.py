@@ -249,4 +249,4 @@ def load_report(data: Path) -> BuildReport:
         data_bytes = files.read_bytes(data / "build_report.json", limit=files.DOCUMENT_BYTES, inside=data, what="build report")
     except files.FileRefused as error:
         raise TrainingError(str(error)) from None
-    return BuildReport.model_validate_json(data_bytes)
+    return BuildReport.model_validate_json(files.without_bom(data_bytes))

@@ -23,6 +23,7 @@ when the round's sampling ends (agent.policies.adapters). The round records that
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -30,7 +31,9 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 import corpus.files as files
-from agent.models import tokenizer_file
+from agent.errors import AgentError
+from agent.models import file_hashes, tokenizer_file
+from agent.trajectory import MAX_STEPS
 from corpus.files import atomic_file
 from sft.build import NothingToTrain, build_dataset
 from sft.config import BuildConfig, TrainConfig
@@ -57,7 +60,7 @@ class ImproveSettings(BaseModel):
     limit: int | None = None  # train questions sampled per round
     best_of: int = Field(ge=1)
     seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
-    max_steps: int = Field(ge=1)
+    max_steps: int = Field(ge=1, le=MAX_STEPS)
     max_new_tokens: int = Field(ge=1)
     train_max_steps: int | None = None
     validation_episodes: int = Field(ge=0)
@@ -77,6 +80,7 @@ class RoundRecord(BaseModel):
     successful: int
     examples: int = 0
     adapter: str | None = None  # the round's chosen checkpoint
+    adapter_files: dict[str, str] | None = None  # its files' SHA-256 by relative path: checked before it is used
     answer_f1: float | None = None
     direct_submit_rate: float | None = None
     kept: bool = False
@@ -113,7 +117,7 @@ def improve(settings: ImproveSettings, *, out: str | Path, corpus=None, log=prin
             if not record.kept:
                 log(f"stopped after round {number}; the result is {current or 'the base model'}")
                 return records
-            current, previous = record.adapter, record
+            current, previous = checked_adapter(out / f"round-{number}", record), record
     log(f"{settings.rounds} rounds done; the result is {current}")
     return records
 
@@ -193,17 +197,49 @@ def run_round(
             ),
         )
     kept, reason = judged(best.behaviour.answer_f1, best.behaviour.direct_submit_rate, previous)
+    adapter = directory / "train" / best.checkpoint
     return _finish(
         record_path,
         record(
             examples=examples,
-            adapter=str(directory / "train" / best.checkpoint),
+            adapter=str(adapter),
+            adapter_files=_hashes(adapter, record_path),
             answer_f1=best.behaviour.answer_f1,
             direct_submit_rate=best.behaviour.direct_submit_rate,
             kept=kept,
             reason=reason,
         ),
     )
+
+
+def checked_adapter(directory: Path, record: RoundRecord) -> str:
+    """The adapter a kept round recorded, once it is shown to be what the round trained: a
+    checkpoint inside the round's own training run (``train/``), whose files hash to what the round
+    recorded. round.json is a file anyone who can write OUT can forge; unchecked, its ``adapter``
+    could name any directory as the next round's policy, and as the result."""
+    path, train = directory / "round.json", directory / "train"
+    again = f"remove {path} to judge the round again from its training run (or {directory} to run the whole round again)"
+    if record.adapter is None or record.adapter_files is None:
+        missing = "an adapter" if record.adapter is None else "its adapter's file hashes (written by an older version)"
+        raise TrainingError(f"{path}: a kept round without {missing}; {again}")
+    adapter = Path(record.adapter)
+    if not os.path.realpath(adapter).startswith(os.path.realpath(train) + os.sep):  # links resolved: one out of train/ is refused
+        raise TrainingError(f"{path}: its adapter {adapter} is not a checkpoint of the round's training run {train}; {again}")
+    if not adapter.is_dir():
+        raise TrainingError(f"{path}: its adapter {adapter} is not a directory (removed?); {again}")
+    now = _hashes(adapter, path)
+    changed = sorted(name for name in now.keys() | record.adapter_files.keys() if now.get(name) != record.adapter_files.get(name))
+    if changed:
+        shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+        raise TrainingError(f"{path}: its adapter {adapter} is not the one the round recorded ({shown} changed, added or removed); {again}")
+    return record.adapter
+
+
+def _hashes(adapter: Path, record_path: Path) -> dict[str, str]:
+    try:
+        return file_hashes(adapter)
+    except AgentError as error:  # a link out of the adapter, a special file in it
+        raise TrainingError(f"{error} (the adapter of {record_path}); remove it to train the round again") from None
 
 
 def judged(f1: float | None, rate: float | None, previous: RoundRecord | None) -> tuple[bool, str]:

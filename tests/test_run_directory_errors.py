@@ -226,3 +226,33 @@ def test_export_refuses_a_moved_corpus_as_report_does(tmp_path):
     assert done.returncode == 0, done.stderr
     samples = json.loads((tmp_path / "x.json").read_text())["samples"]
     assert len(samples) == 2 and all(sample["target"] for sample in samples)  # gold answers, never an empty list
+
+
+@pytest.mark.parametrize("name", ["trajectories.jsonl", "scores.jsonl", "metrics.json", "manifest.json"])
+def test_a_run_file_an_editor_saved_with_a_byte_order_mark_reads_as_before(eval_run, tmp_path, name):
+    """As corpus.files.decode reads any other text: the UTF-8 mark is dropped, not called invalid JSON."""
+    run = tmp_path / "run"
+    run.mkdir()
+    for path in eval_run.iterdir():
+        (run / path.name).write_bytes(path.read_bytes())
+    (run / name).write_bytes(b"\xef\xbb\xbf" + (run / name).read_bytes())
+    shown = run_cli("inspect", str(run))
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout == run_cli("inspect", str(eval_run)).stdout.replace(str(eval_run), str(run))
+    resumed = run_cli("eval", "--out", str(run), "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+
+
+@pytest.mark.parametrize(
+    "budget, forged",
+    [("max_steps", 10**9), ("observation_chars", 10**12), ("context_chars", 10**15)],
+)
+def test_a_resumed_manifest_with_a_budget_past_its_bound_is_one_line(eval_run, tmp_path, budget, forged):
+    """A run cut off before its first episode is its manifest alone; the budgets a resume reads from it are bounded."""
+    run = tmp_path / "run"
+    run.mkdir()
+    manifest = json.loads((eval_run / "manifest.json").read_text())
+    manifest["config"]["episode"][budget] = forged
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    one_line(run_cli("eval", "--out", str(run), "--resume"), f"{run}/manifest.json", f"config.episode.{budget}", "less than or equal to")
+    assert not (run / "trajectories.jsonl").exists()

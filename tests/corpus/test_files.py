@@ -177,6 +177,32 @@ def test_utf8_with_its_byte_order_mark_is_text(tmp_path):
     assert files.read_text(path, limit=100) == "a paper\n"
 
 
+class Counted(BaseModel):
+    count: int
+
+
+def test_json_and_json_lines_with_a_byte_order_mark_read_as_without_it(tmp_path):
+    """decode drops the mark; so do the readers that hand bytes to a JSON parser undecoded."""
+    document, log = tmp_path / "metrics.json", tmp_path / "scores.jsonl"
+    document.write_bytes(b'\xef\xbb\xbf{"count": 3}')
+    assert files.read_model(document, Counted, what="count").count == 3
+    assert files.parse_json(document.read_bytes(), document) == {"count": 3}
+    log.write_bytes(b'\xef\xbb\xbf{"count": 1}\n{"count": 2}\n')
+    assert read_records(log, Counted, what="count") == [Counted(count=1), Counted(count=2)]
+    records, torn = read_numbered(log, Counted, what="count")
+    assert [r.data for r in records] == [b'{"count": 1}', b'{"count": 2}'] and torn is None
+
+
+@pytest.mark.parametrize("after", [b"", b'{"cou', b'{"count": 1}'])
+def test_an_append_keeps_a_byte_order_mark_and_mends_the_line_after_it(tmp_path, after):
+    path = tmp_path / "log.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + after)
+    with AppendOnlyLines(path) as log:
+        log.append({"count": 2})
+    assert path.read_bytes().startswith(b"\xef\xbb\xbf")
+    assert read_records(path, what="record") == [*([{"count": 1}] if after.endswith(b"}") else []), {"count": 2}]
+
+
 # -- JSON and TOML ------------------------------------------------------------------------------
 
 
@@ -583,3 +609,19 @@ def test_a_full_disk_while_appending_is_one_line(tmp_path, monkeypatch):
         monkeypatch.setattr("corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
         with pytest.raises(files.FileRefused, match="log.jsonl: cannot be written"):
             log.append({"a": 1})
+
+
+def test_a_copy_reads_a_bounded_regular_file_and_never_writes_through_a_link(tmp_path):
+    source, target, elsewhere = tmp_path / "tokenizer.json", tmp_path / "out" / "tokenizer.json", tmp_path / "elsewhere"
+    source.write_bytes(b"{}")
+    elsewhere.write_bytes(b"mine")
+    target.parent.mkdir()
+    target.symlink_to(elsewhere)
+    assert files.copy_file(source, target, limit=10) == files.sha256(source)
+    assert target.read_bytes() == b"{}" and not target.is_symlink() and elsewhere.read_bytes() == b"mine"
+    with pytest.raises(files.FileRefused, match="more than 1 bytes"):
+        files.copy_file(source, target, limit=1)
+    for special in ("/dev/zero", "/proc/self/pagemap"):
+        with pytest.raises(files.FileRefused, match="character device|cannot be read|holds more than"):
+            files.copy_file(special, tmp_path / "copy", limit=files.GiB)
+    assert not (tmp_path / "copy").exists() and [p.name for p in target.parent.iterdir()] == ["tokenizer.json"]

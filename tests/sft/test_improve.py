@@ -160,3 +160,59 @@ def test_two_runs_on_one_server_each_sample_every_round_with_their_own_adapter(t
         assert used[record["served_name"]] == record["served_path"]  # sampled with exactly that checkpoint
     assert set(used) == {record["served_name"] for record in records} and server.adapters == {}  # all unloaded
     server.server.shutdown()
+
+
+def forged_round(out: Path, adapter: Path | None, **fields) -> Path:
+    """OUT/round-1/round.json: a kept round naming ``adapter`` (nothing is trained or sampled)."""
+    (out / "round-1").mkdir(parents=True, exist_ok=True)
+    record = {
+        "round": 1,
+        "sampled_with": "base",
+        "episodes": 2,
+        "successful": 1,
+        "adapter": adapter and str(adapter),
+        "kept": True,
+        "reason": "kept",
+    }
+    (out / "round-1" / "round.json").write_text(json.dumps({**record, **fields}))
+    return out / "round-1" / "round.json"
+
+
+def one_round(out: Path):
+    return run_cli("improve", "--model", "no-model-is-loaded", "--rounds", "1", "--out", str(out))
+
+
+def test_a_rounds_recorded_adapter_is_used_only_inside_its_training_run_and_as_recorded(tmp_path):
+    from agent.models import file_hashes
+
+    out = tmp_path / "improve"
+    adapter = out / "round-1" / "train" / "checkpoint-2"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_model.safetensors").write_bytes(b"weights")
+    forged_round(out, adapter, adapter_files=file_hashes(adapter))
+    done = one_round(out)
+    assert done.returncode == 0 and f"the result is {adapter}" in done.stdout, done.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "adapter_model.safetensors").write_bytes(b"weights")
+    linked = out / "round-1" / "train" / "checkpoint-3"
+    linked.symlink_to(elsewhere)
+    (out / "round-1" / "train" / "file").write_text("not a checkpoint")
+    for named in (elsewhere, linked, out / "round-1" / "train", out / "round-1" / "train" / ".." / ".." / ".." / "elsewhere"):
+        record = forged_round(out, named, adapter_files=file_hashes(elsewhere))
+        done = one_round(out)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+        assert f"{record}: its adapter {named} is not a checkpoint of the round's training run" in done.stderr
+        assert f"remove {record} to judge the round again" in done.stderr
+
+    (adapter / "adapter_model.safetensors").write_bytes(b"other weights")
+    for fields, said in (
+        ({"adapter_files": {"adapter_model.safetensors": "0" * 64}}, "adapter_model.safetensors changed, added or removed"),
+        ({}, "a kept round without its adapter's file hashes"),
+    ):
+        forged_round(out, adapter, **fields)
+        done = one_round(out)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    forged_round(out, None)
+    assert "a kept round without an adapter" in one_round(out).stderr
