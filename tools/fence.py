@@ -7,7 +7,9 @@ and before it runs the first action. In order:
    on descriptor 3, every other descriptor closed (no other episode's pipe, no log, no cache);
 2. rlimits set once: address space (what an action may add), CPU time for the worker's whole
    life (the host's clock enforces the per-action limit), no core files, no file growth, and
-   no descriptor numbers beyond 3;
+   no new descriptor at all (RLIMIT_NOFILE 0: the four it holds stay usable, but a number it
+   closes cannot be taken again, for a file, a socket or a copy of its channel: without seccomp,
+   and without root to drop to ``nobody``, a file it could open would be any of the user's);
 3. started as root: no supplementary groups, an unprivileged uid/gid (``nobody``); always: no
    capabilities (ambient ones included) and no processes of its own (RLIMIT_NPROC 0);
 4. the parent-death signal, so a worker never outlives its zygote;
@@ -127,7 +129,7 @@ def _any(reason: str) -> Allowance:
     return Allowance((), reason)
 
 
-OWN_DESCRIPTORS = "descriptors 0-3 only (/dev/null and the channel): no open, dup or pipe, RLIMIT_NOFILE 4"
+OWN_DESCRIPTORS = "descriptors 0-3 only (/dev/null and the channel): no open, dup or pipe, RLIMIT_NOFILE 0"
 OWN_MEMORY = "its own address space, within RLIMIT_AS"
 OWN_SIGNALS = "its own signal handlers, mask and stack"
 SYSCALL_RULES: dict[str, Allowance] = {
@@ -298,7 +300,8 @@ def wall_in(
         _libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != zygote_pid:  # the zygote died before the signal was armed
             os._exit(0)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (CHANNEL_FD + 1, CHANNEL_FD + 1))
+    # No new descriptor, not even in a number it closed (with a limit of 4, closing /dev/null freed one).
+    resource.setrlimit(resource.RLIMIT_NOFILE, (0, 0))
     if seccomp_program is not None:
         _load_bpf(seccomp_program)
     return notes

@@ -73,8 +73,11 @@ What is still not protected
 * Tool arguments and results are plain JSON; the host's tools are only as correct as
   ``tools.paper_tools`` (a bug there is recorded as ``internal error``, not hidden).
 * Without seccomp (not Linux, no libseccomp) the walls are the language layer, closed
-  descriptors, rlimits (no new descriptor numbers, no processes for non-root) and privilege
-  dropping; the trajectory says ``language-only``. Run hostile workloads in a container or VM too.
+  descriptors, rlimits (no new descriptor, even in a number it closed; no processes for non-root)
+  and, as root, privilege dropping; the trajectory says ``language-only``. Nothing then stops an
+  escaped action's signals or ptrace: started by a user, the worker runs as that user and can
+  signal, and where ptrace is not restricted (Yama) attach to, the user's own processes, the
+  policy's included; as root, those running as ``nobody``. Run hostile workloads in a container or VM too.
 * The episode host processes are trusted code without a fence of their own; they hold the corpus
   and index, nothing else of the policy's process (no model, no keys, no log).
 * Timing: an action can measure time and so learn how long the host's tools take.

@@ -325,3 +325,24 @@ def test_without_the_fence_trajectories_say_language_only_and_one_warning_is_pri
     finally:
         zygote.close()
     assert capsys.readouterr().err.count("language-only") == 1
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "print(open('/etc/hostname').read())",
+        "print(os.dup(3))",
+        "import socket; print(socket.socket(socket.AF_UNIX))",
+    ],
+)
+def test_without_the_fence_a_closed_descriptor_is_no_way_to_a_new_one(small_demo, index, statement):
+    """Where seccomp is missing, the descriptor limit is a wall of its own: a worker that closes one of
+    its four descriptors cannot take its number for a file, a socket or a copy of its channel (with
+    RLIMIT_NOFILE at 4 it could; without root its uid is the user's, so any of the user's files)."""
+    zygote = Zygote(kernel_fence=False)
+    try:
+        with Sandbox(small_demo, LIMITS, index=index, restricted=False, zygote=zygote) as sandbox:
+            result = run(sandbox, f"import os\nos.close(0)\ntry:\n    {statement}\nexcept OSError as e:\n    print('refused', e.errno)")
+    finally:
+        zygote.close()
+    assert result.stdout.split()[0] == "refused", result.stdout  # EMFILE (EINVAL for os.dup: fcntl's F_DUPFD)
