@@ -1,4 +1,10 @@
-"""The trajectory: an exact, versioned record of one episode (one JSONL line per episode)."""
+"""The trajectory: an exact, versioned record of one episode (one JSONL line per episode).
+
+Why one module: these models are one versioned schema (``SCHEMA_VERSION``), and the few functions
+beside them (``ending_step``, ``is_direct_submit``, ``without_timings``) define what every reader
+of the schema must agree on; split, a schema change would be made in one file and read by rules in
+another.
+"""
 
 from __future__ import annotations
 

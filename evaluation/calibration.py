@@ -26,6 +26,10 @@ options, so it never changes which one wins. T is fitted by minimising the NLL o
 (``scipy.optimize.minimize_scalar``, bounded to [0.05, 20]). Fitting, the calibration file and
 applying it are ``evaluation.calibration_fit``'s.
 
+Why one module: the labels, the exclusions (not measured, under the minimum mass), the figures
+and temperature scaling are read together by every consumer (metrics, compare, prereg, calibrate);
+split, the rule for which episodes count would sit apart from the figures computed over them.
+
 Not covered: probes asked during the episode (``at_step`` set; only the end's are judged), and the
 calibration of options other than the first (top-label calibration).
 """

@@ -260,12 +260,12 @@ def test_the_memory_reader_sends_the_server_the_ids_check_parity_rebuilds(vllm_s
     assert f"{len(calls)} memory-reader prompts rebuilt and matched" in parity.stdout, parity.stdout
 
 
-def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small_demo, tmp_path, monkeypatch):
+def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small_demo, tmp_path):
     """One episode with an option probe against the real server: its top log-probabilities labelled
     by token id, or the prompt_logprobs fallback for an option outside them, give the probabilities
     one hf forward pass of the same prompt gives. The served tiny model's tokenizer (trained on the
     demo corpus) makes two tokens of "Yes", so the probe is asked from a file whose options are one
-    token of it."""
+    token of it (--probes-file)."""
     import torch
 
     import agent.probes
@@ -273,14 +273,12 @@ def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small
 
     probes_file = tmp_path / "probes.toml"
     probes_file.write_text('[answerable]\ntext = "Can the papers answer the question? Reply A (yes) or B (no)."\noptions = ["A", "B"]\n')
-    load_probes = agent.probes.load_probes
-    monkeypatch.setattr(agent.probes, "load_probes", lambda path=probes_file: load_probes(path))
     policy = make_policy(
         PolicyConfig(name="openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir, max_new_tokens=16)
     )
     policy.preflight()
     question = small_demo.questions[0]
-    config = EpisodeConfig(max_steps=1, probes=["answerable"])
+    config = EpisodeConfig(max_steps=1, probes=["answerable"], probes_file=probes_file)
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, config).run(question.text, question)
     assert trajectory.outcome.status != "policy_error", trajectory.outcome
     (result,) = trajectory.probes
@@ -288,7 +286,7 @@ def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small
     assert abs(sum(result.probabilities) - 1) < 1e-9 and 0 < result.mass <= 1
     assert (result.fallback_options is not None) == (result.source == "server+fallback")
     local = HFPolicy.load(str(vllm_server.model_dir))
-    prompt = agent.probes.probe_prompt(local.renderer, trajectory.messages(), agent.probes.load_probes().probes["answerable"])
+    prompt = agent.probes.probe_prompt(local.renderer, trajectory.messages(), agent.probes.load_probes(probes_file).probes["answerable"])
     assert agent.probes.ids_sha256(prompt) == result.prompt_sha256
     hf_probabilities, _ = agent.probes.from_logprobs(local.probe(prompt, result.option_ids, use_cache=False).logprobs)
     assert max(abs(a - b) for a, b in zip(hf_probabilities, result.probabilities, strict=True)) < 1e-3, (hf_probabilities, result)
