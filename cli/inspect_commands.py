@@ -1,7 +1,10 @@
 """``explorer preregister``, ``inspect``, ``compare`` and ``report``: what a run did, read back.
 
 Questions, answers, ids and flag evidence come from the run's files: they reach the terminal as
-``agent.terminal_text.untrusted`` text (table cells included), never as rich markup."""
+``agent.terminal_text.untrusted`` text (table cells included), never as rich markup.
+
+Why one module: the four commands print the same records (metrics, comparisons, calibration
+tables) with the same untrusted-text rules; split, each would repeat the table helpers."""
 
 from __future__ import annotations
 

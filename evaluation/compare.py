@@ -23,6 +23,10 @@ point). What is compared is the policy - or, for one policy, its model or adapte
 where the runs differ in anything else (seed, question selection, prompt, the episode's limits,
 and for runs of one policy its decoding), ``setting_differs`` says so, since a difference in F1
 then measures that too.
+
+Why one module: the pairing of questions, the paired tests and what the two runs' settings make
+of them are one comparison, recorded as one ``RunComparison``; split, the rule for which
+questions pair would sit apart from the figures computed on them.
 """
 
 from __future__ import annotations

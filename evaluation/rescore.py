@@ -264,14 +264,14 @@ def rescore(
     report = Rescore(
         str(run.directory), model, str(adapter) if adapter else None, chosen, tolerance, policy_name, not_measured=len(unmeasured)
     )
-    recorded = run.manifest.config.episode.probes_file
+    probes_file = run.manifest.config.episode.probes_file
     try:
-        probes = load_probes(recorded)  # the file the run asked its probes from
+        probes = load_probes(probes_file)  # the file the run asked its probes from
     except AgentError as error:
-        if recorded is None:
+        if probes_file is None:
             raise
         raise EvaluationError(
-            f"{error}; the run asked its probes from {recorded} ({run.directory / MANIFEST}): put that file back there to rescore it"
+            f"{error}; the run asked its probes from {probes_file} ({run.directory / MANIFEST}): put that file back there to rescore it"
         ) from None
     report.mismatch = missing_probe(run, probes)
     if report.mismatch is not None:

@@ -654,10 +654,7 @@ def test_a_minimum_mass_edited_in_the_log_or_the_manifest_alone_is_refused(runs,
     ):
         done = run_cli("calibrate", "fit", str(copy), "--out", str(tmp_path / "c.json"), "--min-mass", "0")
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-        assert (
-            "trajectories.jsonl:1: episode" in done.stderr
-            and "settings differ from the run's (manifest.json: probe_min_mass)" in done.stderr
-        )
+        assert "trajectories.jsonl:1: episode" in done.stderr and "episode settings differ from the run's (probe_min_mass)" in done.stderr
 
 
 def test_apply_holds_a_run_to_the_minimum_the_calibration_was_fitted_at(runs, tmp_path):
