@@ -38,6 +38,14 @@ def explorer_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "cli.main", *args]
 
 
+def with_signals_a_terminal_leaves() -> None:
+    """``preexec_fn`` of a command a test interrupts: SIGINT and SIGTERM unblocked in the child, as a
+    shell's child starts. A blocked signal mask survives exec, and a library in the test process
+    can leave the main thread's blocking SIGINT (full-suite runs under xdist did): the command
+    would then never see the Ctrl-C the test sends, and run to its end or wait forever."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def checkout_environment(extra: dict | None = None) -> dict:
     environment = {**os.environ, **(extra or {})}
     environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environment.get("PYTHONPATH")]))
@@ -125,7 +133,12 @@ def killed_once_logged(command: list[str], log: Path, lines: int) -> int:
     """Start ``command`` in its own process group, kill -9 the whole group once ``log`` holds
     ``lines`` lines (bounded by HANG_SECONDS), and return how many lines it holds then."""
     process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=checkout_environment()
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=checkout_environment(),
+        preexec_fn=with_signals_a_terminal_leaves,
     )
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < lines):

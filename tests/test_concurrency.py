@@ -15,7 +15,15 @@ from agent.errors import AgentError
 from agent.policies.servers import ServerPool
 from agent.renderer import ChatRenderer
 from tests.agent.test_openai_policy import FakeServer
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, killed_once_logged, run_cli, run_cli_process
+from tests.conftest import (
+    HANG_SECONDS,
+    checkout_environment,
+    explorer_command,
+    killed_once_logged,
+    run_cli,
+    run_cli_process,
+    with_signals_a_terminal_leaves,
+)
 
 SEARCH = '```python\nhits = search("learning rate")\nprint(hits[:2])\n```'
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
@@ -289,7 +297,13 @@ def start_in_flight(tiny_tokenizer, server, out, *how) -> subprocess.Popen:
         str(out),
     )
     process = subprocess.Popen(
-        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True, env=checkout_environment()
+        command,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=checkout_environment(),
+        preexec_fn=with_signals_a_terminal_leaves,
     )
     log = out / "trajectories.jsonl"
     deadline = time.monotonic() + HANG_SECONDS

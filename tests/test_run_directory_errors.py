@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.test_openai_policy import FakeServer
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, with_signals_a_terminal_leaves
 
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 EPISODES = 6
@@ -88,7 +88,14 @@ def test_ctrl_c_during_eval_says_how_far_it_got_and_the_command_that_resumes(tin
         str(out),
     )
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=checkout_environment(), cwd=tmp_path
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=checkout_environment(),
+        preexec_fn=with_signals_a_terminal_leaves,
+        cwd=tmp_path,
     )
     try:
         assert waiting.wait(HANG_SECONDS), "the run never reached its third request"

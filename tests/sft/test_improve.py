@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import run_cli, with_signals_a_terminal_leaves
 from tests.integration.conftest import VLLM_PYTHON
 
 VLLM_INSTALLED = VLLM_PYTHON.exists()
@@ -90,7 +90,12 @@ def test_a_kill_mid_round_resumes_without_losing_or_repeating_an_attempt(tiny_mo
     args = improve_args(tiny_model, tmp_path, rounds=1, samples=3, limit=6, max_steps=3, max_new_tokens=8)
     log = tmp_path / "improve" / "round-1" / "samples" / "trajectories.jsonl"
     process = subprocess.Popen(
-        explorer_command(*args), env=checkout_environment(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        explorer_command(*args),
+        env=checkout_environment(),
+        preexec_fn=with_signals_a_terminal_leaves,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + HANG_SECONDS
     while time.monotonic() < deadline and process.poll() is None:

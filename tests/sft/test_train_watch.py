@@ -23,7 +23,7 @@ from sft.config import TrainConfig
 from sft.interrupts import launcher_warning
 from sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
 from sft.train import training_arguments
-from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
+from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, with_signals_a_terminal_leaves
 from tests.sft import test_train
 
 data = test_train.data  # the dataset built for the tiny model, a fixture shared with test_train.py
@@ -74,7 +74,14 @@ def manifest(checkpoint) -> CheckpointManifest:
 def ctrl_c_at(arguments: list[str], prefix: str, stdout) -> tuple[int, list[str], str]:
     """`explorer ARGUMENTS`, and Ctrl-C as a user would type it once a stderr line starts with PREFIX:
     the exit code, the stderr lines read until then and the whole stderr."""
-    process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=subprocess.PIPE, text=True, env=checkout_environment())
+    process = subprocess.Popen(
+        explorer_command(*arguments),
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=checkout_environment(),
+        preexec_fn=with_signals_a_terminal_leaves,
+    )
     watchdog = threading.Timer(HANG_SECONDS, process.kill)  # bounds a hang, never a speed
     watchdog.start()
     try:
@@ -162,7 +169,13 @@ def test_progress_is_a_bar_on_a_terminal_and_tensorboard_gets_the_behaviour_besi
     controller, terminal = pty.openpty()
     fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
     with open(tmp_path / "stdout", "w") as stdout:
-        process = subprocess.Popen(explorer_command(*arguments), stdout=stdout, stderr=terminal, env=checkout_environment())
+        process = subprocess.Popen(
+            explorer_command(*arguments),
+            stdout=stdout,
+            stderr=terminal,
+            env=checkout_environment(),
+            preexec_fn=with_signals_a_terminal_leaves,
+        )
     os.close(terminal)
     shown = b""
     while True:
