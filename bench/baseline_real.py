@@ -23,12 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.policies import Policy, PolicyConfig, Reply, make_policy  # noqa: E402
-from agent.policies.base import action  # noqa: E402
-from agent.runner import EpisodeRunner  # noqa: E402
-from agent.trajectory import EpisodeConfig  # noqa: E402
-from corpus import BM25Index, load  # noqa: E402
-from evaluation.scoring import EpisodeScore, score_episode  # noqa: E402
+from paper_explorer.agent.policies import Policy, PolicyConfig, Reply, make_policy  # noqa: E402
+from paper_explorer.agent.policies.base import action  # noqa: E402
+from paper_explorer.agent.runner import EpisodeRunner  # noqa: E402
+from paper_explorer.agent.trajectory import EpisodeConfig  # noqa: E402
+from paper_explorer.corpus import BM25Index, load  # noqa: E402
+from paper_explorer.evaluation.scoring import EpisodeScore, score_episode  # noqa: E402
 
 
 class AlwaysAbstain(Policy):

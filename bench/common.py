@@ -11,7 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.environment import hardware  # noqa: E402
+from paper_explorer.agent.environment import hardware  # noqa: E402
 
 RESULTS = ROOT / "bench" / "RESULTS.md"
 

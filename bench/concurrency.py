@@ -37,7 +37,7 @@ from pathlib import Path
 
 from common import ROOT, write_results
 
-from agent.renderer import ChatRenderer
+from paper_explorer.agent.renderer import ChatRenderer
 
 QWEN3 = ROOT.parent / "shared" / "tokenizers" / "qwen3-8b"
 DEMO_QUESTIONS = 1248  # questions in every split of the demo corpus
@@ -103,7 +103,7 @@ def run_eval(url: str, tokenizer: Path, how: str, level: int, episodes: int, out
     command = [
         sys.executable,
         "-m",
-        "cli.main",
+        "paper_explorer.cli.main",
         "eval",
         "--policy",
         "openai",

@@ -25,11 +25,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.policies import PolicyConfig, make_policy  # noqa: E402
-from agent.runner import EpisodeRunner  # noqa: E402
-from agent.trajectory import EpisodeConfig  # noqa: E402
 from bench.common import write_results  # noqa: E402
-from corpus import BM25Index, generate  # noqa: E402
+from paper_explorer.agent.policies import PolicyConfig, make_policy  # noqa: E402
+from paper_explorer.agent.runner import EpisodeRunner  # noqa: E402
+from paper_explorer.agent.trajectory import EpisodeConfig  # noqa: E402
+from paper_explorer.corpus import BM25Index, generate  # noqa: E402
 
 
 def in_process(questions: int) -> dict:

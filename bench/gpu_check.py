@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from sft.memory import GIB, QWEN3_8B  # noqa: E402  (Qwen/Qwen3-8B's published config; the weights here are random)
+from paper_explorer.sft.memory import GIB, QWEN3_8B  # noqa: E402  (Qwen/Qwen3-8B's published config; the weights here are random)
 
 TRAIN_BUDGET_GIB = 22.0
 
@@ -58,11 +58,11 @@ def build_random_model(shape: dict, directory: Path, tokenizer_from: Path) -> Pa
 def run(args) -> dict:
     import torch
 
-    from agent.policies.hf import HFPolicy
-    from agent.runner import EpisodeRunner
-    from agent.testing.tiny_model import TINY_SHAPE, build_tiny_model
-    from agent.trajectory import EpisodeConfig
-    from corpus import BM25Index, DemoConfig, generate
+    from paper_explorer.agent.policies.hf import HFPolicy
+    from paper_explorer.agent.runner import EpisodeRunner
+    from paper_explorer.agent.testing.tiny_model import TINY_SHAPE, build_tiny_model
+    from paper_explorer.agent.trajectory import EpisodeConfig
+    from paper_explorer.corpus import BM25Index, DemoConfig, generate
 
     cuda = torch.cuda.is_available()
     if not cuda and not args.tiny:
@@ -132,9 +132,9 @@ def train_steps(model_dir: Path, args, cuda: bool) -> dict:
 
     import torch
 
-    from sft.config import TrainConfig
-    from sft.memory import Shape, estimate
-    from sft.model import assistant_loss, load_model
+    from paper_explorer.sft.config import TrainConfig
+    from paper_explorer.sft.memory import Shape, estimate
+    from paper_explorer.sft.model import assistant_loss, load_model
 
     gc.collect()
     if cuda:

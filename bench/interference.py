@@ -29,8 +29,8 @@ BASELINE = "6e72d31"  # the last commit whose tools ran in the policy's process
 
 CHILD = r"""
 import json, sys, threading, time
-from corpus import BM25Index, DemoConfig, generate
-from tools.sandbox import Limits, Sandbox
+from paper_explorer.corpus import BM25Index, DemoConfig, generate
+from paper_explorer.tools.sandbox import Limits, Sandbox
 
 papers, hostile, actions = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 corpus = generate(DemoConfig(papers=papers, seed=3))

@@ -19,13 +19,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.policies.hf import HFPolicy  # noqa: E402
-from agent.renderer import ChatRenderer  # noqa: E402
-from agent.runner import EpisodeRunner  # noqa: E402
-from agent.testing.tiny_model import build_tiny_model  # noqa: E402
-from agent.trajectory import EpisodeConfig  # noqa: E402
 from bench.common import write_results  # noqa: E402
-from corpus import BM25Index, DemoConfig, generate  # noqa: E402
+from paper_explorer.agent.policies.hf import HFPolicy  # noqa: E402
+from paper_explorer.agent.renderer import ChatRenderer  # noqa: E402
+from paper_explorer.agent.runner import EpisodeRunner  # noqa: E402
+from paper_explorer.agent.testing.tiny_model import build_tiny_model  # noqa: E402
+from paper_explorer.agent.trajectory import EpisodeConfig  # noqa: E402
+from paper_explorer.corpus import BM25Index, DemoConfig, generate  # noqa: E402
 
 
 def main() -> None:

@@ -35,12 +35,12 @@ from scipy import stats as scipy_stats
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.testing.vllm_server import running_vllm  # noqa: E402
 from bench.common import write_results  # noqa: E402
-from corpus import DemoConfig, generate  # noqa: E402
-from evaluation.answers import answer_and_evidence_f1  # noqa: E402
-from evaluation.scoring import ABSTENTION  # noqa: E402
-from evaluation.stats import bootstrap_mean_ci, format_p  # noqa: E402
+from paper_explorer.agent.testing.vllm_server import running_vllm  # noqa: E402
+from paper_explorer.corpus import DemoConfig, generate  # noqa: E402
+from paper_explorer.evaluation.answers import answer_and_evidence_f1  # noqa: E402
+from paper_explorer.evaluation.scoring import ABSTENTION  # noqa: E402
+from paper_explorer.evaluation.stats import bootstrap_mean_ci, format_p  # noqa: E402
 
 EXPLORER = str(Path(sys.executable).parent / "explorer")
 MODEL = ROOT / ".models" / "smollm2-135m-instruct"
@@ -159,9 +159,9 @@ def selection(out: Path, summary: dict) -> dict:
     """The training summary with its selection made by this code's rule (``sft.validation.
     select_checkpoint``) over the run's own validation records: a training run that recorded no
     format-error rate (older code) has it filled in from the validation episodes it saved."""
-    from sft.config import TrainConfig
-    from sft.records import ValidationRecord
-    from sft.validation import select_checkpoint
+    from paper_explorer.sft.config import TrainConfig
+    from paper_explorer.sft.records import ValidationRecord
+    from paper_explorer.sft.validation import select_checkpoint
 
     records = [ValidationRecord.model_validate(record) for record in summary["checkpoints"]]
     for record in records:

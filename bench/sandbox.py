@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import re
 import statistics
 import subprocess
 import sys
@@ -44,10 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_results  # noqa: E402
-from corpus import BM25Index, generate  # noqa: E402
-from corpus.writing import write_jsonl  # noqa: E402
-from tools.paper_tools import PaperTools  # noqa: E402
-from tools.sandbox import Limits, Sandbox  # noqa: E402
+from paper_explorer.corpus import BM25Index, generate  # noqa: E402
+from paper_explorer.corpus.writing import write_jsonl  # noqa: E402
+from paper_explorer.tools.paper_tools import PaperTools  # noqa: E402
+from paper_explorer.tools.sandbox import Limits, Sandbox  # noqa: E402
 
 TRIVIAL = "1 + 1"
 SEARCH = 'hits = search("What learning rate is used to train QuantLens?", k=5)\nhits[0]["paper_id"]'
@@ -64,7 +65,8 @@ def _module_from_git(path: str, name: str):
     if shown.returncode != 0:
         return None
     file = Path(tempfile.mkdtemp()) / f"{name}.py"
-    file.write_text(shown.stdout)
+    # That commit's packages were top-level (corpus, tools, ...); today they live in paper_explorer.
+    file.write_text(re.sub(r"^(\s*)from (corpus|tools|agent)\b", r"\1from paper_explorer.\2", shown.stdout, flags=re.M))
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses look their module up
@@ -138,8 +140,8 @@ def bench_smolagents(corpus, index, repeats: dict[str, int]) -> dict[str, list[f
 FRESH_PREAMBLE = """
 import sys
 sys.path.insert(0, {root!r})
-from corpus import BM25Index, load
-from tools.paper_tools import PaperTools
+from paper_explorer.corpus import BM25Index, load
+from paper_explorer.tools.paper_tools import PaperTools
 corpus = load({corpus!r})
 globals().update(PaperTools(corpus, BM25Index.cached(corpus)).functions())
 """
@@ -177,13 +179,13 @@ def heavy_host_starts(repeats: int, previous: bool = False) -> list[float]:
         f"sys.path.insert(0, {str(ROOT / 'bench')!r})\nfrom sandbox import previous_sandbox_module\n"
         "previous = previous_sandbox_module()\nLimits, Sandbox = previous.Limits, previous.Sandbox\n"
         if previous
-        else "from tools.sandbox import Limits, Sandbox\n"
+        else "from paper_explorer.tools.sandbox import Limits, Sandbox\n"
     )
     probe = (
         "import json, sys, time\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
         "import numpy as np, torch, transformers\n"
-        "from corpus import BM25Index, generate\n" + importing + "corpus = generate(); index = BM25Index.cached(corpus)\n"
+        "from paper_explorer.corpus import BM25Index, generate\n" + importing + "corpus = generate(); index = BM25Index.cached(corpus)\n"
         "resident = np.ones(4 * 2**30 // 8)\n"
         "seconds = []\n"
         f"for _ in range({repeats} + 1):\n"

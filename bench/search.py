@@ -40,7 +40,7 @@ LIBRARIES = ("ours", "rank_bm25", "bm25s")
 def builder(library: str):
     """(build(documents) -> index, search(index, query)) for a library, imported up front."""
     if library == "ours":
-        from corpus.bm25 import BM25
+        from paper_explorer.corpus.bm25 import BM25
 
         return BM25.build, lambda index, query: index.top_k(query, 10)
     if library == "rank_bm25":
@@ -100,7 +100,7 @@ def worker(library: str, tokens_file: str, n_queries: int) -> dict:
 
 
 def prepare(papers: int, directory: Path) -> tuple[Path, int, dict]:
-    from corpus import DemoConfig, generate, tokenize
+    from paper_explorer.corpus import DemoConfig, generate, tokenize
 
     corpus = generate(DemoConfig(papers=papers, seed=0))
     started = time.perf_counter()
@@ -118,8 +118,8 @@ def prepare(papers: int, directory: Path) -> tuple[Path, int, dict]:
 
 def cache_load_seconds(corpus) -> dict:
     """How long the on-disk index cache takes to load, with and without hashing the corpus."""
-    from corpus import BM25Index
-    from corpus.collection import Corpus
+    from paper_explorer.corpus import BM25Index
+    from paper_explorer.corpus.collection import Corpus
 
     with tempfile.TemporaryDirectory() as cache:
         BM25Index.cached(corpus, directory=Path(cache))

@@ -41,12 +41,12 @@ sys.path.insert(0, str(ROOT))
 import re2  # noqa: E402
 
 from bench.common import write_results  # noqa: E402
-from corpus import BM25, BM25Index, Corpus, DemoConfig, Paper, Section, generate, tokenize  # noqa: E402
-from corpus.index import QuoteText, quote_form  # noqa: E402
-from tools import paper_tools  # noqa: E402
-from tools.arguments import ExtractArgs, ReadArgs, SearchArgs, SubmitArgs  # noqa: E402
-from tools.errors import ToolError  # noqa: E402
-from tools.paper_tools import PAGE_CHARS, REGEX_MEMORY, PaperTools, sentences, shown  # noqa: E402
+from paper_explorer.corpus import BM25, BM25Index, Corpus, DemoConfig, Paper, Section, generate, tokenize  # noqa: E402
+from paper_explorer.corpus.index import QuoteText, quote_form  # noqa: E402
+from paper_explorer.tools import paper_tools  # noqa: E402
+from paper_explorer.tools.arguments import ExtractArgs, ReadArgs, SearchArgs, SubmitArgs  # noqa: E402
+from paper_explorer.tools.errors import ToolError  # noqa: E402
+from paper_explorer.tools.paper_tools import PAGE_CHARS, REGEX_MEMORY, PaperTools, sentences, shown  # noqa: E402
 
 WORST_REGEX = r"(.{0,50}a){10}q"  # RE2's DFA runs out of states and its NFA walks ~4,500 instructions a byte
 

@@ -20,20 +20,20 @@ from typing import TYPE_CHECKING, Any
 
 # name -> the module that defines it
 _EXPORTS = {
-    "EvalConfig": "agent.config",
-    "RunConfig": "agent.config",
-    "PolicyConfig": "agent.config",
-    "EpisodeConfig": "agent.trajectory",
-    "Corpus": "corpus",
-    "load_corpus": "evaluation.run",
-    "evaluate": "evaluation.run",
-    "Run": "evaluation.run_directory",
-    "BuildConfig": "sft.config",
-    "TrainConfig": "sft.config",
-    "build_dataset": "sft.build",
-    "train": "sft.train",
-    "ImproveSettings": "sft.improve",
-    "improve": "sft.improve",
+    "EvalConfig": "paper_explorer.agent.config",
+    "RunConfig": "paper_explorer.agent.config",
+    "PolicyConfig": "paper_explorer.agent.config",
+    "EpisodeConfig": "paper_explorer.agent.trajectory",
+    "Corpus": "paper_explorer.corpus",
+    "load_corpus": "paper_explorer.evaluation.run",
+    "evaluate": "paper_explorer.evaluation.run",
+    "Run": "paper_explorer.evaluation.run_directory",
+    "BuildConfig": "paper_explorer.sft.config",
+    "TrainConfig": "paper_explorer.sft.config",
+    "build_dataset": "paper_explorer.sft.build",
+    "train": "paper_explorer.sft.train",
+    "ImproveSettings": "paper_explorer.sft.improve",
+    "improve": "paper_explorer.sft.improve",
 }
 
 __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for readers and linters
@@ -54,15 +54,15 @@ __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for r
 ]
 
 if TYPE_CHECKING:
-    from agent.config import EvalConfig, PolicyConfig, RunConfig
-    from agent.trajectory import EpisodeConfig
-    from corpus import Corpus
-    from evaluation.run import evaluate, load_corpus
-    from evaluation.run_directory import Run
-    from sft.build import build_dataset
-    from sft.config import BuildConfig, TrainConfig
-    from sft.improve import ImproveSettings, improve
-    from sft.train import train
+    from paper_explorer.agent.config import EvalConfig, PolicyConfig, RunConfig
+    from paper_explorer.agent.trajectory import EpisodeConfig
+    from paper_explorer.corpus import Corpus
+    from paper_explorer.evaluation.run import evaluate, load_corpus
+    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.sft.build import build_dataset
+    from paper_explorer.sft.config import BuildConfig, TrainConfig
+    from paper_explorer.sft.improve import ImproveSettings, improve
+    from paper_explorer.sft.train import train
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,7 @@ def isolated_cache(tmp_path_factory, monkeypatch):
 
 @pytest.fixture(scope="session")
 def small_demo():
-    from corpus import DemoConfig, generate
+    from paper_explorer.corpus import DemoConfig, generate
 
     return generate(DemoConfig(papers=40, seed=7))
 
@@ -35,7 +35,7 @@ HANG_SECONDS = 900
 
 def explorer_command(*args: str) -> list[str]:
     """`explorer ARGS` from this checkout's code, whatever `explorer` is on PATH."""
-    return [sys.executable, "-m", "cli.main", *args]
+    return [sys.executable, "-m", "paper_explorer.cli.main", *args]
 
 
 def with_signals_a_terminal_leaves() -> None:
@@ -69,8 +69,8 @@ def run_cli_process(*args: str, cwd: Path | None = None, env: dict | None = None
 @pytest.fixture(scope="session")
 def tiny_tokenizer(tmp_path_factory, small_demo):
     """A Qwen3-style tokenizer trained on the small demo corpus and the prompts (built, never downloaded)."""
-    from agent.prompt import system_prompt
-    from agent.testing.tiny_tokenizer import build_tokenizer
+    from paper_explorer.agent.prompt import system_prompt
+    from paper_explorer.agent.testing.tiny_tokenizer import build_tokenizer
 
     texts = [system_prompt()] + [p.text for p in small_demo.paragraphs()] + [q.text for q in small_demo.questions]
     return build_tokenizer(tmp_path_factory.mktemp("tiny-tokenizer"), texts)
@@ -79,7 +79,7 @@ def tiny_tokenizer(tmp_path_factory, small_demo):
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """`explorer tiny-model`'s output, built once per test session (a few seconds, nothing downloaded)."""
-    from agent.testing.tiny_model import build_tiny_model
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("models") / "tiny")
 
@@ -155,10 +155,10 @@ def rescored(run: Path, corpus) -> Path:
     A log cut to fewer questions gets the count (and hash) of selected questions its manifest would have had."""
     import json
 
-    from agent.writer import read_trajectories
-    from corpus import BM25Index
-    from corpus.collection import questions_sha256
-    from evaluation.run_directory import write_metrics
+    from paper_explorer.agent.writer import read_trajectories
+    from paper_explorer.corpus import BM25Index
+    from paper_explorer.corpus.collection import questions_sha256
+    from paper_explorer.evaluation.run_directory import write_metrics
 
     by_id = {question.id: question for question in corpus.questions}
     asked = [q for q in dict.fromkeys(t.question_id for t in read_trajectories(run / "trajectories.jsonl")) if q in by_id]

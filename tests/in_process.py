@@ -1,7 +1,7 @@
 """`explorer ARGS` run inside the test process, as a fresh process would run it (pytester's model).
 
 A call in a subprocess costs an interpreter start and the imports, about a second; here it costs
-the command. Each call gives the command what a fresh ``python -m cli.main ARGS`` would get, and puts
+the command. Each call gives the command what a fresh ``python -m paper_explorer.cli.main ARGS`` would get, and puts
 the test process back afterwards:
 
 - ``sys.argv``, the environment (the caller's, as ``tests.conftest.checkout_environment`` builds it
@@ -46,7 +46,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 _one_at_a_time = threading.Lock()
-# What sys.argv[0] is under `python -m cli.main`.
+# What sys.argv[0] is under `python -m paper_explorer.cli.main`.
 MAIN_SCRIPT = str(ROOT / "cli" / "main.py")
 # Signals a command or a library it loads may take over; SIGKILL and SIGSTOP cannot be.
 RESTORED_SIGNALS = tuple(
@@ -116,7 +116,7 @@ def _run(args: tuple[str, ...], cwd: Path | None, environment: dict) -> subproce
 def _exit_status() -> int:
     """Run ``cli.main.main`` and return the status a process running it would exit with."""
     try:
-        importlib.import_module("cli.main").main()
+        importlib.import_module("paper_explorer.cli.main").main()
     except SystemExit as exit:
         return _status(exit.code)
     except BaseException:  # an uncaught exception: the interpreter prints it and exits 1
@@ -256,7 +256,7 @@ def _unfrozen_afterwards():
 @contextmanager
 def _fresh_cli_modules():
     def ours(name: str) -> bool:
-        return name == "cli" or name.startswith("cli.")
+        return name == "paper_explorer.cli" or name.startswith("paper_explorer.cli.")
 
     kept = {name: module for name, module in sys.modules.items() if ours(name)}
     for name in kept:

@@ -1,6 +1,7 @@
-"""Imports flow one way: corpus <- tools <- agent <- evaluation <- sft <- paper_explorer <- cli.
+"""Imports flow one way inside the one installed package, ``paper_explorer``:
+corpus <- tools <- agent <- evaluation <- sft <- the Python API (``paper_explorer`` itself) <- cli.
 
-Every import in every module of the seven packages is read from its source (lazy imports inside
+Every import in every module of the seven layers is read from its source (lazy imports inside
 functions included), and a module may import only its own package or one below it. Imports may
 not form a cycle, not even through a lazy import inside a function. In cli/, a command module
 imports no other command module: what two commands share is a workflow of the core packages or
@@ -13,16 +14,22 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("corpus", "tools", "agent", "evaluation", "sft", "paper_explorer", "cli")
+PACKAGE = "paper_explorer"
+LAYERS = ("corpus", "tools", "agent", "evaluation", "sft", "api", "cli")
+
+
+def layer(module: str) -> str:
+    """The layer of one of our modules: its subpackage, or "api" for ``paper_explorer`` itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in LAYERS else "api"
 
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in LAYERS:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-            found[name] = path
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
     return found
 
 
@@ -37,21 +44,21 @@ def imported(path: Path, module_level_only: bool = False) -> list[tuple[int, str
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append((node.lineno, node.module))
             names += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-    return [(line, name) for line, name in names if name.split(".")[0] in LAYERS]
+    return [(line, name) for line, name in names if name.split(".")[0] == PACKAGE]
 
 
 def test_every_layer_imports_only_itself_and_the_layers_below():
     upward = []
     for name, path in modules().items():
-        rank = LAYERS.index(name.split(".")[0])
+        rank = LAYERS.index(layer(name))
         for line, target in imported(path):
-            if LAYERS.index(target.split(".")[0]) > rank:
+            if LAYERS.index(layer(target)) > rank:
                 upward.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not upward, "imports that point up the layers:\n" + "\n".join(sorted(set(upward)))
 
 
 def import_graph(module_level_only: bool) -> dict[str, set[str]]:
-    """Module -> the modules of ours it imports ("corpus.BM25" resolves to "corpus")."""
+    """Module -> the modules of ours it imports ("paper_explorer.corpus.BM25" resolves to "paper_explorer.corpus")."""
     known = modules()
     graph = {}
     for name, path in known.items():
@@ -105,7 +112,14 @@ def test_no_cycle_hides_in_a_function_level_import():
 
 
 # What every command module may share; cli.main assembles the commands.
-SHARED_CLI_MODULES = {"cli", "cli.options", "cli.flags", "cli.errors", "cli.display", "cli.usage_errors"}
+SHARED_CLI_MODULES = {
+    "paper_explorer.cli",
+    "paper_explorer.cli.options",
+    "paper_explorer.cli.flags",
+    "paper_explorer.cli.errors",
+    "paper_explorer.cli.display",
+    "paper_explorer.cli.usage_errors",
+}
 
 
 def test_no_command_module_imports_another():
@@ -113,11 +127,11 @@ def test_no_command_module_imports_another():
     the core packages, never in a command module."""
     offenders = []
     for name, path in modules().items():
-        if not name.startswith("cli.") or name in SHARED_CLI_MODULES or name == "cli.main":
+        if not name.startswith("paper_explorer.cli.") or name in SHARED_CLI_MODULES or name == "paper_explorer.cli.main":
             continue
         for line, target in imported(path):
             module = target if target in modules() else target.rpartition(".")[0]
-            if module.startswith("cli") and module not in SHARED_CLI_MODULES:
+            if module.startswith("paper_explorer.cli") and module not in SHARED_CLI_MODULES:
                 offenders.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
     assert not offenders, "command modules that import another command module:\n" + "\n".join(sorted(set(offenders)))
 
@@ -128,14 +142,16 @@ def test_the_shared_cli_modules_import_no_command_module():
     for name in SHARED_CLI_MODULES & set(known):
         for line, target in imported(known[name]):
             module = target if target in known else target.rpartition(".")[0]
-            if module.startswith("cli") and module not in SHARED_CLI_MODULES:
+            if module.startswith("paper_explorer.cli") and module not in SHARED_CLI_MODULES:
                 offenders.append(f"{known[name].relative_to(ROOT)}:{line} imports {target}")
     assert not offenders, "\n".join(sorted(set(offenders)))
 
 
 @pytest.mark.parametrize("package", LAYERS[:-1])
 def test_core_code_never_raises_the_cli_error(package):
-    offenders = [str(path.relative_to(ROOT)) for path in (ROOT / package).rglob("*.py") if "UsageError" in path.read_text()]
+    offenders = [
+        str(path.relative_to(ROOT)) for name, path in modules().items() if layer(name) == package and "UsageError" in path.read_text()
+    ]
     assert not offenders
 
 
@@ -151,3 +167,13 @@ def test_a_long_module_says_why_it_is_one_module():
         if lines > LONG_MODULE_LINES and "Why one module" not in docstring:
             unexplained.append(f"{path.relative_to(ROOT)}: {lines} lines")
     assert not unexplained, "long modules without a 'Why one module' paragraph:\n" + "\n".join(unexplained)
+
+
+def test_one_top_level_package_is_installed():
+    """What ``pip install .`` puts in site-packages is one package: nothing named ``cli`` or ``tools`` beside it."""
+    import tomllib
+
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert setuptools["packages"]["find"]["include"] == [PACKAGE, f"{PACKAGE}.*"]
+    stray = sorted(path.parent.name for path in ROOT.glob("*/__init__.py") if path.parent.name not in (PACKAGE, "tests"))
+    assert not stray, f"packages outside {PACKAGE}/: {stray}"

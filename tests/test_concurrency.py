@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from agent.engine import EpisodeThreads, raise_descriptor_limit
-from agent.errors import AgentError
-from agent.policies.servers import ServerPool
-from agent.renderer import ChatRenderer
+from paper_explorer.agent.engine import EpisodeThreads, raise_descriptor_limit
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.policies.servers import ServerPool
+from paper_explorer.agent.renderer import ChatRenderer
 from tests.agent.test_openai_policy import FakeServer
 from tests.conftest import (
     HANG_SECONDS,
@@ -234,7 +234,7 @@ def test_processes_with_episodes_in_flight_give_the_trajectories_of_one_at_a_tim
 
 
 def test_a_bug_in_an_episode_process_reaches_the_caller():
-    from agent.engine import EpisodeProcesses
+    from paper_explorer.agent.engine import EpisodeProcesses
 
     assert sorted(EpisodeProcesses(lambda n: n * n, 3, 4).run(list(range(50)))) == [n * n for n in range(50)]
 
@@ -249,7 +249,7 @@ def test_a_bug_in_an_episode_process_reaches_the_caller():
 
 
 def test_an_episode_process_that_dies_is_one_clear_error():
-    from agent.engine import EpisodeProcesses
+    from paper_explorer.agent.engine import EpisodeProcesses
 
     def dies(n):
         if n == 5:

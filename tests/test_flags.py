@@ -14,14 +14,14 @@ import typer
 from pydantic import BaseModel, ConfigDict, Field
 from typer.testing import CliRunner
 
-from agent.config import EvalConfig, RunConfig, build_config
-from agent.errors import AgentError
-from agent.policies.base import Reply, Sampling
-from agent.trajectory import EpisodeConfig, Generation, StepPolicyInfo
-from cli.flags import NOT_FLAGS, bounds_text, config_flags, model_flags
-from sft.config import TrainConfig
+from paper_explorer.agent.config import EvalConfig, RunConfig, build_config
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.policies.base import Reply, Sampling
+from paper_explorer.agent.trajectory import EpisodeConfig, Generation, StepPolicyInfo
+from paper_explorer.cli.flags import NOT_FLAGS, bounds_text, config_flags, model_flags
+from paper_explorer.sft.config import TrainConfig
+from paper_explorer.tools.limits import Limits, SandboxSettings
 from tests.conftest import run_cli
-from tools.limits import Limits, SandboxSettings
 
 try:  # what recent typer parses with (cli.usage_errors says why)
     from typer._click.exceptions import UsageError as ClickUsageError
@@ -38,7 +38,7 @@ COMMANDS = {
 
 
 def click_command(name: str):
-    from cli.main import app
+    from paper_explorer.cli.main import app
 
     return typer.main.get_command(app).commands[name]
 
@@ -262,9 +262,9 @@ def test_an_episode_config_keeps_the_json_old_runs_recorded():
 
 
 def test_policy_settings_are_never_taken_by_position():
-    from agent.policies.hf import HFPolicy
-    from agent.policies.openai_chat import OpenAIChatPolicy
-    from agent.policies.openai_server import OpenAIPolicy
+    from paper_explorer.agent.policies.hf import HFPolicy
+    from paper_explorer.agent.policies.openai_chat import OpenAIChatPolicy
+    from paper_explorer.agent.policies.openai_server import OpenAIPolicy
 
     for function, positional in (
         (OpenAIPolicy.__init__, {"self"}),
@@ -280,11 +280,11 @@ def test_policy_settings_are_never_taken_by_position():
 
 
 def test_a_replayed_step_reports_a_typed_record(small_demo):
-    from agent.policies import PolicyConfig, make_policy
-    from agent.policies.base import EpisodeStart
-    from agent.policies.replay import Replay
-    from agent.runner import EpisodeRunner
-    from corpus import BM25Index
+    from paper_explorer.agent.policies import PolicyConfig, make_policy
+    from paper_explorer.agent.policies.base import EpisodeStart
+    from paper_explorer.agent.policies.replay import Replay
+    from paper_explorer.agent.runner import EpisodeRunner
+    from paper_explorer.corpus import BM25Index
 
     question = small_demo.questions[0]
     runner = EpisodeRunner(small_demo, BM25Index.cached(small_demo), make_policy(PolicyConfig()), EpisodeConfig(max_steps=3))
@@ -310,9 +310,9 @@ def every_command() -> list[list[str]]:
     """Each command and subcommand of explorer, as the words that name it."""
     import typer
 
-    import cli.main
+    from paper_explorer.cli import main as cli_main
 
-    found, pending = [], [([], typer.main.get_command(cli.main.app))]
+    found, pending = [], [([], typer.main.get_command(cli_main.app))]
     while pending:
         words, command = pending.pop()
         for name, sub in sorted(getattr(command, "commands", {}).items()):

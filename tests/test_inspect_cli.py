@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from evaluation.summary import retrieval_label
+from paper_explorer.evaluation.summary import retrieval_label
 from tests.conftest import run_cli
 
 

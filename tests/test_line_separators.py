@@ -16,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from agent.policies.base import action
-from agent.trajectory import Trajectory, without_timings
-from agent.writer import read_log, read_trajectories
-from corpus import load
-from corpus.jsonl import JsonLinesError, append_records, read_numbered, read_records, split_lines, write_records
-from evaluation import export, merge
-from evaluation.run_directory import Run
-from evaluation.scoring import EpisodeScore
-from sft.dataset import load_examples
+from paper_explorer.agent.policies.base import action
+from paper_explorer.agent.trajectory import Trajectory, without_timings
+from paper_explorer.agent.writer import read_log, read_trajectories
+from paper_explorer.corpus import load
+from paper_explorer.corpus.jsonl import JsonLinesError, append_records, read_numbered, read_records, split_lines, write_records
+from paper_explorer.evaluation import export, merge
+from paper_explorer.evaluation.run_directory import Run
+from paper_explorer.evaluation.scoring import EpisodeScore
+from paper_explorer.sft.dataset import load_examples
 from tests.conftest import run_cli
 
 # Every character but "\n" that str.splitlines() splits on (checked below against Python itself).
@@ -285,7 +285,7 @@ def test_a_bad_line_is_one_error_naming_file_and_line(tmp_path, content, model, 
 
 
 def test_a_corpus_and_its_questions_load_through_the_same_cut(tmp_path, small_demo):
-    from corpus.writing import write_jsonl, write_questions
+    from paper_explorer.corpus.writing import write_jsonl, write_questions
 
     question = small_demo.questions[0].model_copy(update={"text": f"Why{SEPARATORS}?"})
     write_jsonl(small_demo, tmp_path / "demo.jsonl")

@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from agent.memory_reader.parity import reading_of
-from agent.renderer import ChatRenderer
-from agent.served import ids_sha256
-from agent.trajectory import without_timings
-from agent.writer import read_trajectories
-from corpus import DemoConfig, generate
-from evaluation.answers import references
+from paper_explorer.agent.memory_reader.parity import reading_of
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.served import ids_sha256
+from paper_explorer.agent.trajectory import without_timings
+from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.corpus import DemoConfig, generate
+from paper_explorer.evaluation.answers import references
 from tests.agent.test_memory_reader import ReaderServer
 from tests.agent.test_openai_policy import FakeServer
 from tests.conftest import explorer_command, killed_once_logged, run_cli

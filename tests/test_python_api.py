@@ -36,8 +36,8 @@ def test_a_run_loads_into_one_pandas_row_per_scored_episode(tmp_path):
 
 
 def test_evaluate_on_a_directory_that_holds_a_run_is_refused_with_the_resume_hint(tmp_path):
-    from evaluation.errors import EvaluationError
     from paper_explorer import EvalConfig, evaluate
+    from paper_explorer.evaluation.errors import EvaluationError
 
     evaluate(EvalConfig(limit=1), out=tmp_path / "run")
     with pytest.raises(EvaluationError, match="resume"):

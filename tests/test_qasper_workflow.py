@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from corpus import DemoConfig, generate
-from corpus.loading import from_parts
-from corpus.writing import write_jsonl, write_qasper
+from paper_explorer.corpus import DemoConfig, generate
+from paper_explorer.corpus.loading import from_parts
+from paper_explorer.corpus.writing import write_jsonl, write_qasper
 from tests.conftest import run_cli
 
 OFFICIAL = {"train": "qasper-train-v0.3.json", "validation": "qasper-dev-v0.3.json", "test": "qasper-test-v0.3.json"}
@@ -68,7 +68,7 @@ def test_a_corpus_without_split_information_runs_everything_and_says_so(official
 
 def test_hugging_face_exports_are_split_by_file_name_or_column(official, tmp_path):
     folder, corpus = official
-    from corpus import load
+    from paper_explorer.corpus import load
 
     exported = tmp_path / "hf"
     exported.mkdir()

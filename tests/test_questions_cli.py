@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from corpus import DemoConfig, generate
-from corpus.loading import from_parts
-from corpus.writing import write_jsonl, write_qasper
+from paper_explorer.corpus import DemoConfig, generate
+from paper_explorer.corpus.loading import from_parts
+from paper_explorer.corpus.writing import write_jsonl, write_qasper
 from tests.conftest import QASPER_MINI, run_cli
 
 METHOD = "Our model, SparseDoc, attends to 64 tokens around each position. It is trained with AdamW at a learning rate of 3e-4."

@@ -12,8 +12,8 @@ import shutil
 
 import pytest
 
-from agent.chat_template import read_template
-from agent.renderer import PROBE, ChatRenderer
+from paper_explorer.agent.chat_template import read_template
+from paper_explorer.agent.renderer import PROBE, ChatRenderer
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.real_model

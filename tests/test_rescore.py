@@ -12,13 +12,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from agent.config import EvalConfig, PolicyConfig
-from agent.trajectory import EpisodeConfig
-from cli.main import INPUT_ERRORS
-from cli.rescore_command import rescore_command
-from evaluation.errors import EvaluationError
-from evaluation.rescore import rescore
-from evaluation.run import evaluate
+from paper_explorer.agent.config import EvalConfig, PolicyConfig
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.cli.main import INPUT_ERRORS
+from paper_explorer.cli.rescore_command import rescore_command
+from paper_explorer.evaluation.errors import EvaluationError
+from paper_explorer.evaluation.rescore import rescore
+from paper_explorer.evaluation.run import evaluate
 
 pytest.importorskip("torch")
 
@@ -42,7 +42,7 @@ def rescore_cli(*args: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def qwen3_model(tmp_path_factory, qwen3_tokenizer):
-    from agent.testing.tiny_model import build_tiny_model
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("rescore-model") / "model", tokenizer_from=qwen3_tokenizer)
 
@@ -131,7 +131,7 @@ def test_an_adapter_whose_files_changed_is_refused(adapter_run_dir, qwen3_model,
 def test_a_run_recorded_through_a_server_is_rescored_with_the_hf_model(qwen3_model, qwen3_tokenizer, small_demo, tmp_path):
     """A server of the same weights: its probe answers are the tiny model's own log-probabilities,
     as vLLM labels them; every episode submits, so both probes are asked."""
-    from agent.policies.hf import HFPolicy
+    from paper_explorer.agent.policies.hf import HFPolicy
     from tests.agent.test_probes import probe_answer, scripted_server
 
     served = HFPolicy.load(str(qwen3_model))
@@ -182,7 +182,7 @@ def test_a_tampered_conversation_stops_before_the_model_loads(run_dir, qwen3_mod
 
 
 def test_another_model_with_the_same_tokenizer_is_named(run_dir, qwen3_tokenizer, tmp_path):
-    from agent.testing.tiny_model import build_tiny_model
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
 
     other = build_tiny_model(tmp_path / "other", seed=1, tokenizer_from=qwen3_tokenizer)
     report = rescore(run_dir, str(other))

@@ -149,7 +149,7 @@ def test_scripted_runs_never_import_torch(tmp_path):
         "import sys, atexit\n"
         "atexit.register(lambda: print('heavy:', sorted({'torch', 'transformers'} & set(sys.modules))))\n"
         f"sys.argv = ['explorer', 'run', '--out', {str(tmp_path)!r}]\n"
-        "from cli.main import main\nmain()\n"
+        "from paper_explorer.cli.main import main\nmain()\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_SECONDS, env=checkout_environment())
     assert done.returncode == 0, done.stderr

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.trajectory import Trajectory, without_timings
+from paper_explorer.agent.trajectory import Trajectory, without_timings
 from tests.conftest import run_cli, run_cli_process
 
 LIMIT = ["--limit", "12"]  # 12 demo test questions: 6, 1 and 5 of them in shards 1/3, 2/3 and 3/3

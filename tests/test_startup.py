@@ -26,7 +26,7 @@ def test_help_loads_no_heavy_library(args):
         "import sys, atexit\n"
         f"atexit.register(lambda: print('heavy:', {LOADED}))\n"
         f"sys.argv = ['explorer', *{args!r}]\n"
-        "from cli.main import main\nmain()\n"
+        "from paper_explorer.cli.main import main\nmain()\n"
     )
     done = child(probe)
     assert done.returncode == 0, done.stderr
@@ -39,7 +39,7 @@ def test_no_command_help_loads_a_heavy_library():
     probe = (
         "import contextlib, io, json, sys\n"
         "import typer\n"
-        "from cli.main import app, main\n"
+        "from paper_explorer.cli.main import app, main\n"
         "def paths(command, path):\n"
         "    yield path\n"
         "    for name, sub in sorted(getattr(command, 'commands', {}).items()):\n"
@@ -66,11 +66,11 @@ def test_no_command_help_loads_a_heavy_library():
 def test_the_corpus_package_loads_bm25_only_when_it_is_named():
     probe = (
         "import sys\n"
-        "from corpus import Corpus, CorpusError, DemoConfig, generate, load, tokenize\n"
+        "from paper_explorer.corpus import Corpus, CorpusError, DemoConfig, generate, load, tokenize\n"
         f"print('before:', {LOADED})\n"
-        "from corpus import BM25Index\n"
-        "import corpus.index\n"
-        f"print('after:', {LOADED}, BM25Index is corpus.index.BM25Index, callable(tokenize))\n"
+        "from paper_explorer.corpus import BM25Index\n"
+        "import paper_explorer.corpus.index\n"
+        f"print('after:', {LOADED}, BM25Index is paper_explorer.corpus.index.BM25Index, callable(tokenize))\n"
     )
     done = child(probe)
     assert done.returncode == 0, done.stderr

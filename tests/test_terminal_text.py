@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 from typer.testing import CliRunner
 
-from agent.terminal_text import json_visible, untrusted, visible
+from paper_explorer.agent.terminal_text import json_visible, untrusted, visible
 from tests.conftest import rescored, run_cli
 
 SHOWN = {"Cc", "Cf", "Zl", "Zp", "Cs"}  # control, format, line and paragraph separators, surrogates
@@ -239,7 +239,7 @@ def hostile_run(base: Path, out: Path, texts: list[str]) -> None:
 
 @functools.cache
 def demo_corpus():
-    from evaluation.run import load_corpus
+    from paper_explorer.evaluation.run import load_corpus
 
     return load_corpus(None)
 
@@ -247,16 +247,20 @@ def demo_corpus():
 @contextmanager
 def terminal(color: bool):
     """The commands' consoles on a wide terminal, in colour or not; CliRunner captures what they print."""
-    consoles = {"cli.run_commands.console", "cli.inspect_commands.console", "cli.corpus_commands.console"}
+    consoles = {
+        "paper_explorer.cli.run_commands.console",
+        "paper_explorer.cli.inspect_commands.console",
+        "paper_explorer.cli.corpus_commands.console",
+    }
     with pytest.MonkeyPatch.context() as patch:
         for name in consoles:
             patch.setattr(name, Console(force_terminal=color, color_system="truecolor" if color else None, width=200))
-        patch.setattr("cli.run_commands.freeze_loaded_state", lambda: None)  # gc.freeze is for a command's own process
+        patch.setattr("paper_explorer.cli.run_commands.freeze_loaded_state", lambda: None)  # gc.freeze is for a command's own process
         yield
 
 
 def invoke(*args: str, color: bool):
-    from cli.main import app
+    from paper_explorer.cli.main import app
 
     with terminal(color):
         result = runner.invoke(app, [str(arg) for arg in args])
@@ -367,7 +371,7 @@ def test_an_error_line_shows_the_controls_it_quotes(tmp_path):
 def test_log_lines_show_the_controls_they_quote():
     import logging
 
-    from cli.main import VisibleFormatter
+    from paper_explorer.cli.main import VisibleFormatter
 
     record = logging.LogRecord("corpus", logging.WARNING, __file__, 1, "load warning: %s", ("paper \x1b[31m\u2028x",), None)
     assert VisibleFormatter("%(levelname)s: %(message)s").format(record) == "WARNING: load warning: paper \\x1b[31m<U+2028>x"

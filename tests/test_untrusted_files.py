@@ -149,8 +149,8 @@ def test_inspect_refuses_a_run_file_that_is_not_a_file_of_the_run(run_copy, secr
 
 
 def test_run_load_refuses_a_link_out_of_the_run_in_its_own_error(run_copy, secret):
-    from evaluation.errors import EvaluationError
-    from evaluation.run_directory import Run
+    from paper_explorer.evaluation.errors import EvaluationError
+    from paper_explorer.evaluation.run_directory import Run
 
     (run_copy / "metrics.json").rename(secret.parent / "metrics.json")
     (run_copy / "metrics.json").symlink_to(secret.parent / "metrics.json")
@@ -294,7 +294,7 @@ def test_a_line_break_in_a_path_cannot_forge_a_second_error_line(tmp_path):
 
 
 def test_an_error_line_is_cut_at_its_bound_saying_how_much():
-    from cli.errors import ERROR_LINE_CHARACTERS, error_line
+    from paper_explorer.cli.errors import ERROR_LINE_CHARACTERS, error_line
 
     line = error_line("k" * 10_000_000)
     assert len(line) < ERROR_LINE_CHARACTERS + 100 and "more characters cut" in line and "\n" not in line
@@ -342,7 +342,7 @@ def test_train_dry_run_refuses_a_model_config_with_a_bad_dimension(tmp_path, fie
 def test_a_log_line_quoting_a_path_with_a_newline_stays_one_line():
     import logging
 
-    from cli.main import VisibleFormatter
+    from paper_explorer.cli.main import VisibleFormatter
 
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "%s: removed a torn last line", ("a\nWARNING: forged",), None)
     line = VisibleFormatter("%(levelname)s: %(message)s").format(record)

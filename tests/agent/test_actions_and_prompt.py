@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.actions import extract_code
-from agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, FORMAT_ERROR, cut, observation, system_prompt
-from corpus import BM25Index
-from corpus.demo import CORES, PREFIXES, TASKS
-from corpus.plain_text import papers_from_text
-from tools.page import tool_page
-from tools.paper_tools import TOOLS
-from tools.sandbox import ActionResult, Sandbox
+from paper_explorer.agent.actions import extract_code
+from paper_explorer.agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, FORMAT_ERROR, cut, observation, system_prompt
+from paper_explorer.corpus import BM25Index
+from paper_explorer.corpus.demo import CORES, PREFIXES, TASKS
+from paper_explorer.corpus.plain_text import papers_from_text
+from paper_explorer.tools.page import tool_page
+from paper_explorer.tools.paper_tools import TOOLS
+from paper_explorer.tools.sandbox import ActionResult, Sandbox
 
 EXAMPLE_PAPERS = Path(__file__).resolve().parents[2] / "docs" / "examples" / "papers"
 
@@ -63,7 +63,7 @@ def test_the_system_prompt_holds_the_tool_page_once():
 
 
 def test_the_instructions_are_said_once_and_the_tool_page_is_a_pure_reference():
-    from tools.page import tool_page
+    from paper_explorer.tools.page import tool_page
 
     prompt = system_prompt()
     for instruction in ("cite the paragraphs", "abstain when", "python block", "(paper_id, section, paragraph) numbers"):
@@ -72,7 +72,7 @@ def test_the_instructions_are_said_once_and_the_tool_page_is_a_pure_reference():
 
 
 def test_the_template_hash_covers_the_prompt_file(tmp_path, monkeypatch):
-    import agent.prompt as prompt
+    import paper_explorer.agent.prompt as prompt
 
     before = prompt.prompt_template_sha256()
     edited = tmp_path / "prompts.toml"

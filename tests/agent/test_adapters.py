@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.errors import AgentError
-from agent.policies.adapters import ServerAdapters, adapter_sha256, planned_adapter, run_id
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.policies.adapters import ServerAdapters, adapter_sha256, planned_adapter, run_id
 from tests.conftest import run_cli
 
 SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from agent.chat_template import read_template, render
-from agent.errors import AgentError
-from agent.renderer import PROBE, ChatRenderer
+from paper_explorer.agent.chat_template import read_template, render
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.renderer import PROBE, ChatRenderer
 from tests.conftest import run_cli
 
 LLAMA3 = (

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from agent.parity import check_trajectory
-from agent.policies import PolicyConfig, make_policy
-from agent.policies.hf import HFPolicy
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
+from paper_explorer.agent.parity import check_trajectory
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies.hf import HFPolicy
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
 from tests.conftest import run_cli
 
 torch = pytest.importorskip("torch")

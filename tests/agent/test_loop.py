@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from agent.config import RunConfig, load_config
-from agent.errors import AgentError
-from agent.policies import Policy, PolicyConfig, PolicyError, Reply, make_policy
-from agent.policies.base import ContextExceeded, action
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig, Trajectory, without_timings
-from agent.writer import TrajectoryLog, read_trajectories, repair
-from corpus import BM25Index
+from paper_explorer.agent.config import RunConfig, load_config
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.policies import Policy, PolicyConfig, PolicyError, Reply, make_policy
+from paper_explorer.agent.policies.base import ContextExceeded, action
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig, Trajectory, without_timings
+from paper_explorer.agent.writer import TrajectoryLog, read_trajectories, repair
+from paper_explorer.corpus import BM25Index
 
 
 class Fixed(Policy):
@@ -134,8 +134,8 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
     assert all(s.policy_info.previous_observation_matches is not False for s in replayed.steps)
     assert replayed.outcome == original.outcome
-    from agent.parity import check_trajectory
-    from agent.renderer import ChatRenderer
+    from paper_explorer.agent.parity import check_trajectory
+    from paper_explorer.agent.renderer import ChatRenderer
 
     assert check_trajectory(replayed, ChatRenderer.from_directory(tiny_tokenizer)) is None
     # drift: the recording says the first search saw something else

@@ -4,10 +4,10 @@ import random
 
 import pytest
 
-from agent.errors import AgentError
-from agent.memory_reader.paging import Document, Section, Span, encode_document, page_document
-from agent.memory_reader.prompts import ReaderPrompts
-from agent.renderer import ChatRenderer
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.memory_reader.paging import Document, Section, Span, encode_document, page_document
+from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
+from paper_explorer.agent.renderer import ChatRenderer
 
 
 @pytest.fixture(scope="module")

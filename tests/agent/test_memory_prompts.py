@@ -6,8 +6,8 @@ import tomllib
 
 import pytest
 
-from agent.errors import AgentError
-from agent.memory_reader.prompts import (
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.memory_reader.prompts import (
     PROMPTS_FILE,
     ReaderPrompts,
     build,
@@ -17,7 +17,7 @@ from agent.memory_reader.prompts import (
     parse_answer,
     update_prompt,
 )
-from agent.renderer import ChatRenderer
+from paper_explorer.agent.renderer import ChatRenderer
 
 
 @pytest.fixture(scope="module")

@@ -7,16 +7,16 @@ import threading
 
 import pytest
 
-from agent.memory_reader.parity import check_reading, reading_of
-from agent.memory_reader.prompts import ReaderPrompts
-from agent.memory_reader.settings import READER_EPISODE, plan_steps
-from agent.policies import PolicyConfig, make_policy
-from agent.policies.base import last_value
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.served import ids_sha256, reply_sha256
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
+from paper_explorer.agent.memory_reader.parity import check_reading, reading_of
+from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
+from paper_explorer.agent.memory_reader.settings import READER_EPISODE, plan_steps
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies.base import last_value
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.served import ids_sha256, reply_sha256
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
 from tests.agent.test_openai_policy import FakeServer
 
 SENTINEL = "<KEEP_MEMORY>"
@@ -252,7 +252,7 @@ def test_an_answer_or_question_holding_a_code_fence_is_submitted_whole(small_dem
 
 
 def test_a_preset_fills_what_was_not_given_and_the_plan_sets_the_steps():
-    from agent.config import EvalConfig
+    from paper_explorer.agent.config import EvalConfig
 
     config = EvalConfig(policy={"name": "memory-reader", "backend": "hf", "preset": "memagent-readtwice", "page_tokens": 256})
     policy = config.policy

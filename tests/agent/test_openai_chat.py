@@ -5,10 +5,10 @@ import json
 
 import pytest
 
-from agent.policies import PolicyConfig, make_policy
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
 from tests.agent.test_openai_policy import FakeServer
 from tests.conftest import run_cli
 
@@ -59,7 +59,7 @@ def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, s
     path.write_text(trajectory.model_dump_json() + "\n")
     held = run_cli("check-parity", "-t", str(path), "--tokenizer", str(tiny_tokenizer))
     assert held.returncode == 0, held.stderr
-    from corpus.writing import write_jsonl
+    from paper_explorer.corpus.writing import write_jsonl
 
     write_jsonl(small_demo, tmp_path / "corpus.jsonl")
     built = run_cli(
@@ -88,7 +88,7 @@ def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, s
 
 
 def test_a_chat_teachers_data_trains_the_tiny_student(chat, small_demo, tiny_model, tmp_path):
-    from corpus.writing import write_jsonl
+    from paper_explorer.corpus.writing import write_jsonl
 
     write_jsonl(small_demo, tmp_path / "corpus.jsonl")
     taught = run_cli(
@@ -174,7 +174,7 @@ def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo)
     ],
 )
 def test_the_action_kept_is_the_block_that_runs(small_demo, answer, kept):
-    from agent.actions import extract_code
+    from paper_explorer.agent.actions import extract_code
 
     chat = chat_server([answer])
     policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher", temperature=0.5, top_k=7))

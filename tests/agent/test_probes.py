@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from agent.errors import AgentError
-from agent.policies import PolicyConfig, make_policy
-from agent.probes import ProbeSet, check_probes, from_logprobs, load_probes, measure, option_ids, probe_prompt
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.served import ids_sha256
-from agent.trajectory import EpisodeConfig, Trajectory
-from corpus import BM25Index
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.probes import ProbeSet, check_probes, from_logprobs, load_probes, measure, option_ids, probe_prompt
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.served import ids_sha256
+from paper_explorer.agent.trajectory import EpisodeConfig, Trajectory
+from paper_explorer.corpus import BM25Index
 from tests.agent.test_openai_policy import SUBMIT, FakeServer
 
 CONVERSATION = [
@@ -33,7 +33,7 @@ def index(small_demo):
 def qwen3_model(tmp_path_factory, qwen3_tokenizer):
     """A tiny random-weight model on the real Qwen3 vocabulary."""
     pytest.importorskip("torch")
-    from agent.testing.tiny_model import build_tiny_model
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("probe-model") / "model", tokenizer_from=qwen3_tokenizer)
 
@@ -121,7 +121,7 @@ def test_unknown_probes_and_policies_without_a_model_are_refused(qwen3_tokenizer
 
 @pytest.fixture(scope="module")
 def hf_episode(qwen3_model, small_demo, index):
-    from agent.policies.hf import HFPolicy
+    from paper_explorer.agent.policies.hf import HFPolicy
 
     policy = HFPolicy.load(str(qwen3_model), max_new_tokens=8)
     return policy, run(small_demo, index, policy, ["answerable", "correct"], steps=3)

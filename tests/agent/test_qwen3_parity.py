@@ -6,11 +6,11 @@ import unicodedata
 
 import pytest
 
-from agent.policies import PolicyConfig, make_policy
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
 from tests.conftest import run_cli, run_cli_process
 
 CONTENTS = [
@@ -298,7 +298,7 @@ def test_a_text_prompt_that_spells_a_control_token_is_never_sent(qwen3_tokenizer
 
 
 def test_a_server_that_counts_other_tokens_fails_the_check(qwen3_tokenizer, small_demo, tmp_path):
-    from agent.writer import TrajectoryLog
+    from paper_explorer.agent.writer import TrajectoryLog
     from tests.agent.test_openai_policy import FakeServer
 
     server = FakeServer()
@@ -324,7 +324,7 @@ def test_a_server_that_counts_other_tokens_fails_the_check(qwen3_tokenizer, smal
 @pytest.fixture(scope="module")
 def qwen3_vocab_model(tmp_path_factory, qwen3_tokenizer):
     """A tiny random-weight model on the real Qwen3 vocabulary (about 50 MB, seconds)."""
-    from agent.testing.tiny_model import build_tiny_model
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
 
     pytest.importorskip("torch")
     return build_tiny_model(tmp_path_factory.mktemp("qwen3-vocab") / "model", tokenizer_from=qwen3_tokenizer)
@@ -355,7 +355,7 @@ def test_an_honest_hf_run_holds(qwen3_vocab_model, qwen3_tokenizer, tmp_path):
 
 @pytest.mark.parametrize("prompt_format", ["ids", "text"])
 def test_honest_openai_runs_hold_in_both_prompt_formats_and_thinking(qwen3_tokenizer, small_demo, tmp_path, prompt_format):
-    from agent.writer import TrajectoryLog
+    from paper_explorer.agent.writer import TrajectoryLog
     from tests.agent.test_openai_policy import SUBMIT, FakeServer
 
     server = FakeServer()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from agent.policies.reading import answer_type, clean, decide, marked_words, stem
+from paper_explorer.agent.policies.reading import answer_type, clean, decide, marked_words, stem
 
 
 @pytest.mark.parametrize(

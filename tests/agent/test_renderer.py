@@ -5,12 +5,12 @@ import json
 import jinja2
 import pytest
 
-from agent.parity import check_trajectory
-from agent.policies import PolicyConfig, make_policy
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig, Trajectory
-from corpus import BM25Index
+from paper_explorer.agent.parity import check_trajectory
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig, Trajectory
+from paper_explorer.corpus import BM25Index
 
 EMPTY_THINK = "<think>\n\n</think>\n\n"  # Qwen3's non-thinking generation prompt ends with it
 
@@ -61,7 +61,7 @@ def test_prompts_agree_with_the_tokenizers_chat_template(renderer, tiny_tokenize
 
 
 def test_a_repeated_tool_page_and_a_wrong_recorded_prompt_are_caught(renderer, trajectories):
-    from tools.page import tool_page
+    from paper_explorer.tools.page import tool_page
 
     data = json.loads(trajectories[0].model_dump_json())
     data["steps"][0]["observation"] += "\n" + tool_page()
@@ -74,7 +74,7 @@ def test_a_repeated_tool_page_and_a_wrong_recorded_prompt_are_caught(renderer, t
 
 
 def test_check_parity_command(tmp_path, tiny_tokenizer, trajectories):
-    from agent.writer import TrajectoryLog
+    from paper_explorer.agent.writer import TrajectoryLog
     from tests.conftest import run_cli
 
     path = tmp_path / "t.jsonl"

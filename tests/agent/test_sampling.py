@@ -3,13 +3,13 @@ number; recorded in the trajectory; greedy stays the default."""
 
 import pytest
 
-from agent.loop import episode_seed
-from agent.policies import PolicyConfig, make_policy
-from agent.policies.base import Sampling
-from agent.policies.hf import HFPolicy
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig, without_timings
-from corpus import BM25Index
+from paper_explorer.agent.loop import episode_seed
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies.base import Sampling
+from paper_explorer.agent.policies.hf import HFPolicy
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig, without_timings
+from paper_explorer.corpus import BM25Index
 
 torch = pytest.importorskip("torch")
 
@@ -53,7 +53,7 @@ def test_top_k_one_is_greedy_and_top_p_keeps_the_likeliest(tiny_model, small_dem
 
 
 def test_sampling_is_refused_for_deterministic_policies():
-    from agent.errors import AgentError
+    from paper_explorer.agent.errors import AgentError
 
     with pytest.raises(AgentError, match="deterministic"):
         make_policy(PolicyConfig(name="scripted", temperature=0.7))

@@ -6,7 +6,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from rank_bm25 import BM25Okapi
 
-from corpus import BM25, BM25Index, BM25Params, tokenize
+from paper_explorer.corpus import BM25, BM25Index, BM25Params, tokenize
 
 
 def reference_and_ours(documents, **params):

@@ -6,11 +6,11 @@ import sys
 
 import pytest
 
-from corpus import DemoConfig, generate
-from corpus.writing import explorer_lines
+from paper_explorer.corpus import DemoConfig, generate
+from paper_explorer.corpus.writing import explorer_lines
 
 GENERATE_AND_HASH = (
-    "import hashlib, sys; from corpus import DemoConfig, generate; from corpus.writing import explorer_lines;"
+    "import hashlib, sys; from paper_explorer.corpus import DemoConfig, generate; from paper_explorer.corpus.writing import explorer_lines;"
     "print(hashlib.sha256(''.join(explorer_lines(generate(DemoConfig(papers=60, seed=3)))).encode()).hexdigest())"
 )
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from corpus import files
-from corpus.jsonl import AppendOnlyLines, JsonLinesError, read_numbered, read_records, repair
-from corpus.schema import Question
+from paper_explorer.corpus import files
+from paper_explorer.corpus.jsonl import AppendOnlyLines, JsonLinesError, read_numbered, read_records, repair
+from paper_explorer.corpus.schema import Question
 
 SECONDS = 30
 
@@ -606,7 +606,7 @@ def test_a_full_disk_while_writing_is_one_line_and_leaves_the_old_file(tmp_path,
 def test_a_full_disk_while_appending_is_one_line(tmp_path, monkeypatch):
     path = tmp_path / "log.jsonl"
     with AppendOnlyLines(path) as log:
-        monkeypatch.setattr("corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
+        monkeypatch.setattr("paper_explorer.corpus.jsonl.os.fsync", lambda fd: (_ for _ in ()).throw(OSError(28, os.strerror(28))))
         with pytest.raises(files.FileRefused, match="log.jsonl: cannot be written"):
             log.append({"a": 1})
 

@@ -4,7 +4,7 @@ import logging
 import numpy as np
 import pytest
 
-from corpus import BM25Index, BM25Params
+from paper_explorer.corpus import BM25Index, BM25Params
 
 
 @pytest.fixture

@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-import corpus
-from corpus import CorpusError
-from corpus.writing import write_jsonl, write_qasper, write_questions
+from paper_explorer import corpus
+from paper_explorer.corpus import CorpusError
+from paper_explorer.corpus.writing import write_jsonl, write_qasper, write_questions
 from tests.conftest import QASPER_MINI
 
 

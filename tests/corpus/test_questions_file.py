@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from corpus import CorpusError, DemoConfig, generate, load
-from corpus.loading import from_parts, with_questions
-from corpus.plain_text import paper_from_text, papers_from_text
-from corpus.questions_file import PLACEHOLDER, check_questions, template_record, write_template
-from corpus.schema import Answer, Paper, Question, Section
-from corpus.selection import resolve_split, select_questions
-from corpus.writing import export_corpus, write_jsonl, write_questions
+from paper_explorer.corpus import CorpusError, DemoConfig, generate, load
+from paper_explorer.corpus.loading import from_parts, with_questions
+from paper_explorer.corpus.plain_text import paper_from_text, papers_from_text
+from paper_explorer.corpus.questions_file import PLACEHOLDER, check_questions, template_record, write_template
+from paper_explorer.corpus.schema import Answer, Paper, Question, Section
+from paper_explorer.corpus.selection import resolve_split, select_questions
+from paper_explorer.corpus.writing import export_corpus, write_jsonl, write_questions
 from tests.conftest import QASPER_MINI
 
 PAPER = Paper(

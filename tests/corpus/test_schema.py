@@ -1,7 +1,7 @@
 import pytest
 from pydantic import ValidationError
 
-from corpus import Answer, Question
+from paper_explorer.corpus import Answer, Question
 
 
 @pytest.mark.parametrize(

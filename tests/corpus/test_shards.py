@@ -2,7 +2,7 @@
 
 import pytest
 
-from corpus.splits import parse_shard, shard_of
+from paper_explorer.corpus.splits import parse_shard, shard_of
 
 
 def test_every_question_falls_in_exactly_one_shard_and_the_slices_are_balanced():

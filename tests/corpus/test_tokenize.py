@@ -1,4 +1,4 @@
-from corpus import tokenize
+from paper_explorer.corpus import tokenize
 
 
 def test_lowercases_and_splits_on_punctuation_and_underscores():

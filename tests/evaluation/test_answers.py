@@ -2,8 +2,8 @@
 
 import pytest
 
-from corpus.schema import Answer, Question
-from evaluation.answers import ABSTENTION, best_over_references, exact_match, normalize_answer, token_f1
+from paper_explorer.corpus.schema import Answer, Question
+from paper_explorer.evaluation.answers import ABSTENTION, best_over_references, exact_match, normalize_answer, token_f1
 
 
 def question(*answers: Answer) -> Question:
@@ -46,7 +46,7 @@ def test_references_follow_qasper_answer_kinds():
     assert best_over_references(token_f1, "x", question()) == 0.0
 
 
-from evaluation.answers import answer_and_evidence_f1, paragraph_f1, sub_exact_match  # noqa: E402
+from paper_explorer.evaluation.answers import answer_and_evidence_f1, paragraph_f1, sub_exact_match  # noqa: E402
 
 
 @pytest.mark.parametrize(

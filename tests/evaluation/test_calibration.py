@@ -16,10 +16,10 @@ import shutil
 import numpy as np
 import pytest
 
-from agent.trajectory import ProbeResult
-from agent.writer import read_trajectories
-from corpus.loading import load
-from evaluation.calibration import (
+from paper_explorer.agent.trajectory import ProbeResult
+from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.corpus.loading import load
+from paper_explorer.evaluation.calibration import (
     brier,
     ece,
     equal_mass_bins,
@@ -30,10 +30,10 @@ from evaluation.calibration import (
     run_calibration,
     scaled,
 )
-from evaluation.calibration_fit import at_bound, bound_note, content_sha256, file_sha256, judge_calibrated, load_calibration
-from evaluation.prereg import CalibrationRule, Preregistration, judge
-from evaluation.records import RunMetrics
-from evaluation.run_directory import Run
+from paper_explorer.evaluation.calibration_fit import at_bound, bound_note, content_sha256, file_sha256, judge_calibrated, load_calibration
+from paper_explorer.evaluation.prereg import CalibrationRule, Preregistration, judge
+from paper_explorer.evaluation.records import RunMetrics
+from paper_explorer.evaluation.run_directory import Run
 from tests.conftest import rescored, run_cli
 from tests.evaluation.test_report_browser import browser, console_errors, ink, screenshot  # noqa: F401 (browser: a fixture)
 
@@ -600,7 +600,7 @@ def edited_run(runs, tmp_path, source: str, change, manifest=None):
     """A copy of run ``source`` whose trajectories ``change(index, line)`` edits as JSON (and whose
     manifest ``manifest(data)`` does), rescored as explorer eval scores it; None when the edited
     log no longer reads (rescoring refused it)."""
-    from agent.errors import AgentError
+    from paper_explorer.agent.errors import AgentError
 
     copy = tmp_path / f"{source}-edited"
     shutil.copytree(runs / source, copy)
@@ -687,7 +687,7 @@ def test_a_calibration_rule_on_a_probe_whose_every_episode_held_too_little_fails
 
 
 def test_compare_notes_a_probe_asked_from_another_file_or_held_to_another_minimum(runs, tmp_path):
-    from evaluation.compare import compare_runs
+    from paper_explorer.evaluation.compare import compare_runs
 
     def reworded(index, line):
         line["probes"][0]["probes_sha256"] = "2" * 64
@@ -707,10 +707,10 @@ def test_compare_notes_a_probe_asked_from_another_file_or_held_to_another_minimu
 
 
 def test_a_resume_refuses_a_probes_file_changed_since_the_run_started(runs, tmp_path):
-    from agent.config import EvalConfig
-    from agent.trajectory import EpisodeConfig
-    from evaluation.errors import EvaluationError
-    from evaluation.run import _refuse_other_probes
+    from paper_explorer.agent.config import EvalConfig
+    from paper_explorer.agent.trajectory import EpisodeConfig
+    from paper_explorer.evaluation.errors import EvaluationError
+    from paper_explorer.evaluation.run import _refuse_other_probes
 
     logged = Run.load(runs / "validation").trajectories  # their probes were asked from a file of SHA-256 111...
     mine = tmp_path / "probes.toml"

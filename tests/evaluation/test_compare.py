@@ -8,8 +8,8 @@ from statistics import fmean
 import pytest
 from scipy import stats as scipy_stats
 
-from evaluation.compare import RunComparison, RunSetting, compared_part, confound_note, setting_differences
-from evaluation.run import load_corpus
+from paper_explorer.evaluation.compare import RunComparison, RunSetting, compared_part, confound_note, setting_differences
+from paper_explorer.evaluation.run import load_corpus
 from tests.conftest import rescored, run_cli
 
 WIDE = {"COLUMNS": "220"}

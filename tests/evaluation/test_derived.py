@@ -15,9 +15,9 @@ import shutil
 
 import pytest
 
-from evaluation.errors import EvaluationError
-from evaluation.run import load_corpus
-from evaluation.run_directory import Run
+from paper_explorer.evaluation.errors import EvaluationError
+from paper_explorer.evaluation.run import load_corpus
+from paper_explorer.evaluation.run_directory import Run
 from tests.conftest import run_cli
 
 
@@ -47,8 +47,8 @@ def write(path, records) -> None:
 
 def forge_metrics(run) -> None:
     """metrics.json recomputed from the run's (edited) files, digests included, as a forger would."""
-    from evaluation import derived
-    from evaluation.run_directory import read_scores
+    from paper_explorer.evaluation import derived
+    from paper_explorer.evaluation.run_directory import read_scores
 
     loaded = Run.load(run, check=False)
     trajectories = loaded.trajectories
@@ -312,7 +312,7 @@ def test_probabilities_that_are_not_probabilities_are_refused(runs, tmp_path, pr
 
 def test_the_demo_corpus_runs_are_what_load_corpus_gives(runs):
     """The fixture's runs were made on the demo corpus: report's recomputation (check_with_corpus) holds on them."""
-    from evaluation import derived
+    from paper_explorer.evaluation import derived
 
     run = Run.load(runs / "scripted")
     derived.check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, load_corpus(None))

@@ -7,18 +7,18 @@ import json
 
 import pytest
 
-from agent.policies import Policy, PolicyConfig, Reply, make_policy
-from agent.policies.base import action
-from agent.prompt import system_prompt
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, ToolCallRecord, Trajectory
-from corpus import BM25Index, Corpus
-from corpus.schema import Answer, Paper, Question, Section
-from evaluation.detectors import DETECTORS, FROM_OBSERVATIONS, detect, detector_rates, verdict
-from evaluation.scoring import run_metrics, score_episode
-from tools.page import tool_page
-from tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, _hits, returned_record
-from tools.records import Shown
+from paper_explorer.agent.policies import Policy, PolicyConfig, Reply, make_policy
+from paper_explorer.agent.policies.base import action
+from paper_explorer.agent.prompt import system_prompt
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, ToolCallRecord, Trajectory
+from paper_explorer.corpus import BM25Index, Corpus
+from paper_explorer.corpus.schema import Answer, Paper, Question, Section
+from paper_explorer.evaluation.detectors import DETECTORS, FROM_OBSERVATIONS, detect, detector_rates, verdict
+from paper_explorer.evaluation.scoring import run_metrics, score_episode
+from paper_explorer.tools.page import tool_page
+from paper_explorer.tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, _hits, returned_record
+from paper_explorer.tools.records import Shown
 
 PARAGRAPH = "We train QuantLens with AdamW and a learning rate of 3e-5 for 11 epochs. The batch size is 128."
 ANSWERABLE = Question(

@@ -14,14 +14,14 @@ from statistics import fmean, median
 
 import pytest
 
-from agent.trajectory import Generation, MemoryAnswer, Outcome, Reading, Served, StepPolicyInfo, Trajectory
-from agent.writer import read_trajectories
-from corpus.loading import load
-from evaluation.answers import sub_exact_match, substring_exact_match
-from evaluation.compare import RunComparison
-from evaluation.records import RunMetrics
-from evaluation.run_directory import Run
-from evaluation.tokens import model_tokens
+from paper_explorer.agent.trajectory import Generation, MemoryAnswer, Outcome, Reading, Served, StepPolicyInfo, Trajectory
+from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.corpus.loading import load
+from paper_explorer.evaluation.answers import sub_exact_match, substring_exact_match
+from paper_explorer.evaluation.compare import RunComparison
+from paper_explorer.evaluation.records import RunMetrics
+from paper_explorer.evaluation.run_directory import Run
+from paper_explorer.evaluation.tokens import model_tokens
 from tests.conftest import rescored, run_cli
 
 WIDE = {"COLUMNS": "220"}

@@ -176,7 +176,7 @@ def test_the_report_lists_episodes_opens_one_beside_its_gold_and_plots_with_axes
     wait_for(browser, "#detail .step")
     gold = browser.find_element(By.CSS_SELECTOR, "#detail .gold").text
     prediction = browser.find_element(By.CSS_SELECTOR, "#detail .prediction").text
-    from corpus.loading import load
+    from paper_explorer.corpus.loading import load
 
     question = next(q for q in load(directory / "small.jsonl").questions if q.id == first["question_id"])
     references = [answer.reference_text for answer in question.answers]
@@ -279,9 +279,9 @@ def test_a_hostile_question_stays_text(report, browser, tmp_path):
     """Question text comes from a corpus, which may be hostile too (a "<!--" would swallow the page's own script)."""
     from selenium.webdriver.common.by import By
 
-    from corpus.loading import load
-    from evaluation.report import write_report
-    from evaluation.run_directory import Run
+    from paper_explorer.corpus.loading import load
+    from paper_explorer.evaluation.report import write_report
+    from paper_explorer.evaluation.run_directory import Run
 
     directory, _ = report
     run = Run.load(directory / "scripted")

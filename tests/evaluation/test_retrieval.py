@@ -2,10 +2,10 @@
 
 import pytest
 
-from corpus import BM25Index
-from corpus.collection import Corpus
-from corpus.schema import Answer, Paper, Question, Section
-from evaluation.retrieval import retrieval_metrics
+from paper_explorer.corpus import BM25Index
+from paper_explorer.corpus.collection import Corpus
+from paper_explorer.corpus.schema import Answer, Paper, Question, Section
+from paper_explorer.evaluation.retrieval import retrieval_metrics
 
 PARAGRAPHS = (
     "QuantLens is trained with AdamW and a learning rate of 3e-5.",

@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from agent.config import EvalConfig
-from agent.trajectory import Trajectory
-from corpus.jsonl import Record
-from evaluation.errors import EvaluationError
-from evaluation.run import EvaluationInterrupted, evaluate
-from evaluation.run_directory import Run, counted, superseded
-from evaluation.scoring import EpisodeScore
+from paper_explorer.agent.config import EvalConfig
+from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.corpus.jsonl import Record
+from paper_explorer.evaluation.errors import EvaluationError
+from paper_explorer.evaluation.run import EvaluationInterrupted, evaluate
+from paper_explorer.evaluation.run_directory import Run, counted, superseded
+from paper_explorer.evaluation.scoring import EpisodeScore
 from tests.conftest import rescored, run_cli
 
 QUESTIONS = 4

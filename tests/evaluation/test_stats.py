@@ -3,7 +3,7 @@
 import pytest
 from scipy import stats as scipy_stats
 
-from evaluation.stats import (
+from paper_explorer.evaluation.stats import (
     abstention_fisher,
     bootstrap_mean_ci,
     discordant_pairs,
@@ -92,7 +92,7 @@ def test_format_p_bounds_tiny_p_and_never_prints_zero(p_value, shown):
 
 
 def test_the_answer_f1_interval_resamples_questions_not_the_samples_of_one():
-    from evaluation.scoring import EpisodeScore, run_metrics
+    from paper_explorer.evaluation.scoring import EpisodeScore, run_metrics
 
     def score(question: int, sample: int, f1: float) -> EpisodeScore:
         return EpisodeScore(

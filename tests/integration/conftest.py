@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.testing import vllm_server as launcher
-from agent.testing.vllm_server import MAX_LORA_RANK, MAX_MODEL_LEN, SERVED_NAME, VLLM_PYTHON, VllmServer, free_port
+from paper_explorer.agent.testing import vllm_server as launcher
+from paper_explorer.agent.testing.vllm_server import MAX_LORA_RANK, MAX_MODEL_LEN, SERVED_NAME, VLLM_PYTHON, VllmServer, free_port
 from tests.conftest import HANG_SECONDS
 
 __all__ = ["MAX_LORA_RANK", "MAX_MODEL_LEN", "SERVED_NAME", "VLLM_PYTHON", "VllmServer", "free_port", "running_vllm", "vllm_python"]

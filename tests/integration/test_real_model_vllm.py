@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.policies.adapters import planned_adapter, run_id
+from paper_explorer.agent.policies.adapters import planned_adapter, run_id
 from tests.conftest import run_cli
 from tests.integration.conftest import running_vllm, vllm_python
 from tests.integration.test_vllm_adapters import listed, loaded_in_log

@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from agent.policies import PolicyConfig, make_policy
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
 from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli
 from tests.integration.conftest import MAX_MODEL_LEN, SERVED_NAME, free_port, running_vllm
 
@@ -268,8 +268,8 @@ def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small
     token of it (--probes-file)."""
     import torch
 
-    import agent.probes
-    from agent.policies.hf import HFPolicy
+    from paper_explorer.agent import probes
+    from paper_explorer.agent.policies.hf import HFPolicy
 
     probes_file = tmp_path / "probes.toml"
     probes_file.write_text('[answerable]\ntext = "Can the papers answer the question? Reply A (yes) or B (no)."\noptions = ["A", "B"]\n')
@@ -286,9 +286,9 @@ def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small
     assert abs(sum(result.probabilities) - 1) < 1e-9 and 0 < result.mass <= 1
     assert (result.fallback_options is not None) == (result.source == "server+fallback")
     local = HFPolicy.load(str(vllm_server.model_dir))
-    prompt = agent.probes.probe_prompt(local.renderer, trajectory.messages(), agent.probes.load_probes(probes_file).probes["answerable"])
-    assert agent.probes.ids_sha256(prompt) == result.prompt_sha256
-    hf_probabilities, _ = agent.probes.from_logprobs(local.probe(prompt, result.option_ids, use_cache=False).logprobs)
+    prompt = probes.probe_prompt(local.renderer, trajectory.messages(), probes.load_probes(probes_file).probes["answerable"])
+    assert probes.ids_sha256(prompt) == result.prompt_sha256
+    hf_probabilities, _ = probes.from_logprobs(local.probe(prompt, result.option_ids, use_cache=False).logprobs)
     assert max(abs(a - b) for a, b in zip(hf_probabilities, result.probabilities, strict=True)) < 1e-3, (hf_probabilities, result)
     # The likeliest token is in the top log-probabilities: read from its "token_id:N" label, with no fallback.
     with torch.inference_mode():

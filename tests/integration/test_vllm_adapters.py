@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.policies.adapters import ServerAdapters, planned_adapter, run_id
+from paper_explorer.agent.policies.adapters import ServerAdapters, planned_adapter, run_id
 from tests.conftest import run_cli
 from tests.sft.test_improve import improve_args, served_rounds
 
@@ -24,7 +24,7 @@ def lora_adapter(model_dir: Path, directory: Path, seed: int) -> Path:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from sft.config import TARGET_MODULES
+    from paper_explorer.sft.config import TARGET_MODULES
 
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -9,33 +9,33 @@ import warnings
 
 import pytest
 
-from sft.build import NothingToTrain, build_dataset
-from sft.config import BuildConfig, TrainConfig
-from sft.errors import TrainingError
-from sft.improve import ImproveSettings, improve
-from sft.interrupts import TrainingInterrupted, interrupted_message
-from sft.known_warnings import BITSANDBYTES_CPU_LOGGER, known_warnings_silenced
-from sft.records import BuildReport, TrainingSummary
-from sft.train import train
-from sft.validation import shown
+from paper_explorer.sft.build import NothingToTrain, build_dataset
+from paper_explorer.sft.config import BuildConfig, TrainConfig
+from paper_explorer.sft.errors import TrainingError
+from paper_explorer.sft.improve import ImproveSettings, improve
+from paper_explorer.sft.interrupts import TrainingInterrupted, interrupted_message
+from paper_explorer.sft.known_warnings import BITSANDBYTES_CPU_LOGGER, known_warnings_silenced
+from paper_explorer.sft.records import BuildReport, TrainingSummary
+from paper_explorer.sft.train import train
+from paper_explorer.sft.validation import shown
 
 torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
 def corpus():
-    from corpus import DemoConfig, generate
+    from paper_explorer.corpus import DemoConfig, generate
 
     return generate(DemoConfig(papers=16, seed=2))
 
 
 def teach(corpus, path, direct: bool = False):
     """Gold-guided teacher trajectories for every question, written where ``explorer sft teach`` writes them."""
-    from agent.runner import EpisodeRunner
-    from agent.trajectory import EpisodeConfig
-    from agent.writer import TrajectoryLog
-    from corpus import BM25Index
-    from sft.teacher import Teacher
+    from paper_explorer.agent.runner import EpisodeRunner
+    from paper_explorer.agent.trajectory import EpisodeConfig
+    from paper_explorer.agent.writer import TrajectoryLog
+    from paper_explorer.corpus import BM25Index
+    from paper_explorer.sft.teacher import Teacher
 
     runner = EpisodeRunner(corpus, BM25Index.build(corpus), Teacher(corpus, direct=direct), EpisodeConfig())
     with TrajectoryLog(path) as log:

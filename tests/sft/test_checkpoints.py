@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from sft.checkpoints import MANIFEST, complete_checkpoint
-from sft.config import TrainConfig
-from sft.errors import TrainingError
+from paper_explorer.sft.checkpoints import MANIFEST, complete_checkpoint
+from paper_explorer.sft.config import TrainConfig
+from paper_explorer.sft.errors import TrainingError
 
 
 @pytest.fixture

@@ -2,14 +2,14 @@
 
 import pytest
 
-from agent.policies import PolicyConfig, make_policy
-from agent.policies.base import steps_taken
-from agent.renderer import ChatRenderer
-from agent.runner import EpisodeRunner
-from agent.trajectory import EpisodeConfig
-from corpus import BM25Index
-from sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
-from sft.teacher import Teacher
+from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies.base import steps_taken
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.runner import EpisodeRunner
+from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.corpus import BM25Index
+from paper_explorer.sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
+from paper_explorer.sft.teacher import Teacher
 
 DIRECT = "best-of: it submits or abstains before any research result (a direct submit)"
 
@@ -113,8 +113,8 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
     for example in built.train:
         assert example.question_id not in kept  # one per question
         kept[example.question_id] = example.episode_id
-    from evaluation.answers import best_over_references, token_f1
-    from evaluation.scoring import prediction
+    from paper_explorer.evaluation.answers import best_over_references, token_f1
+    from paper_explorer.evaluation.scoring import prediction
 
     def f1(trajectory):
         return best_over_references(token_f1, prediction(trajectory), questions[trajectory.question_id])

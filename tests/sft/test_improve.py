@@ -188,7 +188,7 @@ def one_round(out: Path):
 
 
 def test_a_rounds_recorded_adapter_is_used_only_inside_its_training_run_and_as_recorded(tmp_path):
-    from agent.models import file_hashes
+    from paper_explorer.agent.models import file_hashes
 
     out = tmp_path / "improve"
     adapter = out / "round-1" / "train" / "checkpoint-2"

@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from sft.config import TrainConfig
-from sft.memory import QWEN3_8B, Shape, estimate
-from sft.model import assistant_loss, load_model
-from sft.records import TeacherForced, ValidationRecord
-from sft.train import train
-from sft.validation import select_checkpoint
+from paper_explorer.sft.config import TrainConfig
+from paper_explorer.sft.memory import QWEN3_8B, Shape, estimate
+from paper_explorer.sft.model import assistant_loss, load_model
+from paper_explorer.sft.records import TeacherForced, ValidationRecord
+from paper_explorer.sft.train import train
+from paper_explorer.sft.validation import select_checkpoint
 from tests.conftest import run_cli
 
 torch = pytest.importorskip("torch")
@@ -61,7 +61,7 @@ def small_config(tiny_model, **fields):
 
 
 def test_the_assistant_only_loss_equals_the_usual_shifted_loss(tiny_model, data):
-    from sft.dataset import load_examples
+    from paper_explorer.sft.dataset import load_examples
 
     model, _ = load_model(small_config(tiny_model, quantization="none", gradient_checkpointing=False))
     model.eval()
@@ -91,7 +91,7 @@ def test_loss_decreases_on_a_repeated_batch_in_4_bit(tiny_model, data, tmp_path)
 
 
 def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, data, tmp_path):
-    from sft.dataset import load_examples
+    from paper_explorer.sft.dataset import load_examples
 
     repeated = tmp_path / "repeated"
     repeated.mkdir()
@@ -110,11 +110,11 @@ def test_gradient_accumulation_logs_the_mean_loss_not_a_multiple(tiny_model, dat
 
 
 def test_checkpoints_hold_everything_and_reload_into_the_hf_policy(tiny_model, data, tmp_path, small_demo):
-    from agent.models import file_sha256 as sha256_file
-    from agent.policies.hf import HFPolicy
-    from agent.runner import EpisodeRunner
-    from agent.trajectory import EpisodeConfig
-    from corpus import BM25Index, load
+    from paper_explorer.agent.models import file_sha256 as sha256_file
+    from paper_explorer.agent.policies.hf import HFPolicy
+    from paper_explorer.agent.runner import EpisodeRunner
+    from paper_explorer.agent.trajectory import EpisodeConfig
+    from paper_explorer.corpus import BM25Index, load
 
     corpus = load(data / "corpus.jsonl")
     summary = train(small_config(tiny_model, max_steps=2), data=data / "data", out=tmp_path / "out", corpus=corpus, log=lambda *_: None)

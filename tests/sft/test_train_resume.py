@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from agent.models import file_sha256
-from sft.records import TrainingSummary
+from paper_explorer.agent.models import file_sha256
+from paper_explorer.sft.records import TrainingSummary
 from tests.conftest import run_cli
 from tests.sft import test_train
 from tests.sft.test_train_watch import repeated_data, train_arguments

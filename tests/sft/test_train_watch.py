@@ -18,11 +18,11 @@ from importlib.util import find_spec
 
 import pytest
 
-from agent.models import file_sha256
-from sft.config import TrainConfig
-from sft.interrupts import launcher_warning
-from sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
-from sft.train import training_arguments
+from paper_explorer.agent.models import file_sha256
+from paper_explorer.sft.config import TrainConfig
+from paper_explorer.sft.interrupts import launcher_warning
+from paper_explorer.sft.records import CheckpointManifest, TrainingSummary, ValidationRecord
+from paper_explorer.sft.train import training_arguments
 from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command, run_cli, with_signals_a_terminal_leaves
 from tests.sft import test_train
 
@@ -259,7 +259,7 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
         "--main_process_port",
         "0",
         "-m",
-        "cli.main",
+        "paper_explorer.cli.main",
         *arguments,
     ]
     done = subprocess.run(launch, capture_output=True, text=True, env=checkout_environment({"COLUMNS": "200"}), timeout=600)
@@ -281,8 +281,8 @@ def test_two_processes_under_accelerate_launch_train_and_only_the_first_writes(t
     # summed over both processes, DDP averages their gradients).
     import torch
 
-    from sft.dataset import load_examples
-    from sft.model import assistant_loss, load_model
+    from paper_explorer.sft.dataset import load_examples
+    from paper_explorer.sft.model import assistant_loss, load_model
 
     model, _ = load_model(TrainConfig(model=str(tiny_model), quantization="none", gradient_checkpointing=False))
     example = load_examples(tmp_path / "data" / "train.jsonl")[0]
@@ -306,7 +306,7 @@ def test_loading_a_model_leaves_the_download_progress_bars_on(tiny_model):
     them back on. (A switch, not a download: nothing may be fetched from a hub in tests.) In a fresh
     process, as the CLI loads a model: this test process's tiny-model builder turned them off."""
     script = (
-        "from huggingface_hub import utils\nfrom agent.models import load_causal_lm\n"
+        "from huggingface_hub import utils\nfrom paper_explorer.agent.models import load_causal_lm\n"
         f"load_causal_lm({str(tiny_model)!r}, 'none')\nprint('disabled' if utils.are_progress_bars_disabled() else 'shown')"
     )
     environment = {k: v for k, v in checkout_environment().items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}

@@ -1,6 +1,6 @@
 import pytest
 
-from corpus import BM25Index
+from paper_explorer.corpus import BM25Index
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ import types
 import weakref
 from typing import Any
 
-from tools import episode_host, wire
+from paper_explorer.tools import episode_host, wire
 
 CENSUS = "# census of the host's caches"
 CONTAINERS = (dict, list, set, bytearray, collections.deque, weakref.WeakValueDictionary, weakref.WeakKeyDictionary, weakref.WeakSet)

@@ -7,14 +7,14 @@ import time
 
 import pytest
 
-from corpus import BM25Index, Corpus
-from corpus.schema import Paper, Section
-from tools import wire, worker
-from tools.episode_host import ActionResult
-from tools.limits import MAX_EVIDENCE, OUTCOME_CHARS
-from tools.paper_tools import ACTION_RETURNED_CHARS
-from tools.records import Evidence, Outcome, Returned, ToolCallRecord
-from tools.sandbox import Limits, Sandbox, longest_paper_id
+from paper_explorer.corpus import BM25Index, Corpus
+from paper_explorer.corpus.schema import Paper, Section
+from paper_explorer.tools import wire, worker
+from paper_explorer.tools.episode_host import ActionResult
+from paper_explorer.tools.limits import MAX_EVIDENCE, OUTCOME_CHARS
+from paper_explorer.tools.paper_tools import ACTION_RETURNED_CHARS
+from paper_explorer.tools.records import Evidence, Outcome, Returned, ToolCallRecord
+from paper_explorer.tools.sandbox import Limits, Sandbox, longest_paper_id
 
 ASTRAL = "\U0001f600"  # 4 bytes in UTF-8; 12 as the JSON escapes \ud83d\ude00
 HANG_SECONDS = 600  # bounds a hang, never a speed
@@ -211,7 +211,7 @@ def test_records_of_many_small_values_are_charged_what_they_cost_to_hold(small_d
     action of nested evidence held ~23 times its budget in the host and in this process."""
     import tracemalloc
 
-    from tools.paper_tools import record_cost
+    from paper_explorer.tools.paper_tools import record_cost
 
     limits = Limits(wall_seconds=30, cpu_seconds=30, host_seconds=30, tool_calls=10**4)
     code = (

@@ -15,10 +15,10 @@ import re
 
 import pytest
 
+from paper_explorer.tools import fence
+from paper_explorer.tools.sandbox import Sandbox
+from paper_explorer.tools.zygote import Zygote
 from tests.tools.test_sandbox_fence import LIMITS, escaped, run  # noqa: F401 (escaped is a fixture)
-from tools import fence
-from tools.sandbox import Sandbox
-from tools.zygote import Zygote
 
 # What the filter allows, one syscall per line: the argument conditions ("" for none), as
 # ``fence.SYSCALL_RULES`` renders them. A new syscall, or a looser condition, must be argued here.

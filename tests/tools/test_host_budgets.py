@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from tools import wire
-from tools.episode_host import _TIMERS, ActionClocks, EpisodeHost, HostLimit, WorkerClock
-from tools.paper_tools import PaperTools
-from tools.sandbox import Limits, Sandbox
+from paper_explorer.tools import wire
+from paper_explorer.tools.episode_host import _TIMERS, ActionClocks, EpisodeHost, HostLimit, WorkerClock
+from paper_explorer.tools.paper_tools import PaperTools
+from paper_explorer.tools.sandbox import Limits, Sandbox
 
 # A loop of searches: each call is cheap, so only the sum of the host's work can run out.
 SEARCHES = "for i in range(100000):\n    search('learning rate model data training results', k=50)"

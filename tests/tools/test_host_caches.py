@@ -6,16 +6,16 @@ import statistics
 
 import pytest
 
+from paper_explorer.tools import process_caches
+from paper_explorer.tools import sandbox as sandbox_module
+from paper_explorer.tools.episode_host import IdleHosts
+from paper_explorer.tools.sandbox import Limits, Sandbox
+from paper_explorer.tools.zygote import Zygote
 from tests.tools.host_census import CENSUS
-from tools import process_caches
-from tools import sandbox as sandbox_module
-from tools.episode_host import IdleHosts
-from tools.sandbox import Limits, Sandbox
-from tools.zygote import Zygote
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000, record_bytes=8 << 20, episode_record_bytes=64 << 20)
 # State of the episode in flight, not a cache: what the census finds there is gone at reset.
-PER_EPISODE = ("tools.episode_host._TIMERS.clocks",)
+PER_EPISODE = ("paper_explorer.tools.episode_host._TIMERS.clocks",)
 
 
 def noisy_actions(paper_ids: list[str]) -> list[str]:
@@ -95,8 +95,11 @@ def test_every_cache_an_episode_fills_is_back_to_a_fresh_hosts_state_after_reset
     for cache in process_caches.CACHES:
         assert any(name == cache.name or name.startswith(cache.name + ".") for name in fresh), f"the census cannot see {cache.name}"
     # ... and the episode filled what it could (the corpus's did-you-mean table was built before the fork).
-    assert fresh["tools.paper_tools.SENTENCE_INDEXES._entries"] != after["tools.paper_tools.SENTENCE_INDEXES._entries"]
-    assert fresh["tools.paper_tools._id_table"] == after["tools.paper_tools._id_table"]
+    assert (
+        fresh["paper_explorer.tools.paper_tools.SENTENCE_INDEXES._entries"]
+        != after["paper_explorer.tools.paper_tools.SENTENCE_INDEXES._entries"]
+    )
+    assert fresh["paper_explorer.tools.paper_tools._id_table"] == after["paper_explorer.tools.paper_tools._id_table"]
 
     filled = sorted(name for name in set(fresh) | set(after) if fresh.get(name) != after.get(name))
     unlisted = [name for name in filled if not registered(name) and not name.startswith(PER_EPISODE)]

@@ -4,10 +4,10 @@ import importlib
 
 import pytest
 
-from corpus import BM25Index
-from tools.modules import DEFAULT_MODULES, MODULE_EXPORTS, VETTED_MODULES
-from tools.sandbox import Limits, Sandbox
-from tools.worker import module_view
+from paper_explorer.corpus import BM25Index
+from paper_explorer.tools.modules import DEFAULT_MODULES, MODULE_EXPORTS, VETTED_MODULES
+from paper_explorer.tools.sandbox import Limits, Sandbox
+from paper_explorer.tools.worker import module_view
 
 
 @pytest.mark.parametrize("name", sorted(MODULE_EXPORTS))

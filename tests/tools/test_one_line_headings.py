@@ -4,8 +4,8 @@ one line (headings cut to HEADING_CHARS), and a paper id that would split a line
 import pytest
 from pydantic import ValidationError
 
-from corpus import BM25Index, Corpus, Paper, Section
-from tools.paper_tools import HEADING_CHARS, PaperTools
+from paper_explorer.corpus import BM25Index, Corpus, Paper, Section
+from paper_explorer.tools.paper_tools import HEADING_CHARS, PaperTools
 
 
 def read(paper: Paper):

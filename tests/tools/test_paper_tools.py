@@ -7,12 +7,21 @@ import re2
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from corpus import BM25Index, Corpus, Paper, Section
-from corpus.index import quote_form
-from tools import paper_tools
-from tools.errors import ToolError
-from tools.page import tool_page
-from tools.paper_tools import PAGE_CHARS, QUOTE_SCANS, TOOLS, PaperTools, SentenceIndex, SentenceIndexCache, _close_matches, _pages
+from paper_explorer.corpus import BM25Index, Corpus, Paper, Section
+from paper_explorer.corpus.index import quote_form
+from paper_explorer.tools import paper_tools
+from paper_explorer.tools.errors import ToolError
+from paper_explorer.tools.page import tool_page
+from paper_explorer.tools.paper_tools import (
+    PAGE_CHARS,
+    QUOTE_SCANS,
+    TOOLS,
+    PaperTools,
+    SentenceIndex,
+    SentenceIndexCache,
+    _close_matches,
+    _pages,
+)
 
 
 @pytest.fixture
@@ -63,7 +72,7 @@ def test_read_section_by_name_number_and_digit_string(call, small_demo):
 
 
 def test_long_sections_are_paged_and_say_how_to_continue(small_demo):
-    from corpus import Corpus, Paper, Section
+    from paper_explorer.corpus import Corpus, Paper, Section
 
     long_paper = Paper(
         id="long", title="Long", sections=(Section(name="Body", paragraphs=tuple(f"Paragraph {i}. " + "word " * 300 for i in range(12))),)

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from tools.sandbox import Limits, Sandbox
+from paper_explorer.tools.sandbox import Limits, Sandbox
 
 LIMITS = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, output_chars=5_000)
 
@@ -194,8 +194,8 @@ def test_vetted_modules_expose_no_module_and_no_host_namespace():
     import os as host_os
     import sys as host_sys
 
-    from tools.modules import VETTED_MODULES
-    from tools.worker import module_view
+    from paper_explorer.tools.modules import VETTED_MODULES
+    from paper_explorer.tools.worker import module_view
 
     for name in VETTED_MODULES:
         items = object.__getattribute__(module_view(name), "_items")

@@ -5,8 +5,8 @@ import resource
 
 import pytest
 
+from paper_explorer.tools.sandbox import Limits, Sandbox
 from tests.tools.conftest import BrokenIndex
-from tools.sandbox import Limits, Sandbox
 
 LIMITS = Limits(wall_seconds=5.0, cpu_seconds=2, memory_bytes=512 * 2**20, output_chars=2_000)
 FINALIZER = """

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from paper_explorer.tools.sandbox import LANGUAGE_ONLY, Limits, Sandbox
+from paper_explorer.tools.zygote import Zygote
 from tests.conftest import HANG_SECONDS
 from tests.tools.conftest import process_running
-from tools.sandbox import LANGUAGE_ONLY, Limits, Sandbox
-from tools.zygote import Zygote
 
 LIMITS = Limits(wall_seconds=20.0, cpu_seconds=5, memory_bytes=512 * 2**20, output_chars=5_000)
 
@@ -225,7 +225,7 @@ def test_frames_that_are_not_strict_utf8_json_cannot_reach_the_trajectory(escape
 
 
 def test_an_exit_code_alone_cannot_claim_the_memory_limit(escaped):
-    from tools.worker import EXIT_MEMORY
+    from paper_explorer.tools.worker import EXIT_MEMORY
 
     escaped.execute("kept = 1")
     result = escaped.execute(f"import os\nos._exit({EXIT_MEMORY})")
@@ -275,8 +275,8 @@ def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):
     As root, the host runs here as ``nobody`` (setpriv, with only the ambient right to read the
     files of this checkout's interpreter), and its worker must have no capability at all."""
     script = textwrap.dedent("""
-        from corpus import BM25Index, DemoConfig, generate
-        from tools.sandbox import Limits, Sandbox
+        from paper_explorer.corpus import BM25Index, DemoConfig, generate
+        from paper_explorer.tools.sandbox import Limits, Sandbox
         corpus = generate(DemoConfig(papers=5, seed=1))
         limits = Limits(wall_seconds=120, cpu_seconds=60, allowed_modules=("datetime",))
         with Sandbox(corpus, limits, index=BM25Index.build(corpus)) as sandbox:
@@ -313,7 +313,7 @@ def test_cpu_heavy_action_then_kept_variable_as_a_non_root_user(tmp_path):
 
 
 def test_without_the_fence_trajectories_say_language_only_and_one_warning_is_printed(small_demo, index, capsys, monkeypatch):
-    import tools.sandbox as sandbox_module
+    import paper_explorer.tools.sandbox as sandbox_module
 
     monkeypatch.setattr(sandbox_module, "_warned_language_only", False)
     zygote = Zygote(kernel_fence=False)

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from corpus import BM25Index
-from tools.paper_tools import PaperTools
-from tools.sandbox import Limits, Sandbox
-from tools.worker import TOOL_NAMES
+from paper_explorer.corpus import BM25Index
+from paper_explorer.tools.paper_tools import PaperTools
+from paper_explorer.tools.sandbox import Limits, Sandbox
+from paper_explorer.tools.worker import TOOL_NAMES
 
 LIMITS = Limits(wall_seconds=2.0, cpu_seconds=1, memory_bytes=512 * 2**20, output_chars=2_000)
 

@@ -7,10 +7,18 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corpus import BM25Index, Corpus
-from corpus.schema import Paper, Section
-from tools.errors import ToolError
-from tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, PaperTools, _hits, record_chars, returned_record
+from paper_explorer.corpus import BM25Index, Corpus
+from paper_explorer.corpus.schema import Paper, Section
+from paper_explorer.tools.errors import ToolError
+from paper_explorer.tools.paper_tools import (
+    ACTION_RETURNED_CHARS,
+    HIT_TEXTS,
+    RETURNED_CHARS,
+    PaperTools,
+    _hits,
+    record_chars,
+    returned_record,
+)
 
 
 def tools_for(corpus):

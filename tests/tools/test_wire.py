@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tools import wire
+from paper_explorer.tools import wire
 
 
 @pytest.mark.parametrize(

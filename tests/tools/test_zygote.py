@@ -10,9 +10,9 @@ import time
 
 import pytest
 
+from paper_explorer.tools.sandbox import Limits, Sandbox, SandboxError
+from paper_explorer.tools.zygote import Zygote, shared_zygote
 from tests.tools.conftest import process_running
-from tools.sandbox import Limits, Sandbox, SandboxError
-from tools.zygote import Zygote, shared_zygote
 
 LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_bytes=512 * 2**20)
 
@@ -82,8 +82,8 @@ def test_a_forked_host_gets_its_own_zygote(small_demo, index):
 def test_workers_and_zygote_die_with_a_killed_host(tmp_path):
     script = textwrap.dedent("""
         import sys, time
-        from corpus import BM25Index, DemoConfig, generate
-        from tools.sandbox import Sandbox
+        from paper_explorer.corpus import BM25Index, DemoConfig, generate
+        from paper_explorer.tools.sandbox import Sandbox
         corpus = generate(DemoConfig(papers=5, seed=1))
         sandbox = Sandbox(corpus, index=BM25Index.build(corpus))
         sandbox.start()

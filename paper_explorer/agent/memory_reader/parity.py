@@ -1,0 +1,225 @@
+"""The memory reader's prompts, rebuilt from its trajectory and checked against what it recorded.
+
+A reader's model never sees the conversation; it sees the prompts the reader builds. Each one can
+be rebuilt from the trajectory alone: the document from the read observations (the same parse
+the reader made), its pages from the recorded recipe, the memory each update held from the
+update before it, and the problem from the question. The check rebuilds every update's prompt
+and the final one and compares them with the records: the digest and length of the ids sent,
+the server's own ids' digest and count where it returned them, the tokenizer, the page's range
+and digest, the memory tokens, the tokens read and left unread, a recorded parity warning. An
+edited memory, page, count, recipe or prompts file, another tokenizer, or a server that
+tokenised the prompt itself all fail it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paper_explorer.agent.config import parse_scope
+from paper_explorer.agent.memory_reader import document
+from paper_explorer.agent.memory_reader.paging import encode_document, page_document
+from paper_explorer.agent.memory_reader.policy import capped, written_tokens
+from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
+from paper_explorer.agent.mismatch import Mismatch
+from paper_explorer.agent.policies.base import PolicyError, last_value
+from paper_explorer.agent.renderer import ChatRenderer
+from paper_explorer.agent.served import ids_sha256, reply_sha256
+from paper_explorer.agent.trajectory import Generation, Reading, Served, Trajectory
+
+
+def reading_of(trajectory: Trajectory) -> Reading | None:
+    """The reader's record: on the last step that holds one."""
+    for step in reversed(trajectory.steps):
+        if step.policy_info is not None and step.policy_info.reading is not None:
+            return step.policy_info.reading
+    return None
+
+
+def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: ReaderPrompts | None = None) -> Mismatch | None:
+    """The first recorded prompt of the reader that its trajectory does not rebuild, or None."""
+    where = f"episode {trajectory.episode_id}"
+    reading = reading_of(trajectory)
+    if reading is None:
+        return None  # it ended before its model was called: nothing was served
+    settings = trajectory.policy.settings
+    prompts = prompts or ReaderPrompts.load()
+    if settings.get("prompts_sha256") != prompts.sha256:
+        return Mismatch(
+            where, f"served with the reader prompts {str(settings.get('prompts_sha256'))[:12]}, checked with {prompts.sha256[:12]}"
+        )
+    if settings.get("tokenizer_sha256") != renderer.fingerprint:
+        return Mismatch(
+            where,
+            f"served with the tokenizer {str(settings.get('tokenizer_sha256'))[:12]}, checked with {renderer.fingerprint[:12]}: "
+            "name the tokenizer the run used",
+        )
+    mismatch = _scope(where, trajectory, reading, settings)
+    if mismatch is not None:
+        return mismatch
+    try:
+        sections = _sections(trajectory, reading)
+    except PolicyError as error:
+        return Mismatch(where, f"the read observations no longer parse into the document: {error}")
+    rebuilt = encode_document(sections, renderer, prompts)
+    paging = page_document(
+        rebuilt,
+        page_tokens=settings["page_tokens"],
+        outlines=settings["outlines"],
+        outline_sections=settings["outline_sections"],
+        renderer=renderer,
+        prompts=prompts,
+    )
+    if (reading.document_tokens, reading.pages) != (rebuilt.tokens, len(paging.pages)):
+        return Mismatch(
+            where,
+            f"the reader recorded {reading.document_tokens} document tokens in {reading.pages} pages; "
+            f"the observations make {rebuilt.tokens} in {len(paging.pages)}",
+        )
+    # What a budget left unread is a reported figure (scores, compare): it must be what the updates read.
+    read = max((update.end for update in reading.updates), default=0)
+    if (reading.read_tokens, reading.unread_tokens) != (read, rebuilt.tokens - read):
+        return Mismatch(
+            where,
+            f"the reader recorded {reading.read_tokens} tokens read and {reading.unread_tokens} unread; "
+            f"its updates read {read} of the document's {rebuilt.tokens}",
+        )
+    return _updates(where, trajectory, reading, rebuilt, paging, settings, renderer, prompts)
+
+
+def _sections(trajectory: Trajectory, reading: Reading):
+    """The document's sections, parsed again from the observations of the outline and paper reads."""
+    if not reading.papers:
+        return []
+    outline_text = document.outlines_action(reading.papers)
+    position = next((i for i, step in enumerate(trajectory.steps) if step.action_text == outline_text), None)
+    if position is None:
+        raise PolicyError("no step read the recorded papers' outlines")
+    outlines = document.parse_outlines(trajectory.steps[position].observation, reading.papers)
+    reads = trajectory.steps[position + 1 : position + 1 + len(outlines)]
+    if len(reads) != len(outlines):
+        raise PolicyError(f"{len(outlines)} papers, {len(reads)} read steps")
+    sections = []
+    for outline, step in zip(outlines, reads):
+        if step.action_text != document.paper_action(outline.paper_id, outline.sections):
+            raise PolicyError(f"step {step.index + 1} is not the read of paper {outline.paper_id!r}")
+        sections += document.parse_paper(step.observation, outline)
+    return sections
+
+
+def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, Any], renderer, prompts) -> Mismatch | None:
+    problem = renderer.text(trajectory.question)
+    cap = settings["memory_tokens"]
+    sentinel = settings.get("keep_sentinel") or None
+    planned = [(number, page) for number in range(1, settings["passes"] + 1) for page in range(len(paging.pages))]
+    done = [(update.pass_index, update.page) for update in reading.updates]
+    if reading.passes != settings["passes"] or done != planned[: len(done)] or (len(done) < len(planned) and reading.stopped is None):
+        return Mismatch(
+            where,
+            f"the updates are not the plan's pages in order ({settings['passes']} pass(es) of {len(paging.pages)} pages"
+            f"{', then a stop' if reading.stopped else ''}): an update was added, removed or moved",
+        )
+    spent = 0
+    memory: str | None = None
+    for number, update in enumerate(reading.updates, 1):
+        at = f"{where} memory update {number} (pass {update.pass_index}, page {update.page + 1})"
+        page = paging.pages[update.page]
+        ids = page.ids(rebuilt)
+        if (update.start, update.end, update.page_sha256) != (page.start, page.end, ids_sha256(ids)):
+            return Mismatch(
+                at, f"the recorded page (tokens {update.start}-{update.end}) is not the document's (tokens {page.start}-{page.end})"
+            )
+        held = memory_ids(renderer, prompts, memory, cap)
+        if update.memory_tokens_in != len(held):
+            return Mismatch(at, f"recorded {update.memory_tokens_in} memory tokens in; the previous update's memory makes {len(held)}")
+        prompt = update_prompt(
+            renderer, prompts, problem_ids=problem, memory_ids=held, outline_ids=page.outline_ids, page_ids=ids, sentinel=sentinel
+        )
+        mismatch = _served(at, update.served, update.generation, prompt) or _written(at, update, memory, renderer, prompts, cap, sentinel)
+        if mismatch is not None:
+            return mismatch
+        spent += len(prompt) + written_tokens(
+            renderer, update.written if update.written is not None else update.memory or "", update.generation
+        )
+        memory = update.memory
+    answer = reading.answer
+    if answer is not None:
+        held = memory_ids(renderer, prompts, memory, cap)
+        prompt = final_prompt(renderer, prompts, problem_ids=problem, memory_ids=held)
+        mismatch = _served(f"{where} final answer", answer.served, answer.generation, prompt) or _answer(
+            f"{where} final answer", answer, renderer, settings["answer_tokens"]
+        )
+        if mismatch is not None:
+            return mismatch
+        spent += len(prompt) + written_tokens(renderer, answer.text, answer.generation)
+    if spent != reading.model_tokens:
+        return Mismatch(where, f"the reader recorded {reading.model_tokens} model tokens; its calls add up to {spent}")
+    budget = settings.get("token_budget")
+    if reading.token_budget != budget or (budget is not None and spent > budget):
+        return Mismatch(where, f"the token budget recorded ({reading.token_budget}) is not the settings' ({budget}) or was exceeded")
+    return None
+
+
+def _written(at: str, update, before: str | None, renderer, prompts, cap: int, sentinel: str | None) -> Mismatch | None:
+    """What the update wrote, against its digest, and the memory, keep and cap it made of that."""
+    text = update.written if update.written is not None else update.memory
+    if text is None or update.served.reply_sha256 != reply_sha256(text, None):
+        return Mismatch(at, "what the update wrote is not what the model sent back (its digest differs): the record was altered")
+    kept = is_keep(text, sentinel)
+    after = before if kept else capped(renderer, text, cap)
+    cut = bool(update.generation.hit_cap) or (not kept and after != text)
+    out = len(memory_ids(renderer, prompts, after, cap))
+    if (update.kept, update.memory, update.hit_cap, update.memory_tokens_out) != (kept, after, cut, out):
+        return Mismatch(
+            at,
+            f"the recorded update (kept {update.kept}, cut {update.hit_cap}, {update.memory_tokens_out} memory tokens out) is not "
+            f"what its text makes (kept {kept}, cut {cut}, {out} tokens)",
+        )
+    return None
+
+
+def _answer(at: str, answer, renderer, answer_tokens: int) -> Mismatch | None:
+    """The answer taken from what the model wrote, and whether it was cut or empty."""
+    if answer.served.reply_sha256 != reply_sha256(answer.text, None):
+        return Mismatch(at, "the answer's text is not what the model sent back (its digest differs): the record was altered")
+    taken, _ = parse_answer(answer.text)
+    cut = bool(answer.generation.hit_cap) or len(renderer.text(answer.text)) > answer_tokens
+    invalid = f"cut at the answer cap of {answer_tokens} tokens" if cut else None if taken else "empty"
+    if (answer.answer, answer.invalid) != (None if invalid else taken, invalid):
+        return Mismatch(at, f"the recorded answer ({answer.answer!r}, {answer.invalid}) is not what its text makes ({taken!r}, {invalid})")
+    return None
+
+
+def _scope(where: str, trajectory: Trajectory, reading: Reading, settings: dict[str, Any]) -> Mismatch | None:
+    """The papers read are the scope's: the question's own (an oracle), or the top K of the search the first step ran."""
+    scope = settings.get("scope")
+    if reading.scope != scope or settings.get("oracle") != (scope == "paper"):
+        return Mismatch(where, f"the recorded scope ({reading.scope}, oracle {settings.get('oracle')}) is not the settings' ({scope})")
+    wanted = parse_scope(scope) if isinstance(scope, str) else None
+    if scope == "paper":
+        expected = [trajectory.paper_id] if trajectory.paper_id is not None else None
+    elif wanted is not None and trajectory.steps and trajectory.steps[0].action_text == document.search_action(trajectory.question):
+        found = last_value([{"role": "user", "content": trajectory.steps[0].observation}])
+        expected = document.top_papers(found, wanted) if isinstance(found, list) else None
+    else:
+        expected = None
+    if expected != reading.papers:
+        return Mismatch(where, f"the papers read ({', '.join(reading.papers)}) are not the {scope} scope's ({expected})")
+    return None
+
+
+def _served(at: str, served: Served, generation: Generation, prompt: list[int]) -> Mismatch | None:
+    if generation.parity_warning is not None:
+        return Mismatch(at, f"a parity warning was recorded at serving time: {generation.parity_warning!r}")
+    if served.tokens != len(prompt) or served.sha256 != ids_sha256(prompt):
+        return Mismatch(
+            at,
+            f"the served prompt ({served.tokens} tokens, sha256 {served.sha256[:12]}) is not the one the trajectory rebuilds "
+            f"({len(prompt)} tokens, sha256 {ids_sha256(prompt)[:12]})",
+        )
+    if generation.prompt_tokens is not None and generation.prompt_tokens != len(prompt):
+        return Mismatch(at, f"the model was sent {generation.prompt_tokens} prompt tokens; the trajectory rebuilds {len(prompt)}")
+    if served.server_tokens is not None and served.server_tokens != served.tokens:
+        return Mismatch(at, f"the server counted {served.server_tokens} prompt tokens; {served.tokens} were sent")
+    if served.server_sha256 is not None and served.server_sha256 != served.sha256:
+        return Mismatch(at, "the prompt ids the server returned differ from the ids sent")
+    return None

@@ -1,0 +1,219 @@
+"""The memory reader's prompts, built as token ids: the words are data (``prompts/memory_reader.toml``).
+
+Guaranteed:
+
+* A prompt is ONE chat user turn then the generation prompt (non-thinking), laid out by the
+  model's own chat template exactly as ``ChatRenderer.prompt`` lays out a conversation of one
+  user message (``ChatRenderer.user_prompt``): whatever the template puts around it (a BOS, a
+  default system turn) included.
+* Values given as ids (the problem, the memory, a page) are spliced in unchanged, so a page's
+  ids in a prompt are exactly the document's ids; the template's text around them, with any
+  values given as strings filled in, is encoded piece by piece between the spliced ids. The same
+  inputs give the same ids, so a check can rebuild a prompt from its record.
+* The memory in a prompt never exceeds its cap (``memory_ids``).
+* ``ReaderPrompts.sha256`` is the SHA-256 of the file's bytes: any change to the words changes it.
+* A prompts file with a missing or unknown key, or a placeholder a key does not take, is refused
+  with one line naming the file and the key.
+
+Not guaranteed: that the ids equal the tokenizer's encoding of the whole prompt as one string
+(they differ at most at the edges of spliced ids, where a whole-string encoding could merge across).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import paper_explorer.corpus.files as files
+from paper_explorer.agent.errors import AgentError
+
+PROMPTS_FILE = Path(__file__).parent / "prompts" / "memory_reader.toml"
+
+# Each key of the prompts file and the placeholders it must hold (no more, no fewer).
+PLACEHOLDERS: dict[str, frozenset[str]] = {
+    "update": frozenset({"problem", "memory", "section", "keep_instruction"}),
+    "keep_instruction": frozenset({"sentinel"}),
+    "final": frozenset({"problem", "memory"}),
+    "no_memory": frozenset(),
+    "outline": frozenset({"lines"}),
+    "outline_line": frozenset({"heading"}),
+    "outline_continued": frozenset(),
+    "document_section": frozenset({"heading", "text"}),
+}
+
+
+class Renderer(Protocol):
+    """What these functions use of ``agent.renderer.ChatRenderer``."""
+
+    def text(self, text: str) -> list[int]: ...
+
+    def user_prompt(self, parts: list[str | list[int]]) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class ReaderPrompts:
+    """The words of the memory reader's prompts (see the file for what each key is)."""
+
+    update: str
+    keep_instruction: str
+    final: str
+    no_memory: str
+    outline: str
+    outline_line: str
+    outline_continued: str
+    document_section: str
+    path: Path
+    sha256: str  # of the file's bytes
+
+    @classmethod
+    def load(cls, path: Path = PROMPTS_FILE) -> ReaderPrompts:
+        """The prompts in the TOML file at ``path`` (default: the packaged one), every key checked."""
+        try:
+            data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="prompts .toml")
+            table = files.parse_toml(files.decode(data, path), path)
+        except FileNotFoundError:
+            raise AgentError(f"{path}: no such file; cannot read the memory reader's prompts") from None
+        except files.FileRefused as error:
+            raise AgentError(f"{error}; cannot read the memory reader's prompts") from None
+        unknown = sorted(set(table) - set(PLACEHOLDERS))
+        if unknown:
+            raise AgentError(f"{path}: unknown key {unknown[0]!r}; the keys are {', '.join(PLACEHOLDERS)}")
+        for key, expected in PLACEHOLDERS.items():
+            _check_template(path, key, table.get(key), expected)
+        return cls(**{key: table[key] for key in PLACEHOLDERS}, path=path, sha256=hashlib.sha256(data).hexdigest())
+
+
+def _check_template(path: Path, key: str, template: object, expected: frozenset[str]) -> None:
+    if template is None:
+        raise AgentError(f"{path}: missing key {key!r}")
+    if not isinstance(template, str):
+        raise AgentError(f"{path}: key {key!r} must be a string, not {type(template).__name__}")
+    try:
+        fields = _fields(template)
+    except ValueError as error:
+        raise AgentError(f"{path}: key {key!r} is not a valid template ({error}); write {{{{ and }}}} for a literal brace") from None
+    names = [name for name, _, _ in fields]
+    unknown = sorted(set(names) - expected)
+    if unknown:
+        raise AgentError(f"{path}: key {key!r} has an unknown placeholder {{{unknown[0]}}}; it takes {_listed(expected)}")
+    missing = sorted(expected - set(names))
+    if missing:
+        raise AgentError(f"{path}: key {key!r} lacks the placeholder {{{missing[0]}}}; it takes {_listed(expected)}")
+    dressed = next((name for name, spec, conversion in fields if spec or conversion), None)
+    if dressed is not None:
+        raise AgentError(f"{path}: key {key!r}: placeholder {{{dressed}}} takes no format spec or conversion")
+
+
+def _listed(names: frozenset[str]) -> str:
+    return ", ".join(f"{{{name}}}" for name in sorted(names)) or "no placeholders"
+
+
+def _fields(template: str) -> list[tuple[str, str, str | None]]:
+    """(name, format spec, conversion) of each placeholder of ``template``, in order."""
+    return [(name, spec or "", conversion) for _, name, spec, conversion in string.Formatter().parse(template) if name is not None]
+
+
+def build(renderer: Renderer, template: str, values: dict[str, list[int] | str]) -> list[int]:
+    """The chat prompt of one user turn whose content is ``template`` filled with ``values``, as ids.
+
+    A value that is a list of ids is spliced in as those ids; a string value is formatted into
+    the text around it. Each stretch of text between spliced ids (the first one opened with
+    the template's role header) is encoded as one piece. Raises AgentError for a placeholder
+    without a value."""
+    parts: list[str | list[int]] = []
+    text = ""
+    for literal, name, _, _ in string.Formatter().parse(template):
+        text += literal
+        if name is None:
+            continue
+        if name not in values:
+            raise AgentError(f"the memory reader's prompt has a placeholder {{{name}}} that was given no value")
+        value = values[name]
+        if isinstance(value, str):
+            text += value
+        else:
+            parts += [text, value]
+            text = ""
+    return renderer.user_prompt([*parts, text])
+
+
+def update_prompt(
+    renderer: Renderer,
+    prompts: ReaderPrompts,
+    *,
+    problem_ids: list[int],
+    memory_ids: list[int],
+    outline_ids: list[int],
+    page_ids: list[int],
+    sentinel: str | None,
+) -> list[int]:
+    """The prompt of one memory update: the problem, the memory so far, then the section (the
+    page-local outline's ids, then the page's). The keep instruction is filled only with a sentinel."""
+    keep = prompts.keep_instruction.format(sentinel=sentinel) if sentinel else ""
+    values: dict[str, list[int] | str] = {
+        "problem": problem_ids,
+        "memory": memory_ids,
+        "section": [*outline_ids, *page_ids],
+        "keep_instruction": keep,
+    }
+    return build(renderer, prompts.update, values)
+
+
+def final_prompt(renderer: Renderer, prompts: ReaderPrompts, *, problem_ids: list[int], memory_ids: list[int]) -> list[int]:
+    """The prompt of the final answer: the problem and the memory, no page text."""
+    return build(renderer, prompts.final, {"problem": problem_ids, "memory": memory_ids})
+
+
+def memory_ids(renderer: Renderer, prompts: ReaderPrompts, memory: str | None, cap: int) -> list[int]:
+    """The memory as spliced into a prompt: ``None`` (before the first update) is the no-memory
+    text; otherwise the memory's text re-encoded. Either is cut to its first ``cap`` ids, so the
+    memory never exceeds the cap and a check can rebuild it from the recorded text."""
+    if cap < 1:
+        raise AgentError(f"the memory cap must be at least 1 token, not {cap}")
+    return renderer.text(prompts.no_memory if memory is None else memory)[:cap]
+
+
+BOX = "\\boxed{"
+
+
+def parse_answer(text: str) -> tuple[str | None, str]:
+    """The answer in a final call's text and how it was given.
+
+    The content of the last complete ``\\boxed{...}`` (braces balanced; a box inside a box is part
+    of the outer one's content), stripped -> ``(answer, "boxed")``, with ``None`` for an empty box.
+    No complete box -> the whole text stripped, ``(text or None, "plain")``."""
+    answer = None
+    search_from = 0
+    while (opening := text.find(BOX, search_from)) >= 0:
+        closing = _closing_brace(text, opening + len(BOX))
+        if closing is None:  # never closed: a box inside it may still close
+            search_from = opening + len(BOX)
+            continue
+        answer = text[opening + len(BOX) : closing]
+        search_from = closing + 1
+    if answer is not None:
+        return answer.strip() or None, "boxed"
+    return text.strip() or None, "plain"
+
+
+def _closing_brace(text: str, start: int) -> int | None:
+    """The index of the ``}`` closing a brace opened just before ``start``, or None."""
+    depth = 1
+    for index in range(start, len(text)):
+        if text[index] == "{":
+            depth += 1
+        elif text[index] == "}":
+            depth -= 1
+            if depth == 0:
+                return index
+    return None
+
+
+def is_keep(text: str, sentinel: str | None) -> bool:
+    """Whether a memory update's text is the keep sentinel (surrounding whitespace ignored)."""
+    if not sentinel:
+        return False
+    return text.strip() == sentinel.strip()

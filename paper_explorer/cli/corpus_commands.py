@@ -1,0 +1,240 @@
+"""``explorer corpus stats|search|generate|export|from-text``.
+
+The corpus hashes have the names a run's manifest gives them: ``corpus_sha256`` (the papers),
+``questions_sha256``; ``sha256`` is both together.
+
+Paper text, section names and ids come from corpus files: shown as ``agent.terminal_text``
+data (JSON with its controls escaped), never as rich markup."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from paper_explorer.agent.terminal_text import json_visible, untrusted
+from paper_explorer.cli.errors import UsageError
+from paper_explorer.cli.options import CorpusOption, JsonOption, QuestionsOption, open_corpus
+from paper_explorer.corpus import DemoConfig, generate
+from paper_explorer.corpus.plain_text import papers_from_text
+from paper_explorer.corpus.writing import FORMATS, export_corpus, write_jsonl
+
+corpus_app = typer.Typer(help="Inspect, search, generate and export paper corpora.", no_args_is_help=True)
+console = Console()
+log = logging.getLogger(__name__)
+
+
+def _refuse_overwrite(out: Path, force: bool) -> None:
+    if out.exists() and not force:
+        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
+    if out.is_dir():
+        raise UsageError(f"{out}: is a directory; name a file to write")
+
+
+def _print_json(value) -> None:
+    typer.echo(json_visible(json.dumps(value, indent=2, ensure_ascii=False)))
+
+
+def _hashes(corpus) -> dict:
+    """The hashes by the names a run's manifest uses, and both together."""
+    return {"sha256": corpus.sha256, "corpus_sha256": corpus.papers_sha256, "questions_sha256": corpus.questions_sha256}
+
+
+def _label(key: str) -> str:
+    return key if key.endswith("sha256") else key.replace("_", " ")  # hash names as manifests and preregistrations spell them
+
+
+@corpus_app.command("stats")
+def stats(
+    corpus_path: Path | None = CorpusOption,
+    questions: Path | None = QuestionsOption,
+    as_json: bool = JsonOption,
+) -> None:
+    """Count papers, paragraphs, questions by answer type and split; show content hashes."""
+    from paper_explorer.corpus import BM25Index
+    from paper_explorer.corpus.stats import corpus_stats
+
+    corpus = open_corpus(corpus_path, questions)
+    _ = corpus.papers_sha256  # hashed (and cached) before the clock starts: "seconds" times the index alone
+    started = time.perf_counter()
+    index = BM25Index.cached(corpus)
+    summary = corpus_stats(corpus, index, time.perf_counter() - started).model_dump(mode="json")
+    if as_json:
+        _print_json(summary)
+        return
+    table = Table(title="corpus", show_header=False, title_justify="left")
+    table.add_column(no_wrap=True)
+    table.add_column(overflow="fold")  # a hash is one long word: folded whole, never cut with an ellipsis
+    for key, value in summary.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        elif isinstance(value, list):
+            value = ", ".join(value)
+        table.add_row(_label(key), untrusted(str(value)))
+    console.print(table)
+
+
+@corpus_app.command("search")
+def search(
+    query: str = typer.Argument(..., help="Free-text query; tokenized like the paragraphs."),
+    corpus_path: Path | None = CorpusOption,
+    k: int = typer.Option(10, "-k", min=1, max=1000, help="Number of hits."),
+    paper_id: str | None = typer.Option(None, "--paper-id", help="Search only this paper's paragraphs."),
+    as_json: bool = JsonOption,
+) -> None:
+    """BM25 search over paragraphs: the best k, with paper, section and paragraph index."""
+    from paper_explorer.corpus import BM25Index
+
+    corpus = open_corpus(corpus_path)
+    index = BM25Index.cached(corpus)
+    if paper_id is not None and paper_id not in corpus:
+        raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` lists its size")
+    hits = index.search(query, k=k, paper_id=paper_id)
+    if as_json:
+        _print_json([asdict(hit) for hit in hits])
+        return
+    if not hits:
+        console.print(untrusted(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})"))
+        return
+    table = Table(title=untrusted(f"{len(hits)} hits for {query!r}"), title_justify="left")
+    table.add_column("#", no_wrap=True)
+    table.add_column("score", no_wrap=True)
+    table.add_column("paper", no_wrap=True)
+    table.add_column("section", max_width=22, overflow="ellipsis", no_wrap=True)
+    table.add_column("¶", no_wrap=True)
+    table.add_column("text", ratio=1, overflow="fold")
+    for rank, hit in enumerate(hits, start=1):
+        text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
+        table.add_row(
+            str(rank),
+            f"{hit.score:.3f}",
+            untrusted(hit.paper_id),
+            untrusted(f"{hit.section_index}: {hit.section or '-'}"),
+            str(hit.paragraph_index),
+            untrusted(text),
+        )
+    console.print(table)
+
+
+@corpus_app.command("generate")
+def generate_command(
+    out: Path = typer.Option(..., "--out", "-o", help="JSONL file to write."),
+    papers: int = typer.Option(DemoConfig.papers, "--papers", min=1, rich_help_panel="Demo corpus", help="Number of papers."),
+    seed: int = typer.Option(
+        DemoConfig.seed, "--seed", rich_help_panel="Demo corpus", help="Random seed; the same seed gives the same bytes."
+    ),
+    unanswerable_ratio: float = typer.Option(
+        DemoConfig.unanswerable_ratio,
+        "--unanswerable-ratio",
+        min=0.0,
+        max=1.0,
+        rich_help_panel="Demo corpus",
+        help="Share of unanswerable questions.",
+    ),
+    questions_per_paper: int = typer.Option(
+        DemoConfig.questions_per_paper,
+        "--questions-per-paper",
+        min=1,
+        max=6,
+        rich_help_panel="Demo corpus",
+        help="Questions asked of each paper.",
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Write a synthetic NLP/ML paper corpus with QASPER-style questions and splits."""
+    _refuse_overwrite(out, force)
+    config = DemoConfig(papers=papers, seed=seed, unanswerable_ratio=unanswerable_ratio, questions_per_paper=questions_per_paper)
+    corpus = generate(config)
+    write_jsonl(corpus, out)
+    summary = {
+        "out": str(out),
+        "papers": len(corpus.papers),
+        "questions": len(corpus.questions),
+        "paragraphs": sum(1 for _ in corpus.paragraphs()),
+        **_hashes(corpus),
+    }
+    if as_json:
+        _print_json(summary)
+    else:
+        console.print(
+            untrusted(f"wrote {summary['papers']} papers, {summary['questions']} questions, {summary['paragraphs']} paragraphs to {out}")
+        )
+
+
+@corpus_app.command("export")
+def export(
+    out: Path = typer.Option(..., "--out", "-o", help="File to write."),
+    corpus_path: Path | None = CorpusOption,
+    questions: Path | None = QuestionsOption,
+    to: str = typer.Option(
+        "jsonl",
+        "--to",
+        help="jsonl (explorer, one paper per line) or qasper (v0.3 JSON; each paper's split "
+        'in a "split" key, which QASPER\'s readers ignore).',
+    ),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Write the corpus as explorer JSONL (or QASPER v0.3 JSON), splits included.
+
+    The file is read back: corpus_sha256 and questions_sha256 are kept, or a note says why not
+    (questions not in paper order; a file name such as qasper-dev-v0.3.json that states a split
+    the papers do not have)."""
+    if to not in FORMATS:
+        raise UsageError(f"--to: unknown format {to!r}; use jsonl or qasper")
+    _refuse_overwrite(out, force)
+    corpus = open_corpus(corpus_path, questions)
+    notes = export_corpus(corpus, out, to)
+    summary = {
+        "out": str(out),
+        "format": to,
+        "papers": len(corpus.papers),
+        "questions": len(corpus.questions),
+        **_hashes(corpus),
+        "hashes_kept": not notes,
+        "notes": notes,
+    }
+    if as_json:
+        _print_json(summary)
+    else:
+        console.print(untrusted(f"wrote {summary['papers']} papers and {summary['questions']} questions to {out} ({to})"))
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+@corpus_app.command("from-text")
+def from_text(
+    paths: list[Path] = typer.Argument(..., help="Text or Markdown files (.txt, .md), or directories of them: one paper per file."),
+    out: Path = typer.Option(..., "--out", "-o", help="Explorer JSONL corpus to write."),
+    force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Make a corpus of bare papers from their text (e.g. extracted from PDFs): one paper per file.
+
+    The id is the file name; headings (# lines, or lines underlined with === or ---) start
+    sections; blank lines separate paragraphs; the title is the first heading or the file name.
+    Next: explorer questions init --corpus OUT --out questions.jsonl."""
+    _refuse_overwrite(out, force)
+    corpus = papers_from_text(paths)
+    write_jsonl(corpus, out)
+    summary = {
+        "out": str(out),
+        "papers": len(corpus.papers),
+        "sections": sum(len(p.sections) for p in corpus.papers),
+        "paragraphs": sum(1 for _ in corpus.paragraphs()),
+        **_hashes(corpus),
+    }
+    if as_json:
+        _print_json(summary)
+        return
+    console.print(
+        untrusted(f"wrote {summary['papers']} papers ({summary['sections']} sections, {summary['paragraphs']} paragraphs) to {out}")
+    )
+    typer.echo(f"next: explorer questions init --corpus {out} --out questions.jsonl", err=True)

@@ -1,0 +1,199 @@
+"""How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``),
+and what a run says while it runs (``ConsoleReporter``: ``explorer eval``'s notes and progress bar).
+
+Everything an episode holds came from a model, a worker or a questions file: it is shown through
+``agent.terminal_text`` (rich ``Text``, controls made visible), never as markup. Only the
+labels and styles around it are ours."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from rich.console import Console, Group, RenderableType
+from rich.panel import Panel
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+
+from paper_explorer.agent.terminal_text import untrusted, visible
+from paper_explorer.agent.trajectory import Reading, Step, Trajectory
+
+OBSERVATION_LINES = 12
+OBSERVATION_WIDTH = 300
+
+
+def shorten(observation: str) -> str:
+    """At most OBSERVATION_LINES lines of OBSERVATION_WIDTH characters; controls made visible first,
+    so only newlines split it (str.splitlines would break at U+2028, U+0085 and others too)."""
+    lines = visible(observation).split("\n")
+    shown = [line if len(line) <= OBSERVATION_WIDTH else line[:OBSERVATION_WIDTH] + " ..." for line in lines[:OBSERVATION_LINES]]
+    if len(lines) > OBSERVATION_LINES:
+        shown.append(f"... ({len(lines) - OBSERVATION_LINES} more lines)")
+    return "\n".join(shown)
+
+
+def _short(value, width: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 4] + "...'"
+
+
+def print_question(console: Console, question: str, question_id: str | None, policy: str) -> None:
+    where = Text.assemble(" (", untrusted(question_id), ")", style="dim") if question_id else ""
+    console.print(Text.assemble(("Question", "bold"), where, ": ", untrusted(question)))
+    console.print(Text.assemble("policy: ", untrusted(policy), style="dim"))
+
+
+def print_step(console: Console, step: Step) -> None:
+    parts: list[RenderableType] = []
+    if step.reasoning is not None:  # thinking mode: the think block, whole; why the model acted is in it, and nowhere else
+        budget = ", closed for the model at its budget" if step.generation and step.generation.thinking_budget_hit else ""
+        said = untrusted(step.reasoning.strip("\n"), style="italic") if step.reasoning.strip() else Text("(empty)", style="dim")
+        parts.append(Panel(said, title=f"reasoning (think block{budget})", title_align="left", border_style="dim"))
+    thought = step.action_text.split("```", 1)[0].strip() if step.code is not None else ""
+    if thought:
+        parts.append(untrusted(thought, style="italic"))
+    if step.code is not None:  # Syntax passes ESC and other controls through as they are: shown visibly first
+        parts.append(Syntax(visible(step.code), "python", theme="ansi_dark", background_color="default", word_wrap=True))
+    else:
+        shown = (
+            shorten(step.action_text.strip())
+            if step.action_text.strip()
+            else f"(a blank reply: {len(step.action_text)} whitespace characters)"
+        )
+        parts.append(Text(shown, style="red"))
+    calls = ", ".join(
+        f"{call.name}({', '.join(f'{k}={_short(v)}' for k, v in call.arguments.items() if v is not None)})"
+        + (" [error]" if call.error else "")
+        + f" {call.seconds * 1000:.1f} ms"
+        for call in step.tool_calls
+    )
+    if calls:
+        parts.append(untrusted(f"tools: {calls}", style="cyan"))
+    if step.generation:
+        g = step.generation
+        tokens = (
+            f"tokens: prompt {g.prompt_tokens}" if g.prompt_tokens is not None else f"chat API: prompt {g.usage_prompt_tokens} (its tokens)"
+        )
+        if g.prefill_tokens is not None:
+            tokens += f", prefilled {g.prefill_tokens} (cached {g.cached_tokens})"
+        tokens += f", generated {g.generated_tokens}" + (" - hit the cap" if g.hit_cap else "")
+        if g.parity_warning:
+            tokens += f"; parity warning: {g.parity_warning}"
+        parts.append(untrusted(tokens, style="magenta"))  # a parity warning quotes the model's tokens
+    flags = [
+        flag
+        for flag, on in (
+            ("format error", step.format_error),
+            (f"limit: {step.limit_hit}", step.limit_hit),
+            (f"observation cut by {step.observation_chars_cut} characters", step.observation_chars_cut),
+        )
+        if on
+    ]
+    observation = Text(shorten(step.observation), style="red" if step.error or step.format_error else "")
+    parts.append(Panel(observation, title="observation", title_align="left", border_style="dim"))
+    if flags:
+        parts.append(untrusted("; ".join(flags), style="yellow"))
+    console.print(Panel(Group(*parts), title=f"step {step.index + 1}", title_align="left"))
+
+
+def print_outcome(console: Console, trajectory: Trajectory, written_to: Path | None = None) -> None:
+    outcome = trajectory.outcome
+    style = {"submitted": "green", "abstained": "yellow"}.get(outcome.status, "red")
+    line = Text(outcome.status, style=f"bold {style}")
+    if outcome.answer is not None:
+        line.append(": ").append_text(untrusted(repr(outcome.answer)))
+    if outcome.reason:
+        line.append(" ").append_text(untrusted(f"({outcome.reason})", style="dim"))
+    console.print(line)
+    for item in outcome.evidence:
+        console.print(
+            Text.assemble(
+                "  evidence: ",
+                untrusted(f"{item.paper_id} section {item.section} paragraph {item.paragraph}: "),
+                untrusted(f"{item.text[:120]}...", style="dim"),
+            )
+        )
+    reading = next((s.policy_info.reading for s in reversed(trajectory.steps) if s.policy_info and s.policy_info.reading), None)
+    if reading is not None:
+        print_reading(console, reading)
+    tools = sum(len(step.tool_calls) for step in trajectory.steps)
+    console.print(
+        untrusted(
+            f"{len(trajectory.steps)} steps, {tools} tool calls, {trajectory.seconds:.2f} s; episode {trajectory.episode_id}", style="dim"
+        )
+    )
+    if written_to is not None:
+        console.print(untrusted(f"trajectory written to {written_to}"))
+
+
+def print_reading(console: Console, reading: Reading) -> None:
+    """The memory reader's updates, one row each, and what it read and spent."""
+    table = Table(title="memory updates", title_justify="left")
+    for column in ("pass", "page", "tokens", "memory in", "memory out", "prompt", "written"):
+        table.add_column(column, justify="right")
+    table.add_column("note")
+    for update in reading.updates:
+        note = "kept (sentinel)" if update.kept else ("cut at the cap" if update.hit_cap else "")
+        table.add_row(
+            str(update.pass_index),
+            str(update.page + 1),
+            f"{update.start}-{update.end}",
+            str(update.memory_tokens_in),
+            str(update.memory_tokens_out),
+            str(update.served.tokens),
+            str(update.generation.generated_tokens if update.generation.generated_tokens is not None else "?"),
+            note,
+        )
+    if reading.updates:
+        console.print(table)
+    last = next((update.memory for update in reversed(reading.updates) if update.memory is not None), None)
+    if last is not None:
+        console.print(Text.assemble(("final memory: ", "dim"), untrusted(_short(last, OBSERVATION_WIDTH))))
+    if reading.answer is not None:
+        said = f" ({reading.answer.invalid})" if reading.answer.invalid else ""
+        console.print(Text.assemble(("model's answer: ", "dim"), untrusted(repr(reading.answer.text)), untrusted(said, style="dim")))
+    oracle = " (an oracle: the question's own paper)" if reading.scope == "paper" else ""
+    papers = ", ".join(reading.papers) or "none"
+    console.print(
+        untrusted(
+            f"read {papers}{oracle}: {reading.document_tokens} document tokens, {reading.unread_tokens} unread; "
+            f"{reading.pages} pages x {reading.passes} pass(es); {reading.model_tokens} model tokens"
+            + (f" of a budget of {reading.token_budget}" if reading.token_budget is not None else ""),
+            style="dim",
+        )
+    )
+    if reading.stopped:
+        console.print(untrusted(f"stopped reading at {reading.stopped}", style="yellow"))
+
+
+def print_episode(console: Console, trajectory: Trajectory) -> None:
+    print_question(console, trajectory.question, trajectory.question_id, trajectory.policy.name)
+    for step in trajectory.steps:
+        print_step(console, step)
+    print_outcome(console, trajectory)
+
+
+class ConsoleReporter:
+    """``evaluation.run.Reporter`` on a terminal: notes in yellow ("note: ...") and progress lines
+    on ``console`` (stderr for eval), and a progress bar while the episodes run. A note may quote
+    a server, so every line is shown as data, never as markup."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def note(self, line: str) -> None:
+        self.console.print(untrusted(f"note: {line}", style="yellow"))
+
+    def say(self, line: str) -> None:
+        self.console.print(untrusted(line))
+
+    @contextlib.contextmanager
+    def progress(self, total: int, done: int) -> Iterator[Callable[[int], None]]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        columns = (TextColumn("episodes"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+        with Progress(*columns, console=self.console, transient=False) as bar:
+            task = bar.add_task("episodes", total=total, completed=done)
+            yield lambda episodes: bar.advance(task, episodes)

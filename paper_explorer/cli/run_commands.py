@@ -1,0 +1,190 @@
+"""``explorer run`` (one episode, shown live) and ``explorer show`` (an episode from a log)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Column, Table
+
+from paper_explorer.agent.config import RunConfig, load_config
+from paper_explorer.agent.terminal_text import untrusted, visible
+from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.agent.writer import TornLine, TrajectoryLog, read_whole_lines
+from paper_explorer.cli.display import print_episode, print_outcome, print_question, print_step
+from paper_explorer.cli.errors import UsageError
+from paper_explorer.cli.flags import config_flags
+from paper_explorer.cli.options import ConfigOption, CorpusOption, ReplayOtherCorpusOption, freeze_loaded_state, open_corpus
+from paper_explorer.corpus import Corpus
+from paper_explorer.corpus.schema import Question
+
+console = Console()
+
+
+def check_episode_log_directory(out: Path) -> None:
+    """``run --out`` appends to the episode log of explorer run, never to a directory of another
+    kind: an episode appended to an eval run's log would break that run (export refuses it, and
+    --resume cannot mend it)."""
+    from paper_explorer.evaluation.run_directory import EPISODE_LOG, kind_of
+
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"{out}: is a file; --out names a directory")
+    kind = kind_of(out)
+    if kind is not None and kind is not EPISODE_LOG:
+        raise UsageError(
+            f"{kind.named(out)}; explorer run appends its episode only to a log of its own: choose another --out ({kind.taken_by(out)})"
+        )
+
+
+def demo_question(corpus: Corpus) -> Question:
+    """The first answerable question of the test split (else of the corpus): what a bare ``run`` shows."""
+    if not corpus.questions:
+        raise UsageError("the corpus has no questions; pass --question TEXT")
+    test_papers = {paper.id for paper in corpus.papers if paper.split == "test"}
+    answerable = [q for q in corpus.questions if q.answerable]
+    pools = ([q for q in answerable if q.paper_id in test_papers], answerable, list(corpus.questions))
+    return next(pool[0] for pool in pools if pool)
+
+
+def find_question(corpus: Corpus, question_id: str) -> Question:
+    for question in corpus.questions:
+        if question.id == question_id:
+            return question
+    from paper_explorer.tools.paper_tools import _closest
+
+    close = _closest(question_id, [q.id for q in corpus.questions])
+    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    raise UsageError(f"no question {question_id!r} in the corpus{hint}")
+
+
+@config_flags(RunConfig)
+def run_command(
+    question_text: str | None = typer.Option(None, "--question", "-q", help="A question of your own (no gold answer)."),
+    question_id: str | None = typer.Option(None, "--question-id", help="A question of the corpus, by id."),
+    corpus_path: Path | None = CorpusOption,
+    config_file: Path | None = ConfigOption,
+    out: Path = typer.Option(Path("runs"), "--out", "-o", help="Directory whose trajectories.jsonl the episode is appended to."),
+    replay_other_corpus: bool = ReplayOtherCorpusOption,
+    overrides: dict | None = None,  # the policy and episode settings given as flags (cli.flags, from RunConfig's fields)
+) -> None:
+    """Run one episode and show each step live: the code, the tools it called, what it observed."""
+    from paper_explorer.agent.policies import make_policy
+    from paper_explorer.agent.policies.replay import Replay
+    from paper_explorer.agent.runner import EpisodeRunner
+    from paper_explorer.corpus import BM25Index
+
+    if question_text is not None and question_id is not None:
+        raise UsageError("pass --question or --question-id, not both")
+    if question_text is not None and not question_text.strip():
+        raise UsageError("--question is empty; write the question to ask")
+    check_episode_log_directory(out)
+    config = load_config(RunConfig, config_file, overrides or {})
+    if config.policy.name == "memory-reader" and config.policy.scope == "paper" and question_text is not None:
+        raise UsageError("--scope paper reads the question's own paper, and a --question of your own has none; use --scope search:K")
+    policy = make_policy(config.policy, config.episode.max_steps)
+    note = policy.preflight()
+    if note:
+        typer.echo(f"note: {visible(note)}", err=True)  # it may quote the server
+    corpus = open_corpus(corpus_path)
+    from paper_explorer.evaluation.run import refuse_other_corpus
+
+    refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
+    question = None
+    if question_id is not None:
+        question = find_question(corpus, question_id)
+    elif question_text is None:
+        question = demo_question(corpus)
+    text = question.text if question else question_text.strip()
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, config.episode)
+    freeze_loaded_state()
+    print_question(console, text, question.id if question else None, policy.name)
+    trajectory = runner.run(text, question, on_step=lambda step: print_step(console, step))
+    with TrajectoryLog(out / "trajectories.jsonl") as log:
+        log.append(trajectory)
+    print_outcome(console, trajectory, written_to=out / "trajectories.jsonl")
+    if isinstance(policy, Replay):
+        from paper_explorer.evaluation.scoring import replay_drift
+        from paper_explorer.evaluation.summary import print_replay_drift
+
+        print_replay_drift(console, replay_drift([trajectory]))
+    if question is not None:
+        gold = "; ".join(a.reference_text for a in question.answers if a.reference_text) or "(none)"
+        console.print(untrusted(f"gold answer: {gold}", style="dim"))
+
+
+def show_command(
+    trajectories: Path = typer.Argument(..., help="A trajectories .jsonl file (from run or eval)."),
+    episode: str | None = typer.Option(None, "--episode", "-e", help="Episode id (or question id) to show."),
+    line: int | None = typer.Option(
+        None, "--line", "-l", min=1, help="Show the episode on this line of the file (when --episode matches several)."
+    ),
+) -> None:
+    """Print an episode the way `run` showed it; without --episode or --line, list the file's episodes.
+
+    A torn last line (a run killed mid-write, or one still writing) is skipped and said on stderr."""
+    found, torn = read_whole_lines(trajectories)
+    if torn is not None:
+        typer.echo(
+            f"note: {trajectories}:{torn.number}: skipped a torn last line ({torn.size} bytes without a newline: "
+            "an interrupted run, or one still writing)",
+            err=True,
+        )
+    if not found:
+        raise UsageError(f"{trajectories}: holds no episodes")
+    if line is not None:
+        print_episode(console, episode_on_line(trajectories, found, line, episode, torn))
+        return
+    if episode is None:
+        if len(found) == 1:
+            print_episode(console, found[0][1])
+            return
+        console.print(episode_table(found))
+        console.print(f"[dim]{len(found)} episodes; show one with --episode ID (or --line N)[/dim]")
+        return
+    matches = [(number, t) for number, t in found if episode in (t.episode_id, t.question_id)]
+    if not matches:
+        raise UsageError(f"{trajectories}: no episode {episode!r}; run without --episode to list them")
+    if len(matches) > 1:  # the same question run twice, or copied logs: the user picks, nothing is guessed
+        console.print(episode_table(matches))
+        raise UsageError(
+            f"{trajectories}: {len(matches)} episodes match {episode!r} (listed above); "
+            f"pick one with --line N (lines {', '.join(str(number) for number, _ in matches)})"
+        )
+    print_episode(console, matches[0][1])
+
+
+def episode_table(numbered: list[tuple[int, Trajectory]]) -> Table:
+    """Episodes with the file line each is on (what --line takes)."""
+    # the id and time fold onto more lines, never cut short: they are what tells duplicates apart
+    table = Table(
+        "line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer"
+    )
+    for number, item in numbered:  # every cell but the line number came from the log: data, not markup
+        table.add_row(
+            str(number),
+            *(
+                untrusted(cell)
+                for cell in (
+                    item.episode_id,
+                    item.question[:50],
+                    item.outcome.status,
+                    str(len(item.steps)),
+                    item.started_at,
+                    (item.outcome.answer or "")[:30],
+                )
+            ),
+        )
+    return table
+
+
+def episode_on_line(path: Path, found: list[tuple[int, Trajectory]], line: int, episode: str | None, torn: TornLine | None) -> Trajectory:
+    """The episode on file line ``line``; with --episode too, it must be that episode."""
+    if torn is not None and line == torn.number:
+        raise UsageError(f"{path}:{line}: is the torn last line, which holds no whole episode; choose another --line")
+    chosen = next((t for number, t in found if number == line), None)
+    if chosen is None:
+        raise UsageError(f"{path}:{line}: no episode on that line (the file's episodes are on lines {found[0][0]}-{found[-1][0]})")
+    if episode is not None and episode not in (chosen.episode_id, chosen.question_id):
+        raise UsageError(f"{path}:{line}: holds episode {chosen.episode_id} (question {chosen.question_id}), not {episode!r}")
+    return chosen

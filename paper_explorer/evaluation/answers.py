@@ -1,0 +1,111 @@
+"""Answer metrics with the semantics of QASPER's official evaluator (``qasper_evaluator.py``).
+
+A prediction is scored against each annotator's reference (``Answer.reference_text``: the
+extractive spans joined with ", ", the free-form answer, "Yes"/"No", or "Unanswerable") and
+keeps the best. An abstention is the prediction "Unanswerable".
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+
+from paper_explorer.corpus.schema import Question
+
+ABSTENTION = "Unanswerable"
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD's normalisation, as QASPER uses it: lower case, no punctuation, no articles, single spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in _PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def token_f1(prediction: str, reference: str) -> float:
+    predicted, gold = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    common = Counter(predicted) & Counter(gold)
+    same = sum(common.values())
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, reference: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(reference))
+
+
+def references(question: Question) -> list[str]:
+    return [text for answer in question.answers if (text := answer.reference_text) is not None]
+
+
+def best_over_references(metric, prediction: str, question: Question) -> float:
+    """The metric against every annotator's reference, keeping the maximum (0 when none exist)."""
+    return max((metric(prediction, reference) for reference in references(question)), default=0.0)
+
+
+def sub_exact_match(prediction: str, reference: str) -> float:
+    """SubEM, ours ("SubEM (whole tokens)", key ``sub_exact_match``): bidirectional containment
+    after normalisation, in whole tokens: the prediction holds the reference as a run of whole
+    tokens, or lies inside it so. "1" is not found in "10". Empty (or empty after normalisation)
+    on either side scores zero. Stricter than ``substring_exact_match``, never looser."""
+    predicted, gold = normalize_answer(prediction), normalize_answer(reference)
+    if not predicted or not gold:
+        return 0.0
+    return float(_contains(predicted, gold) or _contains(gold, predicted))
+
+
+def substring_exact_match(prediction: str, reference: str) -> float:
+    """SubEM as LongBench and MemAgent score it ("SubEM (substring, LongBench)", key
+    ``sub_exact_match_substring``): after the same normalisation, the prediction contains the
+    reference or is contained in it as a *character* substring, so "1" counts inside "10" and
+    "cat" inside "concatenate". Empty (or empty after normalisation: whitespace or punctuation
+    only) on either side scores zero: their code would find "" inside every reference, but an
+    empty answer is no answer (the issue's rule: empty or invalid answers score zero)."""
+    predicted, gold = normalize_answer(prediction), normalize_answer(reference)
+    if not predicted or not gold:
+        return 0.0
+    return float(gold in predicted or predicted in gold)
+
+
+def _contains(text: str, part: str) -> bool:
+    """Whole-token containment, so "1" is not found inside "10"."""
+    return f" {part} " in f" {text} "
+
+
+FLOAT_SELECTED = "FLOAT SELECTED"
+
+
+def reference_evidence(answer, text_evidence_only: bool = False) -> list[str]:
+    """An annotator's gold evidence paragraphs; the official evaluator drops figure/table
+    evidence ("FLOAT SELECTED") only in its text-evidence-only mode."""
+    if answer.kind == "none":
+        return []
+    return [text for text in answer.evidence if not (text_evidence_only and FLOAT_SELECTED in text)]
+
+
+def paragraph_f1(predicted: list[str], gold: list[str]) -> float:
+    """QASPER's paragraph_f1_score: exact strings; nothing predicted for nothing gold scores 1."""
+    if not gold and not predicted:
+        return 1.0
+    same = len(set(gold) & set(predicted))
+    if same == 0:
+        return 0.0
+    precision, recall = same / len(predicted), same / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def answer_and_evidence_f1(
+    prediction: str, evidence: list[str], question: Question, text_evidence_only: bool = False
+) -> tuple[float, float, str | None]:
+    """As the official evaluator: the best answer F1 over annotators, with the answer type of the
+    annotator that gives it (the first of ties), and - independently - the best evidence F1."""
+    references = [answer for answer in question.answers if answer.reference_text is not None]
+    if not references:
+        return 0.0, 0.0, None
+    answer_f1, kind = sorted(((token_f1(prediction, a.reference_text), a.kind) for a in references), key=lambda p: p[0], reverse=True)[0]
+    evidence_f1 = max(paragraph_f1(evidence, reference_evidence(a, text_evidence_only)) for a in references)
+    return answer_f1, evidence_f1, kind

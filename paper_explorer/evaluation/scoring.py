@@ -1,0 +1,369 @@
+"""Score a run: every episode against its gold question, then the run's metrics and detector rates."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from statistics import fmean, median
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_serializer
+
+from paper_explorer.agent.trajectory import Drift, Status, Trajectory, research_before_end
+from paper_explorer.corpus.schema import Question
+from paper_explorer.evaluation.answers import (
+    ABSTENTION,
+    answer_and_evidence_f1,
+    best_over_references,
+    exact_match,
+    normalize_answer,
+    sub_exact_match,
+    substring_exact_match,
+)
+from paper_explorer.evaluation.calibration import probe_mass, run_calibration
+from paper_explorer.evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
+from paper_explorer.evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
+from paper_explorer.evaluation.stats import bootstrap_mean_ci
+from paper_explorer.evaluation.tokens import model_tokens, readings
+
+
+def prediction(trajectory: Trajectory) -> str:
+    """What the episode answered: the submitted answer, "Unanswerable" for an abstention, and ""
+    (which scores zero against every reference) when it ended without either - a limit, a policy
+    error, or no_answer (the policy's own answer was invalid: empty, or cut at its cap)."""
+    outcome = trajectory.outcome
+    if outcome.status == "submitted":
+        return outcome.answer or ""
+    return ABSTENTION if outcome.status == "abstained" else ""
+
+
+def question_type(question: Question) -> str:
+    """The first annotator's answer type (used when no annotator has a reference answer)."""
+    kinds = [answer.kind for answer in question.answers if answer.kind]
+    return kinds[0] if kinds else "empty"
+
+
+# A figure in [0, 1] (an F1, a match): finite, never NaN (a line read back is bounded like one written).
+Share = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False)]
+
+
+class ProbeScore(BaseModel):
+    """An episode's option probe at its end (``Trajectory.probes``, at_step None), as calibration
+    reads it: the options and their probabilities, or why there are none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    probe: str
+    options: list[str]
+    probabilities: list[float] | None = None  # renormalised over the options; None: not measured
+    mass: float | None = None  # the options' share of the next-token distribution before renormalising
+    min_mass: float | None = None  # the run's probe_min_mass: below it, no belief measured
+    not_measured: str | None = None
+
+    @property
+    def low_mass(self) -> bool:
+        """Measured, but its options held less than the run's minimum share of the distribution."""
+        return self.probabilities is not None and self.mass is not None and self.min_mass is not None and self.mass < self.min_mass
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+def probe_scores(trajectory: Trajectory) -> list[ProbeScore] | None:
+    """The probes asked at the episode's end (the last of each name), or None when there are none:
+    the line of scores.jsonl of a run without probes stays as it was."""
+    final = {probe.probe: probe for probe in trajectory.probes if probe.at_step is None}
+    if not final:
+        return None
+    floor = trajectory.config.probe_min_mass
+    return [
+        ProbeScore(
+            probe=p.probe,
+            options=p.options,
+            probabilities=p.probabilities,
+            mass=p.mass,
+            min_mass=floor,
+            not_measured=p.not_measured or None,
+        )
+        if p.probabilities is not None
+        else ProbeScore(probe=p.probe, options=p.options, not_measured=p.not_measured or "no probabilities recorded")
+        for p in final.values()
+    ]
+
+
+class EpisodeScore(BaseModel):
+    """One line of scores.jsonl: an episode's outcome, its detector flags and, when the question has
+    gold answers, QASPER's metrics (None, and left out of the JSON, when it has none)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode_id: str
+    question_id: str | None
+    question: str
+    sample: int = Field(0, ge=0)  # which of the question's attempts (--samples K)
+    status: Status
+    prediction: str
+    steps: int = Field(ge=0)
+    tool_calls: int = Field(ge=0)
+    tool_calls_before_end: int = Field(
+        ge=0
+    )  # research whose result reached the policy before the end (agent.trajectory.research_before_end)
+    flags: list[Flag]
+    type: str | None = None
+    answerable: bool | None = None
+    answer_f1: Share = None
+    exact_match: Share = None
+    sub_exact_match: Share = None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
+    sub_exact_match_substring: Share = None  # SubEM (substring, LongBench): substring_exact_match
+    evidence_f1: Share = None
+    evidence_f1_text_only: Share = None
+    evidence_f1_strict: Share = None  # 0 for an episode that ended without submitting or abstaining
+    abstained: bool | None = None
+    model_tokens: int | None = Field(None, ge=0)  # evaluation.tokens.model_tokens: None when the episode made no model call
+    document_tokens: int | None = Field(None, ge=0)  # the memory reader's document (None for other policies)
+    unread_tokens: int | None = Field(None, ge=0)  # of it, what its token budget left unread
+    probes: list[ProbeScore] | None = None  # option probes at the episode's end (evaluation.calibration reads them)
+
+    @property
+    def scored(self) -> bool:
+        return self.answer_f1 is not None
+
+    @model_serializer(mode="wrap")
+    def _without_nones(self, handler):
+        return {key: value for key, value in handler(self).items() if value is not None}
+
+
+def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeScore:
+    predicted = prediction(trajectory)
+    gold = {}
+    if question is not None:
+        evidence = [item.text for item in trajectory.outcome.evidence]
+        f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
+        gold = {
+            "type": kind or question_type(question),
+            "answerable": question.answerable,
+            "answer_f1": f1,
+            "exact_match": best_over_references(exact_match, predicted, question),
+            "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
+            "sub_exact_match_substring": best_over_references(substring_exact_match, predicted, question),
+            "evidence_f1": evidence_f1,
+            "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
+            "evidence_f1_strict": evidence_f1 if trajectory.outcome.status in ENDED_BY_POLICY else 0.0,
+            "abstained": trajectory.outcome.status == "abstained",
+        }
+    return EpisodeScore(
+        episode_id=trajectory.episode_id,
+        question_id=trajectory.question_id,
+        question=trajectory.question,
+        sample=trajectory.sample,
+        status=trajectory.outcome.status,
+        prediction=predicted,
+        steps=len(trajectory.steps),
+        tool_calls=sum(len(step.tool_calls) for step in trajectory.steps),
+        tool_calls_before_end=sum(1 for _ in research_before_end(trajectory)),
+        flags=detect(trajectory, question),
+        model_tokens=model_tokens(trajectory),
+        probes=probe_scores(trajectory),
+        **_reading_tokens(trajectory),
+        **gold,
+    )
+
+
+def _reading_tokens(trajectory: Trajectory) -> dict[str, int]:
+    """The memory reader's document and unread tokens (nothing for an episode without a reading record)."""
+    read = readings(trajectory)
+    if not read:
+        return {}
+    return {"document_tokens": sum(r.document_tokens for r in read), "unread_tokens": sum(r.unread_tokens for r in read)}
+
+
+ENDED_BY_POLICY = ("submitted", "abstained")
+
+
+def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
+    """Gold answerable or not, against how each scored episode ended."""
+    table = AbstentionTable()
+    for score in scores:
+        if not score.scored:
+            continue
+        row = table.answerable if score.answerable else table.unanswerable
+        column = {"submitted": "answered", "abstained": "abstained"}.get(score.status, score.status)  # else its own column
+        setattr(row, column, getattr(row, column) + 1)
+    return table
+
+
+def _per_question_f1(scored: list) -> list[float]:
+    """The unit the interval resamples: a question, not an episode. K samples of one question are
+    not K independent draws, so with --samples they are averaged first (one sample each: the
+    episodes' own F1, unchanged)."""
+    by_question: dict[str, list[float]] = defaultdict(list)
+    for position, score in enumerate(scored):
+        by_question[score.question_id or f"episode-{position}"].append(score.answer_f1)
+    return [fmean(values) for values in by_question.values()]
+
+
+def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> RunMetrics:
+    scored = [s for s in scores if s.scored]
+    table = abstention_table(scores)
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for s in scored:
+        by_type[s.type].append(s.answer_f1)
+
+    def mean(values: list[float]) -> float | None:
+        return fmean(values) if values else None
+
+    def rate(row: str, column: str) -> float | None:
+        counts = getattr(table, row)
+        total = counts.answered + counts.abstained + counts.undecided()
+        return getattr(counts, column) / total if total else None
+
+    substring = [s.sub_exact_match_substring for s in scored]
+    rates = detector_rates([s.flags for s in scores])
+    return RunMetrics.model_validate(
+        {
+            "episodes": len(scores),
+            "scored": len(scored),
+            "answer_f1": mean([s.answer_f1 for s in scored]),
+            "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
+            "exact_match": mean([s.exact_match for s in scored]),
+            "sub_exact_match": mean([s.sub_exact_match for s in scored]),
+            # None when an episode was scored before the metric existed (scores.jsonl of an older run)
+            "sub_exact_match_substring": None if any(v is None for v in substring) else mean(substring),
+            "evidence_f1": mean([s.evidence_f1 for s in scored]),
+            "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
+            "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
+            "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
+            "abstention": table,
+            "false_abstention_rate": rate("answerable", "abstained"),
+            "missed_abstention_rate": rate("unanswerable", "answered"),
+            "status": dict(sorted(Counter(s.status for s in scores).items())),
+            "mean_steps": fmean(s.steps for s in scores) if scores else None,
+            "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
+            **token_metrics(scores),
+            "detector_rates": rates,
+            "verdict": verdict(rates, collapse_threshold),
+            "sampling": sample_metrics(scores),
+            "calibration": run_calibration(scores),
+            "probe_mass": probe_mass(scores),
+        }
+    )
+
+
+def token_metrics(scores: list[EpisodeScore]) -> dict[str, float | None]:
+    """Tokens spent over the episodes that made a model call (all episodes, scored or not), and the
+    memory reader's document and unread tokens over the episodes that recorded them."""
+    spent = [s.model_tokens for s in scores if s.model_tokens is not None]
+    documents = [s.document_tokens for s in scores if s.document_tokens is not None]
+    unread = [s.unread_tokens for s in scores if s.unread_tokens is not None]
+    return {
+        "mean_model_tokens": fmean(spent) if spent else None,
+        "median_model_tokens": float(median(spent)) if spent else None,
+        "mean_document_tokens": fmean(documents) if documents else None,
+        "mean_unread_tokens": fmean(unread) if unread else None,
+    }
+
+
+def pass_at_k(n: int, correct: int, k: int) -> float:
+    """The unbiased estimator of P(at least one of k samples is correct) from n samples, c correct."""
+    if n - correct < k:
+        return 1.0
+    return 1.0 - math.comb(n - correct, k) / math.comb(n, k)
+
+
+def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
+    """pass@k, mean and majority-vote answer F1 and agreement over each question's samples; None
+    when no question was asked more than once. Correct means exact match (an abstention on an
+    unanswerable question included). Only answers given vote: an episode that ended at a limit
+    or in a policy error does not (it still counts against agreement)."""
+    by_question: dict[str, list[EpisodeScore]] = defaultdict(list)
+    for score in scores:
+        if score.scored and score.question_id is not None:
+            by_question[score.question_id].append(score)
+    if not by_question or max(len(group) for group in by_question.values()) < 2:
+        return None
+    k_max = min(len(group) for group in by_question.values())
+    ks = sorted({k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512) if k <= k_max} | {k_max})
+    majority_f1, agreement = [], []
+    for group in by_question.values():
+        voters = [s for s in group if s.status in ENDED_BY_POLICY] or group  # a step limit or server error casts no vote
+        votes = Counter(normalize_answer(score.prediction) for score in voters)
+        top = max(votes.values())
+        winner = next(
+            normalize_answer(s.prediction) for s in sorted(voters, key=lambda s: s.sample) if votes[normalize_answer(s.prediction)] == top
+        )  # ties: the earliest sample's answer
+        majority_f1.append(next(s.answer_f1 for s in voters if normalize_answer(s.prediction) == winner))
+        agreement.append(top / len(group))
+    return SampleMetrics(
+        samples=k_max,
+        questions=len(by_question),
+        pass_at_k={str(k): fmean(pass_at_k(len(g), sum(s.exact_match >= 1 for s in g), k) for g in by_question.values()) for k in ks},
+        mean_answer_f1=fmean(fmean(s.answer_f1 for s in g) for g in by_question.values()),
+        majority_answer_f1=fmean(majority_f1),
+        agreement=fmean(agreement),
+    )
+
+
+def model_metrics(trajectories: list[Trajectory]) -> dict:
+    """What the policy reported about the run: the server and the generation cap (model policies), drift (replay)."""
+    generations = [step.generation for t in trajectories for step in t.steps if step.generation is not None]
+    return {
+        "api_retries": sum(g.api_retries for g in generations) + sum(t.failed_request_retries for t in trajectories),
+        "parity_warnings": sum(1 for g in generations if g.parity_warning),
+        "hit_cap_steps": sum(1 for g in generations if g.hit_cap),
+        "replay": replay_drift(trajectories),
+    }
+
+
+def replay_drift(trajectories: list[Trajectory]) -> ReplayDrift | None:
+    """How many recorded observations a replay reproduced, and where the first one it did not
+    differs (None when no episode was replayed)."""
+    replayed = [t for t in trajectories if t.policy.name == "replay"]
+    if not replayed:
+        return None
+    steps = compared = changed = episodes_changed = 0
+    first: FirstChange | None = None
+    for trajectory in replayed:
+        steps += sum(1 for step in trajectory.steps if step.policy_info and step.policy_info.replayed_step is not None)
+        observations = compared_observations(trajectory)
+        changes = [(index, drift) for index, matches, drift in observations if not matches]
+        compared += len(observations)
+        changed += len(changes)
+        episodes_changed += bool(changes)
+        located = [(index, drift) for index, drift in changes if drift is not None]
+        if first is None and located:
+            index, drift = located[0]
+            first = FirstChange(
+                episode_id=trajectory.episode_id,
+                question_id=trajectory.question_id,
+                step=index,
+                position=drift.position,
+                recorded=drift.recorded,
+                current=drift.current,
+            )
+    return ReplayDrift(
+        episodes=len(replayed),
+        steps=steps,
+        observations_compared=compared,
+        observations_changed=changed,
+        episodes_changed=episodes_changed,
+        first_change=first,
+    )
+
+
+def compared_observations(trajectory: Trajectory) -> list[tuple[int, bool, Drift | None]]:
+    """(step index, matches, where it differs) for each observation a replay compared with its
+    recording. A step reports on the observation of the step before it (what the policy saw
+    before acting); the last step also reports on its own, in ``final_observation_matches``."""
+    compared = []
+    for step in trajectory.steps:
+        info = step.policy_info
+        if info is None:
+            continue
+        for matches, drift, index in (
+            (info.previous_observation_matches, info.drift, step.index - 1),
+            (info.final_observation_matches, info.final_drift, step.index),
+        ):
+            if matches is not None:
+                compared.append((index, matches, drift))
+    return compared

@@ -1,0 +1,163 @@
+"""A run's metrics in the terminal: ``explorer eval``'s last words, ``explorer inspect``'s summary.
+
+Reading the run directory is ``evaluation.run_directory``'s (``Run.load``); this module only prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from paper_explorer.agent.terminal_text import untrusted
+from paper_explorer.evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
+
+
+def _shown(value) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def retrieval_label(name: str, searched_episodes: int | None) -> str:
+    """A search figure's row. Its queries were the questions' own texts (``evaluation.retrieval``), so
+    it describes the questions and the index, not the policy: the label says so, and says when the
+    policy never searched, lest a reader credit it with a search it never made (None: a run scored
+    before searches were counted)."""
+    never = "; the policy never searched" if searched_episodes == 0 else ""
+    return f"search {name} (of the questions' BM25 results{never})"
+
+
+# The abstention table's columns for episodes that neither answered nor abstained (AbstentionRow's).
+NO_ANSWER = ("step_limit", "context_limit", "policy_error", "no_answer")
+
+
+def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
+    table = Table("metric", "value", title=untrusted(str(out)) if out else "metrics")
+    headline = metrics.headline()
+    ci = metrics.answer_f1_ci95
+    for name, value in headline:
+        shown = figure_text(name, value)
+        if name == "answer_f1" and ci.low is not None:
+            shown += f"  (95% CI {ci.low:.3f}-{ci.high:.3f})"
+        table.add_row(figure_label(name), shown)
+    for kind, value in metrics.answer_f1_by_type.items():
+        table.add_row(f"answer_f1 ({kind})", _shown(value))
+    for name, value in metrics.retrieval.items():
+        if name != "questions":
+            table.add_row(retrieval_label(name, metrics.searched_episodes), _shown(value))
+    console.print(table)
+    abstention = Table("gold \\ ended", "answered", "abstained", *NO_ANSWER, title="how episodes ended")
+    for row, counts in metrics.abstention.rows():
+        abstention.add_row(row, str(counts.answered), str(counts.abstained), *(str(getattr(counts, n)) for n in NO_ANSWER))
+    console.print(abstention)
+    unanswered = sum(counts.undecided() for _, counts in metrics.abstention.rows())
+    if unanswered:
+        console.print(
+            f"[yellow]{unanswered} episodes ended without answering or abstaining (flagged no_answer): "
+            "counted in neither column of the abstention tests; their answer metrics are 0[/yellow]"
+        )
+    invalid = sum(counts.no_answer for _, counts in metrics.abstention.rows())
+    if invalid:
+        console.print(
+            f"[yellow]{invalid} episodes ended in no_answer (the policy's own answer was empty or cut at its cap; "
+            f"flagged invalid_answer): scored 0 and kept in the denominator[/yellow]"
+        )
+    if metrics.evidence_f1_strict is not None and metrics.evidence_f1 is not None and metrics.evidence_f1_strict != metrics.evidence_f1:
+        console.print(
+            f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
+            f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
+            "answered score 0 (evidence_f1_strict)"
+        )
+    if metrics.sampling is not None:
+        sampled = metrics.sampling
+        table = Table("k", "pass@k (exact match)", title=f"{sampled.samples} samples of {sampled.questions} questions")
+        for k, value in sampled.pass_at_k.items():
+            table.add_row(k, f"{value:.3f}")
+        console.print(table)
+        console.print(
+            f"answer F1: mean over samples {sampled.mean_answer_f1:.3f}, majority vote {sampled.majority_answer_f1:.3f}; "
+            f"agreement with the majority {sampled.agreement:.1%}"
+        )
+    rates = {name: rate for name, rate in metrics.detector_rates.items() if rate}
+    if rates:
+        detectors = Table("detector", "episodes flagged", title="behaviour")
+        for name, rate in sorted(rates.items(), key=lambda item: -item[1]):
+            detectors.add_row(name, f"{rate:.1%}")
+        console.print(detectors)
+    verdict = metrics.verdict
+    style = "bold red" if verdict.verdict == "shortcut collapse" else "green"
+    console.print(
+        Text.assemble(
+            untrusted(verdict.verdict, style=style),
+            f": direct-submit rate {verdict.direct_submit_rate:.1%} (threshold {verdict.threshold:.0%})",
+        )
+    )
+    console.print(untrusted("status: " + ", ".join(f"{k} {v}" for k, v in metrics.status.items())))
+    for name, value in (
+        ("api_retries", metrics.api_retries),
+        ("parity_warnings", metrics.parity_warnings),
+        ("hit_cap_steps", metrics.hit_cap_steps),
+    ):
+        if value:
+            console.print(f"[yellow]{name}: {value}[/yellow]")
+    if metrics.calibration or metrics.probe_mass:
+        from paper_explorer.evaluation.calibration import calibration_summary, mass_line
+
+        for name, mass in (metrics.probe_mass or {}).items():
+            console.print(untrusted(mass_line(name, mass), "yellow" if mass.below else ""))
+        for line in calibration_summary(metrics.calibration):
+            console.print(untrusted(line))
+    if metrics.replay is not None:
+        print_replay_drift(console, metrics.replay)
+    prereg = metrics.preregistration
+    if prereg:
+        style = "bold green" if prereg.passed else "bold red"
+        console.print(
+            Text.assemble((f"preregistered rule: {'PASS' if prereg.passed else 'FAIL'}", style), " ", untrusted(f"({prereg.file})"))
+        )
+        for check in prereg.checks:
+            console.print(untrusted(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})"))
+        for pending in prereg.pending or []:
+            console.print(untrusted(f"  pending: {pending}"))
+        for test in prereg.comparison.fisher if prereg.comparison else []:
+            console.print(
+                untrusted(
+                    f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
+                    f"{' (significant)' if test.significant else ''}"
+                )
+            )
+    if out is not None:
+        console.print(
+            untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
+        )
+
+
+def print_replay_drift(console: Console, drift: ReplayDrift) -> None:
+    """One line when the replay reproduced every recorded observation; else how many changed and the first change."""
+    if not drift.observations_compared:
+        console.print(
+            f"[yellow]replay: no recorded observation was compared ({drift.episodes} episodes, {drift.steps} steps replayed)[/yellow]"
+        )
+        return
+    if not drift.observations_changed:
+        console.print(
+            f"[green]replay: all {drift.observations_compared} recorded observations reproduced "
+            f"({drift.episodes} episodes, {drift.steps} steps replayed)[/green]"
+        )
+        return
+    console.print(
+        f"[bold yellow]replay drift: {drift.observations_changed} of {drift.observations_compared} recorded observations "
+        f"changed, in {drift.episodes_changed} of {drift.episodes} episodes[/bold yellow] ({drift.steps} steps replayed)"
+    )
+    first = drift.first_change
+    if first is not None:
+        question = f" (question {first.question_id})" if first.question_id else ""
+        console.print(
+            untrusted(
+                f"  first change: episode {first.episode_id}{question}, observation of step {first.step + 1}, character {first.position}"
+            )
+        )
+        console.print(untrusted(f"    recorded: {first.recorded!r}"))
+        console.print(untrusted(f"    current:  {first.current!r}"))
