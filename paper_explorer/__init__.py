@@ -32,7 +32,7 @@ _EXPORTS = {
     "TrainConfig": "paper_explorer.sft.config",
     "build_dataset": "paper_explorer.sft.build",
     "train": "paper_explorer.sft.train",
-    "ImproveSettings": "paper_explorer.sft.improve",
+    "ImproveSettings": "paper_explorer.sft.config",
     "improve": "paper_explorer.sft.improve",
 }
 
@@ -60,8 +60,8 @@ if TYPE_CHECKING:
     from paper_explorer.evaluation.run import evaluate, load_corpus
     from paper_explorer.evaluation.run_directory import Run
     from paper_explorer.sft.build import build_dataset
-    from paper_explorer.sft.config import BuildConfig, TrainConfig
-    from paper_explorer.sft.improve import ImproveSettings, improve
+    from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
+    from paper_explorer.sft.improve import improve
     from paper_explorer.sft.train import train
 
 

@@ -1,4 +1,4 @@
-"""Each setting declared once: the flags of exec, run, eval and train are made from the config
+"""Each setting declared once: the flags of exec, run, eval, train, sft build and improve are made from the config
 models' fields (cli.flags), so a flag's bounds, default and help are its field's, a value the
 model refuses is refused by the flag, and a new field gets a flag with no other edit."""
 
@@ -19,7 +19,7 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import Reply, Sampling
 from paper_explorer.agent.trajectory import EpisodeConfig, Generation, StepPolicyInfo
 from paper_explorer.cli.flags import NOT_FLAGS, bounds_text, config_flags, model_flags
-from paper_explorer.sft.config import TrainConfig
+from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
 from paper_explorer.tools.limits import Limits, SandboxSettings
 from tests.conftest import run_cli
 
@@ -34,13 +34,19 @@ COMMANDS = {
     "run": (RunConfig, []),
     "eval": (EvalConfig, ["--out", "run"]),
     "train": (TrainConfig, []),
+    "sft build": (BuildConfig, ["-t", "t.jsonl", "--tokenizer", "tok", "--out", "data"]),
+    "improve": (ImproveSettings, ["--out", "rounds"]),
 }
 
 
 def click_command(name: str):
+    """The command that ``name``'s words name (``sft build``: build, of the sft group)."""
     from paper_explorer.cli.main import app
 
-    return typer.main.get_command(app).commands[name]
+    command = typer.main.get_command(app)
+    for word in name.split():
+        command = command.commands[word]
+    return command
 
 
 def accepted_by_flag(command: str, flag, value) -> bool:
@@ -130,7 +136,7 @@ def test_a_value_the_model_refuses_is_refused_by_the_flag_in_one_line(tmp_path, 
 @pytest.mark.parametrize("columns", ["80", ""], ids=["COLUMNS=80", "piped"])
 @pytest.mark.parametrize("command", list(COMMANDS))
 def test_help_at_80_columns_shows_every_option_name_whole(command, columns):
-    done = run_cli(command, "--help", env={"COLUMNS": columns})
+    done = run_cli(*command.split(), "--help", env={"COLUMNS": columns})
     assert done.returncode == 0, done.stderr
     assert "…" not in done.stdout, done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) <= 80
@@ -217,11 +223,14 @@ def test_a_field_no_flag_can_carry_must_say_why():
         model_flags(Tabled)
 
 
-def test_every_train_setting_has_a_flag_or_says_why_not():
-    flagged = {flag.dotted for flag in model_flags(TrainConfig)}
-    for name in TrainConfig.model_fields:
+@pytest.mark.parametrize("model", [TrainConfig, BuildConfig, ImproveSettings])
+def test_every_sft_setting_has_a_flag_or_says_why_not(model):
+    flagged = {flag.dotted for flag in model_flags(model)}
+    for name in model.model_fields:
         assert name in flagged or name in NOT_FLAGS, name
-    assert {"lora_dropout", "target_modules", "batch_size", "seed", "selection_metric", "validation_max_steps"} <= flagged
+    assert {"lora_dropout", "target_modules", "batch_size", "seed", "selection_metric", "validation_max_steps"} <= {
+        flag.dotted for flag in model_flags(TrainConfig)
+    }
 
 
 # -- the sandbox limits: declared once, in tools.limits.SandboxSettings ------------------------------------------

@@ -1,7 +1,8 @@
 """Command-line flags made from the config models' fields: each setting is declared once, as a field.
 
 A field of a config model (``agent.config.EvalConfig`` and the ``PolicyConfig`` and
-``EpisodeConfig`` in it, ``tools.limits.SandboxSettings``, ``sft.config.TrainConfig``) declares its
+``EpisodeConfig`` in it, ``tools.limits.SandboxSettings``, ``sft.config``'s ``TrainConfig``,
+``BuildConfig`` and ``ImproveSettings``) declares its
 type, default, bounds and description. ``config_flags(Model)`` adds one typer option per field to
 a command's signature (typer reads ``__signature__`` and the annotations), and hands the command
 the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0}``) for
@@ -41,6 +42,7 @@ from rich.markup import escape
 
 from paper_explorer.agent.config import READER_FIELDS, EvalConfig, PolicyConfig
 from paper_explorer.agent.trajectory import EpisodeBudgets, EpisodeConfig
+from paper_explorer.sft.config import BuildConfig
 from paper_explorer.tools.limits import SandboxSettings
 
 # Flags whose name is not the field's, or that have a short option too (dotted field -> names).
@@ -50,12 +52,14 @@ FLAG_NAMES: dict[str, tuple[str, ...]] = {
     "workers": ("--workers", "-w"),
     "model": ("--model", "-m"),  # explorer train's base model
     "episode.probes": ("--probe",),  # repeated: one probe a flag
+    "keep_correct_abstentions": ("--keep-abstentions/--drop-abstentions",),  # sft build's: off is the flag one gives
 }
 
 # Fields without a flag, and why (dotted field -> reason).
 NOT_FLAGS: dict[str, str] = {
     "policy.served_adapter": "eval sets it from --adapter when it loads the adapter into the server; a resume checks it",
     "split_of": "a table: the commands take it as --split-of FILE=SPLIT, repeated",
+    "corpus": "explorer improve records the --corpus option it shares with every command (-c, $EXPLORER_CORPUS)",
     "gradient_checkpointing": "a memory trade of the recipe, set in the --config file: a --no-gradient-checkpointing "
     "switch beside it would not fit the help at 80 columns",
 }
@@ -90,6 +94,7 @@ MODEL_PANELS: dict[type[BaseModel], str] = {
     EpisodeConfig: "Episode",
     SandboxSettings: "Sandbox limits",
     EvalConfig: "Run",
+    BuildConfig: "Dataset",
 }
 # The order panels are shown in; a panel not named here follows them.
 PANEL_ORDER = (
@@ -104,6 +109,8 @@ PANEL_ORDER = (
     "LoRA",
     "Training",
     "Checkpoints",
+    "Dataset",
+    "Checks",
 )
 
 SCALARS = (bool, int, float, str, Path)

@@ -31,6 +31,12 @@ SCHEMAS = {
     "questions-check": ("paper_explorer.corpus.questions_file:QuestionsSummary", "explorer questions check --json"),
     "eval-config": ("paper_explorer.agent.config:EvalConfig", "explorer eval --config FILE (TOML)"),
     "run-config": ("paper_explorer.agent.config:RunConfig", "explorer run --config FILE (TOML)"),
+    "train-config": ("paper_explorer.sft.config:TrainConfig", "explorer train --config FILE (TOML)"),
+    "build-config": ("paper_explorer.sft.config:BuildConfig", "explorer sft build --config FILE (TOML)"),
+    "improve-settings": (
+        "paper_explorer.sft.config:ImproveSettings",
+        "explorer improve --config FILE (TOML); an improve run's improve.json",
+    ),
 }
 
 

@@ -16,7 +16,7 @@ from paper_explorer.agent.trajectory import MAX_STEPS
 from paper_explorer.cli.errors import UsageError, error_line
 from paper_explorer.cli.flags import config_flags
 from paper_explorer.cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
-from paper_explorer.sft.config import TrainConfig
+from paper_explorer.sft.config import BuildConfig, TrainConfig
 
 sft_app = typer.Typer(help="Build supervised fine-tuning data from trajectories.", no_args_is_help=True)
 console = Console()
@@ -69,28 +69,15 @@ def teach_command(
 
 
 @sft_app.command("build")
+@config_flags(BuildConfig)
 def build_command(
     trajectories: list[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectory files (any policy, or imported)."),
     out: Path = typer.Option(..., "--out", "-o", help="Directory for train.jsonl, validation.jsonl and build_report.json."),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="The model's tokenizer directory (tokenizer.json)."),
     corpus_path: Path | None = CorpusOption,
     questions_path: Path | None = QuestionsOption,
-    min_answer_f1: float = typer.Option(0.5, "--min-answer-f1", min=0.0, max=1.0, help="Keep submitted answers at least this good."),
-    drop_abstentions: bool = typer.Option(False, "--drop-abstentions", help="Drop correct abstentions too."),
-    max_length: int = typer.Option(8192, "--max-length", min=128, help="Longest example in tokens."),
-    overflow: str = typer.Option("drop", "--overflow", help="Longer examples: drop, or split (keep the whole turns that fit)."),
-    validation_share: float = typer.Option(0.2, "--validation-share", min=0.0, max=0.9, help="Share of papers held out for validation."),
-    evaluation_split: str = typer.Option("test", "--evaluation-split", help="Split kept out of training entirely (none to disable)."),
     split_of_values: list[str] | None = SplitOfOption,
-    best_of: int | None = typer.Option(
-        None,
-        "--best-of",
-        min=1,
-        help="Keep per question at most N successful attempts, the best (answer F1, then fewer steps, more tool use); never a direct submit (one that answers before any research showed it anything).",
-    ),
-    train_thinking: bool = typer.Option(
-        False, "--train-thinking", help="Thinking-mode trajectories: train the think blocks too, not only the actions."
-    ),
+    config_file: Path | None = typer.Option(None, "--config", help="TOML with any BuildConfig field (the command line wins)."),
     allow_parity_mismatch: bool = typer.Option(
         False,
         "--allow-parity-mismatch",
@@ -98,29 +85,17 @@ def build_command(
         help="Build even when a trajectory fails the parity check (recorded in the report).",
     ),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing OUT."),
+    overrides: dict | None = None,  # how trajectories become examples, given as flags (cli.flags, from BuildConfig's fields)
 ) -> None:
     """Turn trajectories into training examples (assistant-token labels), with a report of what was kept.
 
     Every trajectory is first checked for train/serve parity against TOKENIZER (as explorer
     check-parity does); a mismatch stops the build, exit 1, nothing written."""
+    from paper_explorer.agent.config import load_config
     from paper_explorer.sft.build import ParityMismatch, build_dataset
-    from paper_explorer.sft.config import EVALUATION_SPLITS, OVERFLOWS, BuildConfig
 
-    if overflow not in OVERFLOWS:
-        raise UsageError(f"unknown --overflow {overflow!r}; choose drop or split")
-    if evaluation_split not in EVALUATION_SPLITS:
-        raise UsageError(f"unknown --evaluation-split {evaluation_split!r}; choose one of {', '.join(EVALUATION_SPLITS)}")
+    config = load_config(BuildConfig, config_file, overrides or {})
     corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
-    config = BuildConfig(
-        min_answer_f1=min_answer_f1,
-        keep_correct_abstentions=not drop_abstentions,
-        max_length=max_length,
-        overflow=overflow,
-        validation_share=validation_share,
-        evaluation_split=evaluation_split,
-        train_thinking=train_thinking,
-        best_of=best_of,
-    )
     try:
         report = build_dataset(
             config,

@@ -71,7 +71,7 @@ def _build(
     config: BuildConfig, found: list[Trajectory], sources: list[Path], out: Path, tokenizer: Path, renderer, corpus, parity: ParityReport
 ) -> BuildReport:
     from paper_explorer.corpus.collection import questions_sha256
-    from paper_explorer.sft.dataset import BuildSettings, build, split_check, statistics, write
+    from paper_explorer.sft.dataset import build, split_check, statistics, write
 
     evaluation_papers = frozenset(p.id for p in corpus.papers if p.split == config.evaluation_split)
     evaluation_questions = frozenset(q.id for q in corpus.questions if q.paper_id in evaluation_papers)
@@ -79,16 +79,8 @@ def _build(
         found,
         {q.id: q for q in corpus.questions},
         renderer,
-        BuildSettings(
-            config.min_answer_f1,
-            config.keep_correct_abstentions,
-            config.max_length,
-            config.overflow,
-            config.validation_share,
-            evaluation_papers,
-            config.train_thinking,
-            config.best_of,
-        ),
+        config,
+        evaluation_papers,
     )
     check = split_check(built, evaluation_papers, evaluation_questions)
     if not check.passed:

@@ -1,10 +1,11 @@
-"""The settings of sft's two entry points, each declared once with its help text and bounds:
-``TrainConfig`` (``explorer train``, ``sft.train.train``) and ``BuildConfig`` (``explorer sft
-build``, ``sft.build.build_dataset``). Both are frozen pydantic models that refuse unknown
-fields; a flag, a TOML file and a Python caller all go through them.
+"""The settings of sft's entry points, each declared once with its default, help text and bounds:
+``TrainConfig`` (``explorer train``, ``sft.train.train``), ``BuildConfig`` (``explorer sft
+build``, ``sft.build.build_dataset``) and ``ImproveSettings`` (``explorer improve``,
+``sft.improve.improve``). Each is a frozen pydantic model that refuses unknown fields; a flag, a
+TOML file (``--config``) and a Python caller all go through it, so all three get the same defaults.
 
 Each field's ``description`` is its help text and its ``Field`` bounds are the only bounds: the
-command line is meant to be made from them, not to restate them.
+command's flags are made from them (``cli.flags``), never restated.
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ from paper_explorer.agent.trajectory import MAX_STEPS
 
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 REPORTERS = ("none", "tensorboard", "wandb")
-OVERFLOWS = ("drop", "split")
-EVALUATION_SPLITS = ("train", "validation", "test", "none")
+BASE_MODEL = "Qwen/Qwen3-8B"  # the reference recipe's base model, for train and improve alike
 
 
 class TrainConfig(BaseModel):
@@ -33,7 +33,7 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
 
-    model: str = Field("Qwen/Qwen3-8B", description="Base model: a directory or hub id.")
+    model: str = Field(BASE_MODEL, description="Base model: a directory or hub id.")
     quantization: Literal["auto", "4bit", "none"] = Field(
         "auto", description="auto (4-bit NF4 on CUDA, full precision on CPU), 4bit or none."
     )
@@ -108,3 +108,37 @@ class BuildConfig(BaseModel):
         description="Keep per question at most N successful attempts, the best (answer F1, "
         "then fewer steps, more tool use); never a direct submit (one that answers before any research showed it anything).",
     )
+
+
+class ImproveSettings(BaseModel):
+    """Expert iteration's settings (``sft.improve``), recorded whole in ``OUT/improve.json``: a
+    rerun with other settings is refused. The round's training takes ``TrainConfig``'s recipe
+    for everything not named here."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
+
+    model: str = Field(BASE_MODEL, description="Base model: a directory or hub id.")
+    adapter: str | None = Field(None, description="A LoRA adapter to sample round 1 with (default: the base model).")
+    corpus: str | None = Field(None, description="The corpus whose train split is sampled, as named (default: the demo corpus).")
+    rounds: int = Field(2, ge=1, description="Rounds of sample -> filter -> build -> train -> validate.")
+    samples: int = Field(4, ge=1, description="Attempts per question per round.")
+    temperature: float = Field(0.7, gt=0, le=10, allow_inf_nan=False, description="Sampling temperature of the attempts.")
+    limit: int | None = Field(None, ge=1, description="Only the first N train questions each round.")
+    best_of: int = Field(1, ge=1, description="Successful attempts kept per question.")
+    seed_data: list[str] = Field(default_factory=list, description="Trajectories added to every round's data (e.g. sft teach's).")
+    max_steps: int = Field(10, ge=1, le=MAX_STEPS, description="Actions per episode, sampled and validated.")
+    max_new_tokens: int = Field(512, ge=1, description="Tokens per action of a sampled episode.")
+    train_max_steps: int | None = Field(None, ge=1, description="Optimizer steps per round (default: the recipe's epochs).")
+    validation_episodes: int = Field(16, ge=0, description="Greedy validation episodes per checkpoint.")
+    quantization: Literal["auto", "4bit", "none"] = Field(
+        "auto", description="auto (4-bit NF4 on CUDA, full precision on CPU), 4bit or none, as explorer train."
+    )
+    base_url: str | None = Field(None, description="Sample on a vLLM server with runtime LoRA loading instead of in-process.")
+    seed: int = Field(0, description="Seeds the sampling (round N's episodes take seed + N) and training.")
+
+    @field_validator("base_url")
+    @classmethod
+    def _http(cls, url: str | None) -> str | None:
+        if url is not None and not url.startswith(("http://", "https://")):
+            raise ValueError(f"{url!r} must start with http:// or https://")
+        return url

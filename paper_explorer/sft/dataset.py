@@ -25,22 +25,11 @@ from paper_explorer.corpus.jsonl import JsonLinesError, read_records, write_reco
 from paper_explorer.corpus.schema import Question
 from paper_explorer.evaluation.answers import best_over_references, token_f1
 from paper_explorer.evaluation.scoring import prediction
+from paper_explorer.sft.config import BuildConfig
 from paper_explorer.sft.errors import TrainingError
 from paper_explorer.sft.records import BuildReport, DataStatistics, Example, SplitCheck, Turn
 
 IGNORE = -100
-
-
-@dataclass
-class BuildSettings:
-    min_answer_f1: float = 0.5
-    keep_correct_abstentions: bool = True
-    max_length: int = 8192
-    overflow: str = "drop"  # or "split": keep the whole turns that fit, drop the rest (counted)
-    validation_share: float = 0.2
-    evaluation_papers: frozenset[str] = frozenset()
-    train_thinking: bool = False  # thinking mode: train the think blocks too, not only the actions
-    best_of: int | None = None  # keep at most this many attempts per question, the best ones (--best-of)
 
 
 @dataclass
@@ -58,7 +47,7 @@ def turn_types(trajectory: Trajectory) -> list[str]:
     return ["final" if index == end else "tool" for index in range(len(trajectory.steps))]
 
 
-def keep_reason(trajectory: Trajectory, question: Question | None, settings: BuildSettings) -> str | None:
+def keep_reason(trajectory: Trajectory, question: Question | None, settings: BuildConfig) -> str | None:
     """None to keep the trajectory, else why it is dropped."""
     if question is None:
         return "no gold question (free-text or unknown question id)"
@@ -112,7 +101,15 @@ def is_validation(paper_id: str, share: float) -> bool:
     return int(hashlib.sha256(paper_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
-def build(trajectories: list[Trajectory], questions: dict[str, Question], renderer: ChatRenderer, settings: BuildSettings) -> Built:
+def build(
+    trajectories: list[Trajectory],
+    questions: dict[str, Question],
+    renderer: ChatRenderer,
+    settings: BuildConfig,
+    evaluation_papers: frozenset[str] = frozenset(),
+) -> Built:
+    """The examples of ``trajectories`` under ``settings``; a trajectory on one of ``evaluation_papers``
+    (those of ``settings.evaluation_split``) is never trained on."""
     built = Built()
     seen: set[str] = set()
     candidates = []
@@ -120,7 +117,7 @@ def build(trajectories: list[Trajectory], questions: dict[str, Question], render
         question = questions.get(trajectory.question_id or "")
         reason = keep_reason(trajectory, question, settings)
         paper_id = (question.paper_id if question else trajectory.paper_id) or ""
-        if reason is None and paper_id in settings.evaluation_papers:
+        if reason is None and paper_id in evaluation_papers:
             reason = "its paper belongs to the evaluation split"
         content = hashlib.sha256(json.dumps(without_timings(trajectory), sort_keys=True).encode()).hexdigest()
         if reason is None and content in seen:

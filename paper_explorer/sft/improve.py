@@ -26,17 +26,16 @@ from __future__ import annotations
 import os
 from functools import partial
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes, tokenizer_file
-from paper_explorer.agent.trajectory import MAX_STEPS
 from paper_explorer.corpus.files import atomic_file
 from paper_explorer.sft.build import NothingToTrain, build_dataset
-from paper_explorer.sft.config import BuildConfig, TrainConfig
+from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
 from paper_explorer.sft.errors import TrainingError
 from paper_explorer.sft.known_warnings import known_warnings_silenced
 from paper_explorer.sft.records import TrainingSummary
@@ -46,27 +45,6 @@ from paper_explorer.sft.validation import shown
 M = TypeVar("M", bound=BaseModel)
 
 SETTINGS_FILE = "improve.json"
-
-
-class ImproveSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, protected_namespaces=())
-
-    model: str
-    adapter: str | None = None  # the policy of round 1 (None: the base model)
-    corpus: str | None = None
-    rounds: int = Field(ge=1)
-    samples: int = Field(ge=1)
-    temperature: float = Field(gt=0, le=10, allow_inf_nan=False)
-    limit: int | None = None  # train questions sampled per round
-    best_of: int = Field(ge=1)
-    seed_data: list[str] = Field(default_factory=list)  # trajectories added to every round's data (e.g. a teacher's)
-    max_steps: int = Field(ge=1, le=MAX_STEPS)
-    max_new_tokens: int = Field(ge=1)
-    train_max_steps: int | None = None
-    validation_episodes: int = Field(ge=0)
-    quantization: Literal["auto", "4bit", "none"] = "auto"
-    base_url: str | None = None
-    seed: int = 0
 
 
 class RoundRecord(BaseModel):
@@ -187,8 +165,9 @@ def run_round(
 
     examples = sum(load_report(data).kept.values())
     summary = _train(directory / "train", data, settings, corpus)
-    best = next((c for c in summary.checkpoints if c.checkpoint == summary.best_checkpoint), None)
-    if best is None:
+    # a record without a checkpoint (an --eval-steps validation) is never the chosen one, even when none was chosen
+    best = next((c for c in summary.checkpoints if c.checkpoint is not None and c.checkpoint == summary.best_checkpoint), None)
+    if best is None or best.checkpoint is None:
         return _finish(
             record_path,
             record(
@@ -197,13 +176,13 @@ def run_round(
             ),
         )
     kept, reason = judged(best.behaviour.answer_f1, best.behaviour.direct_submit_rate, previous)
-    adapter = directory / "train" / best.checkpoint
+    chosen = directory / "train" / best.checkpoint
     return _finish(
         record_path,
         record(
             examples=examples,
-            adapter=str(adapter),
-            adapter_files=_hashes(adapter, record_path),
+            adapter=str(chosen),
+            adapter_files=_hashes(chosen, record_path),
             answer_f1=best.behaviour.answer_f1,
             direct_submit_rate=best.behaviour.direct_submit_rate,
             kept=kept,
@@ -244,10 +223,13 @@ def _hashes(adapter: Path, record_path: Path) -> dict[str, str]:
 
 def judged(f1: float | None, rate: float | None, previous: RoundRecord | None) -> tuple[bool, str]:
     """Whether a round's adapter is kept: not when answer F1 fell or the direct-submit rate rose."""
-    if previous is not None and None not in (f1, previous.answer_f1) and f1 < previous.answer_f1:
-        return False, f"answer F1 on validation episodes fell ({previous.answer_f1:.3f} -> {f1:.3f})"
-    if previous is not None and None not in (rate, previous.direct_submit_rate) and rate > previous.direct_submit_rate:
-        return False, f"the direct-submit rate rose ({previous.direct_submit_rate:.0%} -> {rate:.0%})"
+    if previous is None:
+        return True, "kept"
+    before_f1, before_rate = previous.answer_f1, previous.direct_submit_rate
+    if f1 is not None and before_f1 is not None and f1 < before_f1:
+        return False, f"answer F1 on validation episodes fell ({before_f1:.3f} -> {f1:.3f})"
+    if rate is not None and before_rate is not None and rate > before_rate:
+        return False, f"the direct-submit rate rose ({before_rate:.0%} -> {rate:.0%})"
     return True, "kept"
 
 
@@ -312,7 +294,10 @@ def _train(run: Path, data: Path, settings: ImproveSettings, corpus) -> Training
         validation_max_steps=settings.max_steps,
         max_steps=settings.train_max_steps or -1,
     )  # -1: the recipe's epochs
-    return train(config, data=data, out=run, corpus=corpus, log=lambda *_: None, resume=run.is_dir() and any(run.iterdir()))
+    summary = train(config, data=data, out=run, corpus=corpus, log=lambda *_: None, resume=run.is_dir() and any(run.iterdir()))
+    if summary is None:  # what a launcher's other processes get: improve's rounds run in one process
+        raise TrainingError("explorer improve trains each round in one process; run it without accelerate launch or torchrun")
+    return summary
 
 
 def _finish(path: Path, record: RoundRecord) -> RoundRecord:

@@ -8,7 +8,8 @@ from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.corpus import BM25Index
-from paper_explorer.sft.dataset import IGNORE, BuildSettings, build, split_check, statistics, tokenize_trajectory
+from paper_explorer.sft.config import BuildConfig
+from paper_explorer.sft.dataset import IGNORE, build, split_check, statistics, tokenize_trajectory
 from paper_explorer.sft.teacher import Teacher
 
 DIRECT = "best-of: it submits or abstains before any research result (a direct submit)"
@@ -54,7 +55,7 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
     trajectories, direct = teacher_runs
     questions = {q.id: q for q in small_demo.questions}
     test_papers = frozenset(p.id for p in small_demo.papers if p.split == "test")
-    built = build(trajectories, questions, renderer, BuildSettings(evaluation_papers=test_papers, validation_share=0.3))
+    built = build(trajectories, questions, renderer, BuildConfig(validation_share=0.3), test_papers)
     assert built.dropped["its paper belongs to the evaluation split"] == sum(
         1 for t in trajectories if questions[t.question_id].paper_id in test_papers
     )
@@ -64,7 +65,7 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
     stats = statistics(built.train)
     assert stats.first_action_submits_share == 0.0 and stats.turns_per_trajectory == 4
     assert abs(sum(stats.trained_token_share.values()) - 1) < 1e-9
-    shortcut = build(direct, questions, renderer, BuildSettings(validation_share=0.0))
+    shortcut = build(direct, questions, renderer, BuildConfig(validation_share=0.0))
     assert statistics(shortcut.train).first_action_submits_share == 1.0
 
 
@@ -72,7 +73,7 @@ def test_bad_outcomes_are_dropped_with_their_reason(renderer, small_demo):
     index = BM25Index.build(small_demo)
     runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name="direct-submit")), EpisodeConfig())
     questions = {q.id: q for q in small_demo.questions}
-    built = build([runner.run(q.text, q) for q in small_demo.questions[:12]], questions, renderer, BuildSettings())
+    built = build([runner.run(q.text, q) for q in small_demo.questions[:12]], questions, renderer, BuildConfig())
     assert set(built.dropped) <= {"answered an unanswerable question", "answer F1 below 0.5"} and sum(built.dropped.values()) >= 6
 
 
@@ -81,9 +82,9 @@ def test_long_examples_are_dropped_or_split_at_turn_boundaries_never_cut(teacher
     questions = {q.id: q for q in small_demo.questions}
     full = tokenize_trajectory(trajectories[0], renderer)
     limit = full.turns[-1].end_of_turn - 1  # the final turn no longer fits
-    dropped = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, validation_share=0.0))
+    dropped = build(trajectories[:1], questions, renderer, BuildConfig(max_length=limit, validation_share=0.0))
     assert dropped.dropped[f"longer than {limit} tokens"] == 1 and not dropped.train
-    split = build(trajectories[:1], questions, renderer, BuildSettings(max_length=limit, overflow="split", validation_share=0.0))
+    split = build(trajectories[:1], questions, renderer, BuildConfig(max_length=limit, overflow="split", validation_share=0.0))
     (example,) = split.train
     assert split.shortened == 1 and len(example.input_ids) <= limit and example.split_at_turn == 3
     assert example.input_ids == full.input_ids[: len(example.input_ids)]
@@ -96,7 +97,7 @@ def test_equal_episode_ids_from_different_runs_are_both_kept(teacher_runs, rende
     answered = next(t for t in trajectories if t.outcome.status == "submitted")
     other_run = answered.model_copy(update={"steps": answered.steps[:1] + answered.steps[1:]})
     other_run.steps[0] = other_run.steps[0].model_copy(update={"observation": other_run.steps[0].observation + " "})
-    built = build([answered, other_run, answered], questions, renderer, BuildSettings(validation_share=0.0))
+    built = build([answered, other_run, answered], questions, renderer, BuildConfig(validation_share=0.0))
     assert len(built.train) == 2 and built.dropped["duplicate episode (the same trajectory twice)"] == 1
 
 
@@ -105,7 +106,7 @@ def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher
     questions = {q.id: q for q in small_demo.questions}
     scripted = EpisodeRunner(small_demo, BM25Index.build(small_demo), make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
     attempts = trajectories[:10] + direct + [scripted.run(q.text, q) for q in small_demo.questions[:10]]
-    settings = BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1)
+    settings = BuildConfig(validation_share=0.0, min_answer_f1=0.0, best_of=1)
     built = build(attempts, questions, renderer, settings)
     assert built.dropped[DIRECT] == 10  # every direct attempt
     assert not any(example.first_action_submits for example in built.train)
@@ -170,10 +171,10 @@ def test_a_first_action_that_ends_the_episode_is_a_first_action_answer_whatever_
     hidden = EpisodeRunner(small_demo, index, HiddenShortcut(small_demo, before), EpisodeConfig())
     shortcut = [hidden.run(q.text, q) for q in small_demo.questions[:10]]
     assert all(len(t.steps) == 1 and t.steps[0].tool_calls[0].name == "read" for t in shortcut)
-    built = build(shortcut, questions, renderer, BuildSettings(validation_share=0.0))
+    built = build(shortcut, questions, renderer, BuildConfig(validation_share=0.0))
     assert built.train and statistics(built.train).first_action_submits_share == 1.0
     assert all([turn.type for turn in example.turns] == ["final"] for example in built.train)
-    best = build(shortcut, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    best = build(shortcut, questions, renderer, BuildConfig(validation_share=0.0, min_answer_f1=0.0, best_of=1))
     assert not best.train and best.dropped[DIRECT] == 10
 
 
@@ -184,15 +185,15 @@ def test_a_failed_submit_ends_nothing_and_an_answer_after_failed_calls_is_a_dire
         EpisodeRunner(small_demo, index, RetriedSubmit(small_demo), EpisodeConfig()).run(q.text, q) for q in small_demo.questions[:6]
     ]
     assert all(t.steps[0].tool_calls[0].error and t.outcome.status in ("submitted", "abstained") for t in retried)
-    built = build(retried, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    built = build(retried, questions, renderer, BuildConfig(validation_share=0.0, min_answer_f1=0.0, best_of=1))
     assert built.train and not any(example.first_action_submits for example in built.train)
     assert all([turn.type for turn in example.turns] == ["tool", "tool", "tool", "tool", "final"] for example in built.train)
     unlooked = [
         EpisodeRunner(small_demo, index, FailedReadFirst(small_demo), EpisodeConfig()).run(q.text, q) for q in small_demo.questions[:6]
     ]
     assert all(len(t.steps) == 2 and t.steps[0].tool_calls[0].error for t in unlooked)
-    best = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0, best_of=1))
+    best = build(unlooked, questions, renderer, BuildConfig(validation_share=0.0, min_answer_f1=0.0, best_of=1))
     assert not best.train and best.dropped[DIRECT] == 6  # it answered after a read that showed nothing
-    kept = build(unlooked, questions, renderer, BuildSettings(validation_share=0.0, min_answer_f1=0.0))
+    kept = build(unlooked, questions, renderer, BuildConfig(validation_share=0.0, min_answer_f1=0.0))
     assert statistics(kept.train).first_action_submits_share == 1.0
     assert all([turn.type for turn in example.turns] == ["tool", "final"] for example in kept.train)
