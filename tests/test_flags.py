@@ -240,6 +240,13 @@ def test_the_sandbox_limits_are_declared_once():
     assert set(SandboxSettings.model_fields) <= set(EpisodeConfig.model_fields)
     assert all(EpisodeConfig.model_fields[name] is not None for name in SandboxSettings.model_fields)
     assert Limits.from_settings(SandboxSettings()) == Limits() == Limits.from_settings(EpisodeConfig())
+    # what the host enforces is the user's settings, not a copy of them: the same fields and defaults
+    assert issubclass(Limits, SandboxSettings)
+    for name, field in SandboxSettings.model_fields.items():
+        assert Limits.model_fields[name].default == field.default, name
+    given = Limits.from_settings(EpisodeConfig(memory_mb=100, record_kb=128), allowed_modules=("math",))
+    assert (given.memory_bytes, given.record_bytes, given.allowed_modules) == (100 * 2**20, 128 * 2**10, ("math",))
+    assert Limits.model_validate(json.loads(json.dumps(given.model_dump(mode="json")))) == given  # as the episode host gets them
     assert {f.dotted for f in model_flags(SandboxSettings)} == set(SandboxSettings.model_fields)
 
 

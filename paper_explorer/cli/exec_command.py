@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.config import load_config
@@ -40,8 +41,8 @@ def json_line(result: dict, pretty: bool = False) -> str:
 def build_limits(settings: SandboxSettings, modules: list[str]) -> Limits:
     try:
         return Limits.from_settings(settings, tuple(modules) if modules else DEFAULT_MODULES)
-    except ValueError as error:  # a module that cannot be allowed
-        raise UsageError(str(error)) from None
+    except ValidationError as error:  # a module that cannot be allowed
+        raise UsageError(error.errors(include_url=False)[0]["msg"].removeprefix("Value error, ")) from None
 
 
 @config_flags(SandboxSettings)

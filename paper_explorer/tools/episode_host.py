@@ -58,7 +58,7 @@ import sys
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from paper_explorer.tools import process_caches, wire, worker
@@ -495,7 +495,7 @@ class EpisodeHost:
                 self.attach(socket.socket(fileno=fds[0]), request["pid"])
                 continue
             if request["op"] == "reset":
-                self.reset(limits_from_json(request["limits"]))
+                self.reset(Limits.model_validate(request["limits"]))
                 wire.send_blocking(fd, wire.encode({"op": "ready"}))
                 continue
             wire.send_blocking(fd, self.execute(request["code"]))
@@ -523,7 +523,7 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
     serve_forks(
         control,
         lambda request, fds: _episode(
-            control, fds[0], (host or EpisodeHost)(PaperTools(corpus, index), limits_from_json(request["limits"]))
+            control, fds[0], (host or EpisodeHost)(PaperTools(corpus, index), Limits.model_validate(request["limits"]))
         ),
         prepare_spare=lambda: _warm(corpus, index),
     )
@@ -629,16 +629,6 @@ def _forget_servers_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_servers_in_child)
-
-
-def limits_json(limits: Limits) -> dict:
-    data = asdict(limits)
-    data["allowed_modules"] = list(limits.allowed_modules)
-    return data
-
-
-def limits_from_json(data: dict) -> Limits:
-    return Limits(**{**data, "allowed_modules": tuple(data["allowed_modules"])})
 
 
 # -- idle episode hosts, kept for the next episode ------------------------------------------------

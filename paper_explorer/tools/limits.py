@@ -6,18 +6,15 @@ Two layers, each limit declared once:
   and ``episode.*`` of ``explorer run`` and ``eval``, whose ``agent.trajectory.EpisodeConfig`` takes
   these fields). Each field's default, bounds and description are the only ones: the command-line
   flags and their help are generated from them (``cli.flags``).
-- ``Limits``: what the host enforces, in its own units (bytes), plus what no user sets (the worker's
-  lifetime CPU, tool calls per action, the modules actions may import). Its defaults are
-  ``SandboxSettings``'s; it only checks that each limit is one a kernel can set, so tests may use
-  smaller ones than a user may.
+- ``Limits``: what the host enforces. It *is* a ``SandboxSettings`` (the same fields, defaults and
+  bounds; the host reads its byte counts as properties) plus what no user sets: the worker's
+  lifetime CPU, tool calls per action, the modules actions may import. It travels to the episode
+  host as pydantic's own JSON.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from paper_explorer.tools import worker
 from paper_explorer.tools.modules import DEFAULT_MODULES, check_allowed
@@ -85,11 +82,7 @@ class SandboxSettings(BaseModel):
     )
 
 
-_DEFAULT = SandboxSettings()
-
-
-@dataclass(frozen=True)
-class Limits:
+class Limits(SandboxSettings):
     """Per-action limits, and the worker's CPU budget for its whole life. Every breach replaces the
     worker (the episode's variables are lost), and the result names the budget that ran out:
 
@@ -103,40 +96,43 @@ class Limits:
 
     What the host sends the policy's process for one action is bounded by them (``reply_cap``)."""
 
-    wall_seconds: float = _DEFAULT.wall_seconds
-    cpu_seconds: float = _DEFAULT.cpu_seconds
-    host_seconds: float = _DEFAULT.host_seconds
-    memory_bytes: int = _DEFAULT.memory_mb * MIB
-    output_chars: int = _DEFAULT.output_chars
-    allowed_modules: tuple[str, ...] = DEFAULT_MODULES
-    record_bytes: int = _DEFAULT.record_kb * KIB
-    episode_record_bytes: int = _DEFAULT.episode_record_kb * KIB
-    episode_cpu_seconds: int = 600
-    tool_calls: int = 500  # per action: each is recorded, so the trajectory stays bounded
+    model_config = ConfigDict(frozen=True)
 
-    def __post_init__(self) -> None:
-        names = ("wall_seconds", "cpu_seconds", "host_seconds", "memory_bytes", "output_chars", "record_bytes", "episode_record_bytes")
-        for name in (*names, "episode_cpu_seconds", "tool_calls"):
-            value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
-                raise ValueError(f"sandbox limit {name} must be a positive finite number, got {value!r}")
-        if self.memory_bytes > MAX_MEMORY_BYTES:
-            raise ValueError(f"sandbox limit memory_bytes can be at most {MAX_MEMORY_BYTES:,} (1 TiB), got {self.memory_bytes:,}")
-        check_allowed(self.allowed_modules)
+    # The one bound that differs from the user's: the host measures CPU time to the microsecond, so a
+    # budget may be a fraction of a second (the tests of the CPU budget use them); users set whole seconds.
+    cpu_seconds: float = Field(  # type: ignore[assignment]
+        SandboxSettings.model_fields["cpu_seconds"].default,
+        gt=0,
+        le=MAX_LIMIT_SECONDS,
+        allow_inf_nan=False,
+        description=SandboxSettings.model_fields["cpu_seconds"].description,
+    )
+    allowed_modules: tuple[str, ...] = Field(DEFAULT_MODULES, description="The modules an action may import (tools.modules).")
+    episode_cpu_seconds: int = Field(600, ge=1, description="The worker's CPU time for its whole life, an rlimit.")
+    tool_calls: int = Field(500, ge=1, description="Tool calls per action: each is recorded, so the trajectory stays bounded.")
+
+    @field_validator("allowed_modules")
+    @classmethod
+    def _vetted(cls, modules: tuple[str, ...]) -> tuple[str, ...]:
+        check_allowed(modules)
+        return modules
+
+    @property
+    def memory_bytes(self) -> int:
+        return self.memory_mb * MIB
+
+    @property
+    def record_bytes(self) -> int:
+        return self.record_kb * KIB
+
+    @property
+    def episode_record_bytes(self) -> int:
+        return self.episode_record_kb * KIB
 
     @classmethod
     def from_settings(cls, settings: SandboxSettings, allowed_modules: tuple[str, ...] = DEFAULT_MODULES) -> Limits:
-        """The limits a user's settings (an ``EpisodeConfig`` is one) set, in the host's units."""
-        return cls(
-            wall_seconds=settings.wall_seconds,
-            cpu_seconds=settings.cpu_seconds,
-            host_seconds=settings.host_seconds,
-            memory_bytes=settings.memory_mb * MIB,
-            output_chars=settings.output_chars,
-            record_bytes=settings.record_kb * KIB,
-            episode_record_bytes=settings.episode_record_kb * KIB,
-            allowed_modules=allowed_modules,
-        )
+        """The limits a user's settings (an ``EpisodeConfig`` is one) set: their own fields, as given."""
+        return cls(**{name: getattr(settings, name) for name in SandboxSettings.model_fields}, allowed_modules=allowed_modules)
 
     def frame_cap(self) -> int:
         """The largest frame a worker may send: a result with stdout and value at their caps, every

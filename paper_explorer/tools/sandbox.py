@@ -103,7 +103,7 @@ from typing import Any
 
 from paper_explorer.corpus import BM25Index, Corpus
 from paper_explorer.tools import wire, worker
-from paper_explorer.tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, limits_json, with_text
+from paper_explorer.tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, with_text
 from paper_explorer.tools.limits import MAX_MEMORY_BYTES, Limits
 from paper_explorer.tools.modules import DEFAULT_MODULES, VETTED_MODULES
 from paper_explorer.tools.paper_tools import TOOLS
@@ -233,7 +233,9 @@ class Sandbox:
             self._adopt_host(*idle)
             assert self._host is not None
             try:
-                self._host.send(wire.encode({"op": "reset", "limits": limits_json(self.limits)}), time.monotonic() + READY_SECONDS)
+                self._host.send(
+                    wire.encode({"op": "reset", "limits": self.limits.model_dump(mode="json")}), time.monotonic() + READY_SECONDS
+                )
                 if self._host.receive(1 << 16, time.monotonic() + READY_SECONDS).get("op") == "ready":
                     return
             except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed):
@@ -241,7 +243,7 @@ class Sandbox:
             self._end_host(keep=False)
         self.zygote.warm()  # on a first episode both servers start, side by side
         try:
-            pid, sock = self._host_server.spawn({"limits": limits_json(self.limits)})
+            pid, sock = self._host_server.spawn({"limits": self.limits.model_dump(mode="json")})
         except (ZygoteError, OSError) as error:
             raise SandboxError(f"could not start the episode's host process: {error}") from None
         self._adopt_host(pid, sock)

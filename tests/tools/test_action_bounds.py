@@ -60,7 +60,7 @@ def test_an_action_of_hundreds_of_calls_with_large_arguments_is_cut_at_its_recor
     ],
 )
 def test_every_call_a_record_is_kept_of_counts_against_the_budget(small_demo, index, call):
-    limits = Limits(record_bytes=64 << 10, tool_calls=10**5)
+    limits = Limits(record_kb=64, tool_calls=10**5)
     code = f"for i in range(20000):\n    try:\n        {call}\n    except ToolError:\n        pass\n"
     with Sandbox(small_demo, limits, index=index) as sandbox:
         result = sandbox.execute(code)
@@ -69,7 +69,7 @@ def test_every_call_a_record_is_kept_of_counts_against_the_budget(small_demo, in
 
 
 def test_an_episodes_records_are_bounded_across_its_actions(small_demo, index):
-    limits = Limits(record_bytes=256 << 10, episode_record_bytes=600 << 10)
+    limits = Limits(record_kb=256, episode_record_kb=600)
     with Sandbox(small_demo, limits, index=index) as sandbox:
         results = [sandbox.execute(flood("é")) for _ in range(4)]
         quiet = sandbox.execute("6 * 7")
@@ -83,7 +83,7 @@ def test_an_episodes_records_are_bounded_across_its_actions(small_demo, index):
 
 
 def test_a_fresh_episode_on_a_reused_host_gets_the_whole_budget_again(small_demo, index):
-    limits = Limits(record_bytes=256 << 10, episode_record_bytes=300 << 10)
+    limits = Limits(record_kb=256, episode_record_kb=300)
     with Sandbox(small_demo, limits, index=index) as first:
         assert [first.execute(flood("x")).limit_hit for _ in range(2)] == ["records", "episode_records"]
         host = first.host_pid
@@ -109,7 +109,7 @@ def astral_corpus():
 
 def test_large_astral_results_are_kept_within_the_record_budget_and_say_when_they_are_not(astral_corpus):
     corpus, index = astral_corpus
-    limits = Limits(record_bytes=200 << 10)
+    limits = Limits(record_kb=200)
     code = "for i in range(40):\n    read('wide-%d' % (i % 10), section=0, page=i % 3)\n"
     with Sandbox(corpus, limits, index=index) as sandbox:
         result = sandbox.execute(code)
@@ -130,8 +130,8 @@ def test_the_wall_limit_holds_with_the_reply_encoded_and_read(small_demo, index)
         cpu_seconds=HANG_SECONDS,
         host_seconds=HANG_SECONDS,
         tool_calls=10**6,
-        record_bytes=256 << 20,
-        episode_record_bytes=256 << 20,
+        record_kb=262144,
+        episode_record_kb=262144,
     )
     with Sandbox(small_demo, limits, index=index) as sandbox:
         sandbox.execute("1")
@@ -162,7 +162,7 @@ def test_reading_the_reply_counts_against_the_actions_wall_limit(small_demo, ind
 def test_the_widest_reply_an_action_can_make_is_within_its_cap():
     """Every field at its cap, every character at its widest on the wire (an escaped control
     character or lone surrogate: 6 bytes; an astral character: 4), the records at their budget."""
-    limits = Limits(output_chars=5_000, record_bytes=64 << 10)
+    limits = Limits(output_chars=5_000, record_kb=64)
     wide = "\x01\ud800" * 5_000
     records, used = [], 0
     while True:
@@ -231,7 +231,7 @@ def test_records_of_many_small_values_are_charged_what_they_cost_to_hold(small_d
 def test_variables_that_fill_the_memory_limit_cost_the_worker_not_the_rest_of_the_episode(small_demo, index):
     """An action that fills the memory and keeps it bound: every later action failed to even parse
     (reported as a SyntaxError), so the episode could never end. The worker is now replaced."""
-    with Sandbox(small_demo, Limits(memory_bytes=256 << 20), index=index) as sandbox:
+    with Sandbox(small_demo, Limits(memory_mb=256), index=index) as sandbox:
         filled = sandbox.execute("x = []\nwhile True:\n    x.append('a' * 1000 + str(len(x)))")
         replaced = sandbox.execute("x = None")
         after = sandbox.execute("6 * 7")

@@ -13,7 +13,7 @@ from paper_explorer.tools.sandbox import Limits, Sandbox
 from paper_explorer.tools.zygote import Zygote
 from tests.tools.host_census import CENSUS
 
-LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000, record_bytes=8 << 20, episode_record_bytes=64 << 20)
+LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000, record_kb=8192, episode_record_kb=65536)
 # State of the episode in flight, not a cache: what the census finds there is gone at reset.
 PER_EPISODE = ("paper_explorer.tools.episode_host._TIMERS.clocks",)
 

@@ -6,7 +6,7 @@ import pytest
 
 from paper_explorer.tools.sandbox import Limits, Sandbox
 
-LIMITS = Limits(wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, output_chars=5_000)
+LIMITS = Limits(wall_seconds=3.0, cpu_seconds=1, memory_mb=512, output_chars=5_000)
 
 
 @pytest.fixture
@@ -123,7 +123,7 @@ def test_memory_past_the_limit_is_refused_and_the_episode_goes_on(small_demo, in
     and the worker, whose memory is intact, keeps the episode's variables. (Copying half a GiB of
     strings can take over a CPU second on a loaded machine: the CPU and wall limits are generous
     here, so that only the memory limit can end the action.)"""
-    with Sandbox(small_demo, Limits(wall_seconds=120, cpu_seconds=60, memory_bytes=512 * 2**20), index=index) as sandbox:
+    with Sandbox(small_demo, Limits(wall_seconds=120, cpu_seconds=60, memory_mb=512), index=index) as sandbox:
         sandbox.execute("kept = 41")
         result = sandbox.execute(code)
         assert (
@@ -222,9 +222,7 @@ ALLOWED_MODULE_ESCAPES = {
 
 @pytest.mark.parametrize("name", sorted(ALLOWED_MODULE_ESCAPES))
 def test_allowed_modules_do_not_open_a_way_out(small_demo, index, name):
-    limits = Limits(
-        wall_seconds=3.0, cpu_seconds=1, memory_bytes=512 * 2**20, allowed_modules=("collections", "functools", "statistics", "datetime")
-    )
+    limits = Limits(wall_seconds=3.0, cpu_seconds=1, memory_mb=512, allowed_modules=("collections", "functools", "statistics", "datetime"))
     with Sandbox(small_demo, limits, index=index) as sandbox:
         result = sandbox.execute(ALLOWED_MODULE_ESCAPES[name])
         assert contained(result), (name, result)

@@ -8,7 +8,7 @@ import pytest
 from paper_explorer.tools.sandbox import Limits, Sandbox
 from tests.tools.conftest import BrokenIndex
 
-LIMITS = Limits(wall_seconds=5.0, cpu_seconds=2, memory_bytes=512 * 2**20, output_chars=2_000)
+LIMITS = Limits(wall_seconds=5.0, cpu_seconds=2, memory_mb=512, output_chars=2_000)
 FINALIZER = """
 def armed():
     try:
@@ -61,7 +61,7 @@ def test_a_submission_survives_the_error_that_follows_it(sandbox):
 
 
 def test_a_submission_survives_running_into_the_wall_clock(small_demo, index):
-    limits = Limits(wall_seconds=1.0, cpu_seconds=30, memory_bytes=512 * 2**20)
+    limits = Limits(wall_seconds=1.0, cpu_seconds=30, memory_mb=512)
     with Sandbox(small_demo, limits, index=index) as sandbox:
         result = sandbox.execute("submit('before the loop', evidence=[])\nwhile True:\n    pass")
         assert result.limit_hit == "wall_clock" and result.outcome.answer == "before the loop"
@@ -211,7 +211,7 @@ def test_denied_module_import_names_what_is_allowed(sandbox):
 def test_cycles_dropped_in_later_actions_do_not_fill_the_memory_budget(small_demo, index):
     """Survivors of an action are frozen (later collections skip them); cycles dropped afterwards
     must still be collected before they exhaust the budget and fail an innocent action."""
-    with Sandbox(small_demo, Limits(memory_bytes=200 * 2**20, wall_seconds=60, cpu_seconds=30), index=index) as sandbox:
+    with Sandbox(small_demo, Limits(memory_mb=200, wall_seconds=60, cpu_seconds=30), index=index) as sandbox:
         errors = [sandbox.execute("g = [0] * (5 * 10**6)\ng.append(g)\nlen(g)").error for _ in range(12)]
         assert errors == [None] * 12
 

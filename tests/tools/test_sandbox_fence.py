@@ -18,7 +18,7 @@ from paper_explorer.tools.zygote import Zygote
 from tests.conftest import HANG_SECONDS
 from tests.tools.conftest import process_running
 
-LIMITS = Limits(wall_seconds=20.0, cpu_seconds=5, memory_bytes=512 * 2**20, output_chars=5_000)
+LIMITS = Limits(wall_seconds=20.0, cpu_seconds=5, memory_mb=512, output_chars=5_000)
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from paper_explorer.tools.paper_tools import PaperTools
 from paper_explorer.tools.sandbox import Limits, Sandbox
 from paper_explorer.tools.worker import TOOL_NAMES
 
-LIMITS = Limits(wall_seconds=2.0, cpu_seconds=1, memory_bytes=512 * 2**20, output_chars=2_000)
+LIMITS = Limits(wall_seconds=2.0, cpu_seconds=1, memory_mb=512, output_chars=2_000)
 
 plain_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=30),
@@ -82,7 +82,7 @@ endings = st.sampled_from(["os.read(3, 1)", "os._exit(0)", "None", "while True:\
 
 @pytest.fixture(scope="module")
 def escaped(small_demo):
-    limits = Limits(wall_seconds=0.3, cpu_seconds=0.25, memory_bytes=512 * 2**20, output_chars=2_000)
+    limits = Limits(wall_seconds=0.3, cpu_seconds=0.25, memory_mb=512, output_chars=2_000)
     with Sandbox(small_demo, limits, index=BM25Index.build(small_demo), restricted=False) as sb:
         yield sb
 
@@ -122,7 +122,7 @@ def test_a_truncated_frame_ends_at_the_wall_clock_not_never(escaped):
 
 def test_a_worker_that_never_reads_cannot_block_the_host(small_demo):
     """The host's writes have deadlines too: a reply the worker never reads ends at the wall clock."""
-    limits = Limits(wall_seconds=2.0, cpu_seconds=1.5, memory_bytes=512 * 2**20)
+    limits = Limits(wall_seconds=2.0, cpu_seconds=1.5, memory_mb=512)
     with Sandbox(small_demo, limits, index=BM25Index.build(small_demo), restricted=False) as sb:
         call = json.dumps({"op": "call", "tool": "read", "args": ["demo-00000", 0], "kwargs": {}}).encode()
         result = sb.execute(f"import os\nfor i in range(100000):\n    os.write(3, {_frame(call)!r})\nwhile True:\n    pass")

@@ -14,7 +14,7 @@ from paper_explorer.tools.sandbox import Limits, Sandbox, SandboxError
 from paper_explorer.tools.zygote import Zygote, shared_zygote
 from tests.tools.conftest import process_running
 
-LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_bytes=512 * 2**20)
+LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_mb=512)
 
 
 def test_threads_share_one_zygote_without_mixing_episodes(small_demo, index):
