@@ -223,7 +223,7 @@ def paired_answerable(base: Path, trained: Path) -> dict:
             (differences,), np.mean, permutation_type="samples", n_resamples=100_000, random_state=np.random.default_rng(0)
         )
         p_value = float(test.pvalue)
-    return {"questions": len(shared), "interval": bootstrap_mean_ci(differences.tolist()), "p_value": p_value}
+    return {"questions": len(shared), "interval": bootstrap_mean_ci(differences.tolist()).model_dump(), "p_value": p_value}
 
 
 def always_abstain_f1(run: Path) -> float:

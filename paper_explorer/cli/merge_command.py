@@ -55,6 +55,7 @@ def merge_command(
     )
     from paper_explorer.evaluation.resume import recorded_corpus
     from paper_explorer.evaluation.run import write_metrics
+    from paper_explorer.evaluation.run_directory import MERGED
 
     _check_out(out)
     shards = [read_run(directory) for directory in runs]
@@ -76,7 +77,7 @@ def merge_command(
     from paper_explorer.evaluation.summary import print_summary
 
     print_summary(Console(), metrics, out)
-    typer.echo(f"merged {len(shards)} shards ({len(lines)} episodes) into {out}; {out / 'merged.json'} says where they came from")
+    typer.echo(f"merged {len(shards)} shards ({len(lines)} episodes) into {out}; {out / MERGED} says where they came from")
     _say_left_out(shards)
     if metrics.preregistration is not None and not metrics.preregistration.passed:
         failed = ", ".join(f"{c.check} = {c.value}" for c in metrics.preregistration.checks if not c.passed)

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.errors import EvaluationError
-from paper_explorer.evaluation.records import AbstentionTable, MeanInterval, ProbeCalibration, ProbeMass
+from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval, ProbeCalibration, ProbeMass
 from paper_explorer.evaluation.run_directory import Run
 from paper_explorer.evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, abstention_table
 from paper_explorer.evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, mcnemar_exact_p
@@ -116,16 +116,6 @@ class McNemarTest(Record):
     only_b: int
     neither: int
     p_value: float  # two-sided, Binomial(only_a + only_b, 1/2)
-
-
-class FisherTest(Record):
-    """Fisher's exact test on run x (abstained, answered), the unpaired design: secondary here."""
-
-    row: str  # "unanswerable" or "answerable" gold
-    table: list[list[int]]
-    odds_ratio: float | None  # None: infinite or undefined (a zero cell)
-    p_value: float
-    design: str = "unpaired"
 
 
 class Unpaired(Record):
@@ -320,7 +310,7 @@ def paired_tokens(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> PairedToken
         a=fmean(counted_a) if counted_a else None,
         b=fmean(counted_b) if counted_b else None,
         pairs=len(pairs),
-        paired_difference_ci95=MeanInterval.model_validate(bootstrap_mean_ci([y - x for x, y in pairs])),
+        paired_difference_ci95=bootstrap_mean_ci([y - x for x, y in pairs]),
     )
 
 
@@ -388,7 +378,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         answer_f1=PairedF1(
             a=f1_a,
             b=f1_b,
-            paired_difference_ci95=MeanInterval.model_validate(bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)])),
+            paired_difference_ci95=bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)]),
         ),
         exact_match=PairedExactMatch(a=em_a, b=em_b, difference=None if em_a is None else em_b - em_a),
         sub_exact_match=_paired_exact(pa, pb, "sub_exact_match"),
@@ -403,10 +393,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         mcnemar_exact_match=mcnemar("exact match", [s.exact_match >= 1 for s in pa], [s.exact_match >= 1 for s in pb]),
         mcnemar_sub_exact_match=_sub_exact_mcnemar(pa, pb),
         mcnemar_abstention=abstention_tests,
-        fisher_abstention=[
-            FisherTest.model_validate(abstention_fisher(table_a.model_dump(), table_b.model_dump(), row))
-            for row in ("unanswerable", "answerable")
-        ],
+        fisher_abstention=[abstention_fisher(table_a, table_b, "unanswerable"), abstention_fisher(table_a, table_b, "answerable")],
         unpaired=Unpaired(
             only_in_a=len(only_a),
             only_in_b=len(only_b),

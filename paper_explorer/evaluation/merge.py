@@ -39,6 +39,8 @@ from paper_explorer.corpus.splits import parse_shard, shard_of
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import (
     EVAL_RUN,
+    MANIFEST,
+    MERGED,
     TRAJECTORIES,
     counted,
     finish_command,
@@ -317,11 +319,11 @@ def merge_record(runs: list[ShardRun]) -> MergeRecord:
 
 def write_merged(directory: Path, manifest: RunManifest, lines: list[bytes], record: MergeRecord) -> None:
     """manifest.json, trajectories.jsonl and merged.json of the merged run (metrics come after, from the log)."""
-    with atomic_file(directory / "manifest.json") as handle:
+    with atomic_file(directory / MANIFEST) as handle:
         handle.write(manifest.model_dump_json(indent=2))
-    with atomic_file(directory / "trajectories.jsonl", binary=True) as handle:
+    with atomic_file(directory / TRAJECTORIES, binary=True) as handle:
         handle.writelines(lines)
-    with atomic_file(directory / "merged.json") as handle:
+    with atomic_file(directory / MERGED) as handle:
         handle.write(record.model_dump_json(indent=2))
 
 

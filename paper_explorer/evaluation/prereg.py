@@ -178,9 +178,8 @@ def judge(
         if comparison is None:
             raise EvaluationError(f"{path}: names a comparison run, and none was read to judge the rule with")
         other_dir, other = comparison
-        tests = [abstention_fisher(table.model_dump(), other.model_dump(), row) for row in ("unanswerable", "answerable")]
-        for test in tests:
-            test["significant"] = test["p_value"] < prereg.comparison.alpha
+        alpha = prereg.comparison.alpha
+        tests = [abstention_fisher(table, other, "unanswerable", alpha), abstention_fisher(table, other, "answerable", alpha)]
         result["comparison"] = {"run": str(other_dir), "alpha": prereg.comparison.alpha, "fisher": tests}
     return PreregistrationResult.model_validate(result)
 

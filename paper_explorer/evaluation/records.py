@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -58,11 +58,15 @@ class RuleCheck(Record):
 
 
 class FisherTest(Record):
-    row: str
+    """Fisher's exact test on run x (abstained, answered), the unpaired design (``evaluation.stats``):
+    a preregistered comparison's, judged against its alpha, and ``explorer compare``'s, secondary there."""
+
+    row: str  # "unanswerable" or "answerable" gold
     table: list[list[int]]
-    odds_ratio: float | None = None
+    odds_ratio: float | None = None  # None: infinite or undefined (a zero cell)
     p_value: float
-    significant: bool = False
+    significant: bool | None = None  # p_value < the preregistered alpha; None where no alpha was set (compare)
+    design: Literal["unpaired"] = "unpaired"
 
 
 class Comparison(Record):

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from paper_explorer.agent.config import EvalConfig, build_config, dotted, load_config, read_toml
-from paper_explorer.agent.manifest import RunManifest
-from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.agent.manifest import RecordedEvalConfig, RunManifest, differing_settings
+from paper_explorer.agent.trajectory import Hashes, Trajectory
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import (
     EVAL_RUN,
@@ -167,15 +167,14 @@ def refuse_changed_config(out: Path, config: EvalConfig, manifest: RunManifest) 
         )
 
 
-def check_resumable(out: Path, config: dict[str, Any], hashes: dict[str, Any]) -> None:
+def check_resumable(out: Path, config: RecordedEvalConfig, hashes: Hashes) -> None:
     """The run about to be finished is the manifest's: the same config (what it selected included)
     and the same corpus and prompt hashes."""
     manifest = resumed_manifest(out)
     recorded = manifest.config.model_dump(mode="json")  # fields added since it was written: their defaults
-    then_hashes = manifest.hashes.model_dump()
     for name, keys in (
-        ("corpus or prompt hashes", sorted(k for k in set(hashes) | set(then_hashes) if hashes.get(k) != then_hashes.get(k))),
-        ("config", differing(config, recorded)),  # a resumed run may run them otherwise, and on another server
+        ("corpus or prompt hashes", differing_settings(hashes, manifest.hashes)),
+        ("config", differing(config.model_dump(mode="json"), recorded)),  # a resumed run may run them otherwise, and on another server
     ):
         if keys:
             raise EvaluationError(

@@ -32,6 +32,7 @@ from pathlib import Path
 from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.engine import EpisodeProcesses, EpisodeThreads, raise_descriptor_limit
 from paper_explorer.agent.loop import corpus_hashes
+from paper_explorer.agent.manifest import RecordedEvalConfig
 from paper_explorer.agent.policies import Policy, make_policy
 from paper_explorer.agent.policies.replay import Replay
 from paper_explorer.agent.probes import check_probes, load_probes
@@ -222,8 +223,10 @@ class _Run:
         config, questions = self._selected(config, policy)
         if prereg is not None:
             prereg = self._checked_preregistration(prereg, config, questions, policy)
-        recorded = {**config.model_dump(mode="json"), "questions": len(questions), "selected_questions_sha256": questions_sha256(questions)}
-        hashes = corpus_hashes(self.corpus, policy).model_dump()
+        recorded = RecordedEvalConfig.model_validate(
+            {**config.model_dump(), "questions": len(questions), "selected_questions_sha256": questions_sha256(questions)}
+        )
+        hashes = corpus_hashes(self.corpus, policy)
         if self.resume:
             check_resumable(out, recorded, hashes)
         units = [(q, sample) for q in questions for sample in range(config.samples)]

@@ -51,7 +51,7 @@ from pydantic import ValidationError
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.environment import git_commit, hardware, versions
 from paper_explorer.agent.manifest import RecordedEvalConfig, RunManifest, acting_settings, stranger
-from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.agent.trajectory import Hashes, Trajectory
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.files import atomic_file
 from paper_explorer.corpus.index import BM25Index
@@ -68,6 +68,7 @@ MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
 SCORES = "scores.jsonl"
 METRICS = "metrics.json"
+MERGED = "merged.json"  # only in a run explorer merge joined (evaluation.merge.MergeRecord)
 RUN_FILES = (MANIFEST, TRAJECTORIES, SCORES, METRICS)
 
 Key = tuple[str | None, int]  # (question id, sample)
@@ -355,7 +356,7 @@ def _unreadable(directory: Path, error: ValidationError | JsonLinesError) -> str
 # -- writing ------------------------------------------------------------------------------------
 
 
-def write_manifest(path: Path, corpus: Corpus, config: dict, hashes: dict, isolation: str) -> None:
+def write_manifest(path: Path, corpus: Corpus, config: RecordedEvalConfig, hashes: Hashes, isolation: str) -> None:
     """The manifest of a new run, before its first episode: its config (with what it selected), the
     corpus files, hashes, sandbox isolation, code versions, git commit and hardware."""
     manifest = RunManifest(

@@ -1,21 +1,31 @@
 """Significance and uncertainty, all through scipy: Fisher's exact test on two abstention tables
 (the unpaired design), the exact McNemar test on paired per-question outcomes, bootstrap intervals
-for a mean, and p-values written for people."""
+for a mean, and p-values written for people. Each result is a record of ``evaluation.records``."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from scipy import stats
 
+from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval
 
-def abstention_fisher(table_a: dict, table_b: dict, row: str) -> dict:
+
+def abstention_fisher(
+    table_a: AbstentionTable, table_b: AbstentionTable, row: Literal["answerable", "unanswerable"], alpha: float | None = None
+) -> FisherTest:
     """Two-sided Fisher exact test: do runs A and B abstain at different rates on ``row``
-    ("answerable" or "unanswerable") questions? Table: run x (abstained, answered)."""
-    counts = [[table_a[row]["abstained"], table_a[row]["answered"]], [table_b[row]["abstained"], table_b[row]["answered"]]]
+    ("answerable" or "unanswerable") questions? Table: run x (abstained, answered). With ``alpha``,
+    the test says whether its p-value is below it."""
+    a, b = getattr(table_a, row), getattr(table_b, row)
+    counts = [[a.abstained, a.answered], [b.abstained, b.answered]]
     result = stats.fisher_exact(counts, alternative="two-sided")
-    return {"row": row, "table": counts, "odds_ratio": _finite(result.statistic), "p_value": float(result.pvalue)}
+    p_value = float(result.pvalue)
+    return FisherTest(
+        row=row, table=counts, odds_ratio=_finite(result.statistic), p_value=p_value, significant=None if alpha is None else p_value < alpha
+    )
 
 
 def discordant_pairs(outcome_a: Sequence[bool], outcome_b: Sequence[bool]) -> tuple[int, int]:
@@ -37,28 +47,22 @@ def mcnemar_exact_p(only_a: int, only_b: int) -> float:
     return float(stats.binomtest(only_a, discordant, 0.5, alternative="two-sided").pvalue)
 
 
-def exact_mcnemar(correct_a: Sequence[bool], correct_b: Sequence[bool]) -> dict:
-    """Exact (binomial) McNemar test on paired outcomes: only the discordant pairs count."""
-    only_a, only_b = discordant_pairs(correct_a, correct_b)
-    return {"pairs": len(correct_a), "only_a_correct": only_a, "only_b_correct": only_b, "p_value": mcnemar_exact_p(only_a, only_b)}
-
-
-def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> dict:
+def bootstrap_mean_ci(values: Sequence[float], confidence: float = 0.95, resamples: int = 10_000, seed: int = 0) -> MeanInterval:
     """Percentile-BCa bootstrap interval of the mean (scipy.stats.bootstrap), seeded: reproducible."""
     data = np.asarray(values, dtype=float)
     if data.size == 0:
-        return {"mean": None, "low": None, "high": None, "confidence": confidence}
+        return MeanInterval(mean=None, low=None, high=None, confidence=confidence)
     if data.size == 1 or np.all(data == data[0]):
-        return {"mean": float(data[0]), "low": float(data[0]), "high": float(data[0]), "confidence": confidence}
+        return MeanInterval(mean=float(data[0]), low=float(data[0]), high=float(data[0]), confidence=confidence)
     result = stats.bootstrap(
         (data,), np.mean, confidence_level=confidence, n_resamples=resamples, method="BCa", random_state=np.random.default_rng(seed)
     )
-    return {
-        "mean": float(data.mean()),
-        "low": float(result.confidence_interval.low),
-        "high": float(result.confidence_interval.high),
-        "confidence": confidence,
-    }
+    return MeanInterval(
+        mean=float(data.mean()),
+        low=float(result.confidence_interval.low),
+        high=float(result.confidence_interval.high),
+        confidence=confidence,
+    )
 
 
 def format_p(p_value: float | None, floor: float = 1e-4) -> str:

@@ -34,6 +34,7 @@ import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes, tokenizer_file
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.evaluation.run_directory import MANIFEST, METRICS, TRAJECTORIES
 from paper_explorer.sft.build import NothingToTrain, build_dataset
 from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
 from paper_explorer.sft.errors import TrainingError
@@ -143,7 +144,7 @@ def run_round(
     )
     data = directory / "data"
     if not (data / "build_report.json").exists():
-        sources = [samples.directory / "trajectories.jsonl", *map(Path, settings.seed_data)]
+        sources = [samples.directory / TRAJECTORIES, *map(Path, settings.seed_data)]
         try:
             build_dataset(
                 BuildConfig(best_of=settings.best_of),
@@ -235,7 +236,7 @@ def judged(f1: float | None, rate: float | None, previous: RoundRecord | None) -
 
 def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: str | None, reporter) -> Path:
     """The round's attempts: an eval run on the train split, K samples per question."""
-    if (run / "metrics.json").exists():
+    if (run / METRICS).exists():
         return run
     from paper_explorer.agent.config import EvalConfig, PolicyConfig
     from paper_explorer.agent.trajectory import EpisodeConfig
@@ -272,7 +273,7 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
         limit=settings.limit,
         samples=settings.samples,
     )
-    run_eval(run, config, corpus, resume=(run / "manifest.json").exists(), reporter=reporter)
+    run_eval(run, config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
     return run
 
 

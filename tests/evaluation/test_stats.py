@@ -3,56 +3,56 @@
 import pytest
 from scipy import stats as scipy_stats
 
-from paper_explorer.evaluation.stats import (
-    abstention_fisher,
-    bootstrap_mean_ci,
-    discordant_pairs,
-    exact_mcnemar,
-    format_p,
-    mcnemar_exact_p,
-)
+from paper_explorer.evaluation.compare import mcnemar
+from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval
+from paper_explorer.evaluation.stats import abstention_fisher, bootstrap_mean_ci, discordant_pairs, format_p, mcnemar_exact_p
 
 
-def table(answerable, unanswerable):
-    return {
-        "answerable": dict(zip(("answered", "abstained"), answerable)),
-        "unanswerable": dict(zip(("answered", "abstained"), unanswerable)),
-    }
+def table(answerable, unanswerable) -> AbstentionTable:
+    return AbstentionTable.model_validate(
+        {
+            "answerable": dict(zip(("answered", "abstained"), answerable)),
+            "unanswerable": dict(zip(("answered", "abstained"), unanswerable)),
+        }
+    )
 
 
 def test_fisher_on_the_reference_evaluations_shape():
     # trained policy: 2/20 correct abstentions; base model: 9/20
     trained, base = table((19, 1), (18, 2)), table((16, 4), (11, 9))
     result = abstention_fisher(trained, base, "unanswerable")
-    assert result["table"] == [[2, 18], [9, 11]]
-    assert result["p_value"] == pytest.approx(scipy_stats.fisher_exact([[2, 18], [9, 11]]).pvalue)
-    assert 0.02 < result["p_value"] < 0.04  # hand check: two-sided p = 0.0310
+    assert isinstance(result, FisherTest) and result.table == [[2, 18], [9, 11]] and result.significant is None
+    assert result.p_value == pytest.approx(scipy_stats.fisher_exact([[2, 18], [9, 11]]).pvalue)
+    assert 0.02 < result.p_value < 0.04  # hand check: two-sided p = 0.0310
+    assert abstention_fisher(trained, base, "unanswerable", alpha=0.05).significant is True
+    assert abstention_fisher(trained, base, "unanswerable", alpha=0.01).significant is False
     identical = abstention_fisher(trained, trained, "answerable")
-    assert identical["p_value"] == pytest.approx(1.0)
+    assert identical.p_value == pytest.approx(1.0)
 
 
 def test_fisher_with_a_zero_cell_has_no_infinite_odds_ratio():
     result = abstention_fisher(table((20, 0), (20, 0)), table((10, 10), (0, 20)), "unanswerable")
-    assert result["odds_ratio"] in (0.0, None) and result["p_value"] < 1e-6
+    assert result.odds_ratio in (0.0, None) and result.p_value < 1e-6
 
 
 def test_exact_mcnemar_counts_only_discordant_pairs():
     a = [True] * 10 + [True] * 6 + [False] * 1 + [False] * 3
     b = [True] * 10 + [False] * 6 + [True] * 1 + [False] * 3
-    result = exact_mcnemar(a, b)
-    assert (result["only_a_correct"], result["only_b_correct"]) == (6, 1)
-    assert result["p_value"] == pytest.approx(2 * sum(scipy_stats.binom.pmf(k, 7, 0.5) for k in range(0, 2)))  # 0.125
-    assert exact_mcnemar([True, False], [True, False])["p_value"] == 1.0
+    result = mcnemar("exact match", a, b)
+    assert (result.pairs, result.both, result.only_a, result.only_b, result.neither) == (20, 10, 6, 1, 3)
+    assert result.p_value == pytest.approx(2 * sum(scipy_stats.binom.pmf(k, 7, 0.5) for k in range(0, 2)))  # 0.125
+    assert mcnemar("exact match", [True, False], [True, False]).p_value == 1.0
     with pytest.raises(ValueError):
-        exact_mcnemar([True], [True, False])
+        mcnemar("exact match", [True], [True, False])
 
 
 def test_bootstrap_interval_holds_the_mean_and_is_reproducible():
     values = [0.0, 1.0, 0.5, 1.0, 0.0, 1.0, 1.0, 0.25] * 5
     first, second = bootstrap_mean_ci(values, resamples=2000), bootstrap_mean_ci(values, resamples=2000)
-    assert first == second and first["low"] < first["mean"] < first["high"]
-    assert bootstrap_mean_ci([])["mean"] is None
-    assert bootstrap_mean_ci([0.5, 0.5])["low"] == 0.5
+    assert isinstance(first, MeanInterval) and first == second
+    assert first.low is not None and first.mean is not None and first.high is not None and first.low < first.mean < first.high
+    assert bootstrap_mean_ci([]) == MeanInterval(mean=None, low=None, high=None, confidence=0.95)
+    assert bootstrap_mean_ci([0.5, 0.5]).low == 0.5
 
 
 @pytest.mark.parametrize("only_a, only_b", [(0, 1), (1, 0), (3, 3), (6, 1), (1, 6), (0, 20), (17, 2), (40, 55), (0, 60)])
