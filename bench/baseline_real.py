@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from paper_explorer.agent.policies import Policy, PolicyConfig, Reply, make_policy  # noqa: E402
+from paper_explorer.agent.policies import Policy, Reply, make_config, make_policy  # noqa: E402
 from paper_explorer.agent.policies.base import action  # noqa: E402
 from paper_explorer.agent.runner import EpisodeRunner  # noqa: E402
 from paper_explorer.agent.trajectory import EpisodeConfig  # noqa: E402
@@ -77,7 +77,7 @@ def main() -> None:
     answerable = sum(q.answerable for q in questions)
     print(f"{len(questions)} questions with gold answers: {answerable} answerable, {len(questions) - answerable} unanswerable")
     print(f"{'policy':<16} {'F1':>7} {'answerable':>10} {'unanswerable':>12} {'false_abs':>9} {'missed':>8} {'time':>7}")
-    for policy in (AlwaysAbstain(), make_policy(PolicyConfig(name=args.policy))):
+    for policy in (AlwaysAbstain(), make_policy(make_config(args.policy))):
         started = time.perf_counter()
         scores = run(policy, runner_for, questions)
         print(summary(policy.name, scores, time.perf_counter() - started))

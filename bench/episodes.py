@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_results  # noqa: E402
-from paper_explorer.agent.policies import PolicyConfig, make_policy  # noqa: E402
+from paper_explorer.agent.policies import make_config, make_policy  # noqa: E402
 from paper_explorer.agent.runner import EpisodeRunner  # noqa: E402
 from paper_explorer.agent.trajectory import EpisodeConfig  # noqa: E402
 from paper_explorer.corpus import BM25Index, generate  # noqa: E402
@@ -34,7 +34,7 @@ from paper_explorer.corpus import BM25Index, generate  # noqa: E402
 
 def in_process(questions: int) -> dict:
     corpus = generate()
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
+    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), make_policy(make_config("scripted")), EpisodeConfig())
     chosen = list(corpus.questions)[:questions]
     runner.run(chosen[0].text, chosen[0])  # warm-up
     totals = {"policy": 0.0, "tools": 0.0, "sandbox": 0.0, "episode": 0.0}

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from paper_explorer.agent.config import EvalConfig, RunConfig, build_config
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import Reply, Sampling
+from paper_explorer.agent.policy_registry import setting_fields
 from paper_explorer.agent.trajectory import EpisodeConfig, Generation, StepPolicyInfo
 from paper_explorer.cli.flags import NOT_FLAGS, bounds_text, config_flags, model_flags
 from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
@@ -60,8 +61,12 @@ def accepted_by_flag(command: str, flag, value) -> bool:
 
 
 def accepted_by_model(model, flag, value) -> bool:
+    """Whether the model takes the value; a policy's setting is given with a policy that has it."""
+    section, _, setting = flag.dotted.rpartition(".")
+    owners = sorted(setting_fields().get(setting, ()), key=lambda name: name == "memory-reader")  # it takes a backend's only with --backend
+    policy = {"policy.name": owners[0]} if section == "policy" and setting != "name" else {}
     try:
-        build_config(model, {}, {flag.dotted: value}, "test")
+        build_config(model, {}, {**policy, flag.dotted: value}, "test")
     except AgentError:
         return False
     return True
@@ -292,18 +297,18 @@ def test_policy_settings_are_never_taken_by_position():
         assert {p.name for p in parameters if p.kind is not p.KEYWORD_ONLY} == positional, function.__qualname__
     with pytest.raises(TypeError):
         Sampling(0.7, 0.9)  # type: ignore[misc]
-    assert Sampling.of(EvalConfig(policy={"name": "hf", "temperature": 0.7, "top_p": 0.9}).policy) == Sampling(temperature=0.7, top_p=0.9)
+    assert EvalConfig(policy={"name": "hf", "temperature": 0.7, "top_p": 0.9}).policy.sampling == Sampling(temperature=0.7, top_p=0.9)
 
 
 def test_a_replayed_step_reports_a_typed_record(small_demo):
-    from paper_explorer.agent.policies import PolicyConfig, make_policy
+    from paper_explorer.agent.policies import make_config, make_policy
     from paper_explorer.agent.policies.base import EpisodeStart
     from paper_explorer.agent.policies.replay import Replay
     from paper_explorer.agent.runner import EpisodeRunner
     from paper_explorer.corpus import BM25Index
 
     question = small_demo.questions[0]
-    runner = EpisodeRunner(small_demo, BM25Index.cached(small_demo), make_policy(PolicyConfig()), EpisodeConfig(max_steps=3))
+    runner = EpisodeRunner(small_demo, BM25Index.cached(small_demo), make_policy(make_config()), EpisodeConfig(max_steps=3))
     recorded = runner.run(question.text, question)
     replay = Replay([recorded])
     replay.start(EpisodeStart(seed=0, question=recorded.question, question_id=recorded.question_id))

@@ -12,7 +12,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from paper_explorer.agent.config import EvalConfig, PolicyConfig
+from paper_explorer.agent.config import EvalConfig
+from paper_explorer.agent.policies import make_config
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.cli.main import INPUT_ERRORS
 from paper_explorer.cli.rescore_command import rescore_command
@@ -60,7 +61,7 @@ def adapter(qwen3_model, tmp_path_factory):
 
 
 def probe_run(out, model, small_demo, adapter=None):
-    policy = PolicyConfig(name="hf", model=str(model), adapter=adapter, max_new_tokens=8)
+    policy = make_config("hf", model=str(model), adapter=adapter, max_new_tokens=8)
     config = EvalConfig(split="all", limit=2, policy=policy, episode=EpisodeConfig(max_steps=2, probes=["answerable", "correct"]))
     return evaluate(config, out=out, corpus=small_demo).directory
 
@@ -142,7 +143,7 @@ def test_a_run_recorded_through_a_server_is_rescored_with_the_hf_model(qwen3_mod
         return 200, probe_answer({f"token_id:{yes}": reading.logprobs[0], f"token_id:{no}": reading.logprobs[1]})
 
     server = scripted_server(probe=top_logprobs)
-    policy = PolicyConfig(name="openai", base_url=[server.url], model="served", tokenizer=qwen3_tokenizer, retries=1)
+    policy = make_config("openai", base_url=[server.url], model="served", tokenizer=qwen3_tokenizer, retries=1)
     config = EvalConfig(split="all", limit=2, policy=policy, episode=EpisodeConfig(max_steps=2, probes=["answerable", "correct"]))
     try:
         run_dir = evaluate(config, out=tmp_path / "served", corpus=small_demo).directory

@@ -1,8 +1,8 @@
 """Command-line flags made from the config models' fields: each setting is declared once, as a field.
 
-A field of a config model (``agent.config.EvalConfig`` and the ``PolicyConfig`` and
-``EpisodeConfig`` in it, ``tools.limits.SandboxSettings``, ``sft.config``'s ``TrainConfig``,
-``BuildConfig`` and ``ImproveSettings``) declares its
+A field of a config model (``agent.config.EvalConfig`` and the ``EpisodeConfig`` in it,
+``tools.limits.SandboxSettings``, ``sft.config``'s ``TrainConfig``, ``BuildConfig`` and
+``ImproveSettings``, and every registered policy's config: ``agent.policy_registry``) declares its
 type, default, bounds and description. ``config_flags(Model)`` adds one typer option per field to
 a command's signature (typer reads ``__signature__`` and the annotations), and hands the command
 the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0}``) for
@@ -14,7 +14,11 @@ the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0
 - its check: a given value goes through the field's own type and constraints, so the flag refuses
   exactly what the model refuses, as one line (exit 2) before anything runs;
 - its help panel: ``FIELD_PANELS``, else the panel of the model that declares the field
-  (``MODEL_PANELS``), else the one the command names.
+  (``MODEL_PANELS``, or a policy config's own ``panel``), else the one the command names.
+
+The ``[policy]`` table is one of several models (a union on ``name``): its flags are the union of
+their fields, one flag per setting, whose help says which policies take it (``policy_flags``); a
+setting given for a policy that lacks it is refused when the config is built (agent.policy_registry).
 
 Every flag defaults to None and a flag not given overrides nothing, so the values of a ``--config``
 file, or on ``eval --resume`` those of the run's manifest, stay. A new field gets its flag with no
@@ -24,6 +28,7 @@ of a type no flag can carry (a table) fails at import until it is.
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -35,12 +40,13 @@ from typing import Annotated, Any, Literal, TypeGuard, Union, get_args, get_orig
 
 import annotated_types
 import typer
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import AfterValidator, BaseModel, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from paper_explorer.agent.config import READER_FIELDS, EvalConfig, PolicyConfig
+from paper_explorer.agent.config import EvalConfig
+from paper_explorer.agent.policy_registry import PolicyConfig, known_policy, policy_names, registered, said_list, setting_fields
 from paper_explorer.agent.trajectory import EpisodeBudgets, EpisodeConfig
 from paper_explorer.sft.config import BuildConfig
 from paper_explorer.tools.limits import SandboxSettings
@@ -70,7 +76,6 @@ FIELD_PANELS: dict[str, str] = {
     "policy.top_p": "Sampling",
     "policy.top_k": "Sampling",
     "episode.record_prompt_ids": "Output",  # what the trajectory keeps (and --no-record-prompt-ids fits 80 columns alone)
-    **{f"policy.{name}": "Memory reader" for name in READER_FIELDS},
     # explorer train (sft.config.TrainConfig; its other fields are in the "Training" panel)
     "model": "Model",
     "quantization": "Model",
@@ -89,7 +94,6 @@ FIELD_PANELS: dict[str, str] = {
     "selection_metric": "Checkpoints",
 }
 MODEL_PANELS: dict[type[BaseModel], str] = {
-    PolicyConfig: "Policy",
     EpisodeBudgets: "Episode",
     EpisodeConfig: "Episode",
     SandboxSettings: "Sandbox limits",
@@ -202,6 +206,8 @@ class Flag:
             if first["type"] == "literal_error":  # a choice: name the flag, as a mistyped word is named
                 choices = first.get("ctx", {}).get("expected", "")
                 raise typer.BadParameter(f"unknown {self.names[0].split('/')[0]} {value!r}; choose {choices}") from None
+            if first["type"] == "value_error":  # a check of our own says what was wrong in a whole line
+                raise typer.BadParameter(refusal(error)) from None
             raise typer.BadParameter(f"{self.dotted} {refusal(error)}, got {shown(value)}") from None
         return value
 
@@ -282,6 +288,9 @@ def model_flags(model: type[BaseModel], panel: str = "Options", prefix: str = ""
         dotted = prefix + name
         if dotted in NOT_FLAGS:
             continue
+        if field.annotation is PolicyConfig:
+            flags += policy_flags(f"{dotted}.")
+            continue
         if is_section(field.annotation):
             flags += model_flags(field.annotation, panel, f"{dotted}.")
             continue
@@ -293,6 +302,38 @@ def model_flags(model: type[BaseModel], panel: str = "Options", prefix: str = ""
         return flags
     order = {name: position for position, name in enumerate(PANEL_ORDER)}
     return sorted(flags, key=lambda flag: order.get(flag.panel, len(order)))  # stable: field order within a panel
+
+
+def policy_flags(prefix: str) -> list[Flag]:
+    """One flag per setting of any registered policy: its type and bounds are the same in every
+    policy that has it (the registry checks), its help says which policies take it and what each
+    does with it, and its panel is the panel of the config that declares it."""
+    flags = []
+    for setting, owners in setting_fields().items():
+        dotted = prefix + setting
+        if dotted in NOT_FLAGS:
+            continue
+        if setting == "name":
+            field = FieldInfo(annotation=str, description=f"Which policy acts: {', '.join(policy_names())}.", default="scripted")
+            field.metadata = [AfterValidator(known_policy)]
+            flags.append(Flag(dotted, field, str, "Policy"))
+            continue
+        first = next(iter(owners.values()))
+        field = copy.copy(first)
+        field.description = settings_help(owners)
+        declared_by = declaring_model(next(entry.config for name, entry in registered().items() if name in owners), setting)
+        panel = FIELD_PANELS.get(dotted) or getattr(declared_by, "panel", "Policy")
+        flags.append(Flag(dotted, field, flag_kind(field.annotation, dotted), panel))
+    return flags
+
+
+def settings_help(owners: dict[str, FieldInfo]) -> str:
+    """One setting's help across the policies that take it: "hf, openai: Tokens per action." (each
+    wording once, with the policies it is for)."""
+    wordings: dict[str, list[str]] = {}
+    for policy, field in owners.items():
+        wordings.setdefault(field.description or "", []).append(policy)
+    return "; ".join(f"{said_list(policies)}: {wording.rstrip('.')}" for wording, policies in wordings.items()) + "."
 
 
 def panel_rank(parameter: inspect.Parameter) -> int:

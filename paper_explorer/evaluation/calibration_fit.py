@@ -61,6 +61,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 import paper_explorer.corpus.files as files
+from paper_explorer.agent.policies.settings import model_of
 from paper_explorer.agent.trajectory import DEFAULT_PROBE_MIN_MASS
 from paper_explorer.corpus.files import atomic_file
 from paper_explorer.evaluation.calibration import (
@@ -407,7 +408,7 @@ def fit(
             "probes_sha256": probes_file_sha256(run, probe),
             "questions": question_keys(run.trajectories),
             "policy": run.manifest.config.policy.name,
-            "model": run.manifest.config.policy.model,
+            "model": model_of(run.manifest.config.policy),
         },
         "before": figures(found, found.probabilities, bins).model_dump(),
         "after": figures(found, calibrated, bins).model_dump(),
@@ -560,7 +561,7 @@ def other_policy_notes(run: Run, calibration: CalibrationFile, path: Path) -> li
     notes = []
     if fitted.policy is None:  # a file from before they were recorded
         return notes
-    for what, then, now in (("policy", fitted.policy, policy.name), ("model", fitted.model, policy.model)):
+    for what, then, now in (("policy", fitted.policy, policy.name), ("model", fitted.model, model_of(policy))):
         if then != now:
             notes.append(f"{path} was fitted on a run of {what} {then}; this run's {what} is {now}")
     return notes

@@ -37,6 +37,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from paper_explorer.agent.policies.settings import adapter_of, model_of
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval, ProbeCalibration, ProbeMass
@@ -223,8 +224,8 @@ def run_setting(run: Run) -> RunSetting:
     episode = config.episode.model_dump(mode="json", exclude=set(NOT_EPISODE_BEHAVIOUR))
     return RunSetting(
         policy=config.policy.name,
-        model=config.policy.model,
-        adapter=None if config.policy.adapter is None else str(config.policy.adapter),
+        model=model_of(config.policy),
+        adapter=None if adapter_of(config.policy) is None else str(adapter_of(config.policy)),
         seed=config.episode.seed,
         selected_questions_sha256=config.selected_questions_sha256,
         policy_settings=policy,

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paper_explorer.agent.config import PolicyConfig
+from paper_explorer.agent.policies import PolicyConfig
+from paper_explorer.agent.policies.settings import model_of
 from paper_explorer.agent.prompt import question_message
 from paper_explorer.agent.trajectory import Step, Trajectory
 from paper_explorer.corpus import Corpus
@@ -94,9 +95,10 @@ def require(module: str):
 def model_name(policy: PolicyConfig) -> str:
     """inspect's provider/model form: ``hf/...`` and ``openai/...`` as inspect names those backends
     (a local model directory by its folder name), the model-free policies as ``explorer/NAME``."""
-    if policy.model is None:
+    given = model_of(policy)
+    if given is None:
         return f"explorer/{policy.name}"
-    model = Path(policy.model).name if policy.model.startswith(("/", ".", "~")) else policy.model
+    model = Path(given).name if given.startswith(("/", ".", "~")) else given
     return f"{policy.name}/{model}"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paper_explorer.agent.models import file_hashes
+from paper_explorer.agent.policies.settings import adapter_of
 from paper_explorer.agent.probes import option_ids, probe_prompt
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.agent.trajectory import ProbeResult, Trajectory
@@ -111,8 +112,8 @@ def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> N
     """The adapter given must be the one the run used, file for file (hf: each file's SHA-256 in the
     policy settings; openai: the one digest of the adapter eval loaded into the server)."""
     settings = recorded[0].trajectory.policy.settings
-    served = run.manifest.config.policy.served_adapter
-    used = settings.get("adapter") or (served.path if served is not None else None) or run.manifest.config.policy.adapter
+    served = getattr(run.manifest.config.policy, "served_adapter", None)  # a served policy's (openai) only
+    used = settings.get("adapter") or (served.path if served is not None else None) or adapter_of(run.manifest.config.policy)
     if adapter is None:
         if used is not None:
             raise EvaluationError(f"the run's policy used the adapter {used}; pass it as --adapter")

@@ -138,8 +138,9 @@ def refuse_unnamed_server(out: Path, config: EvalConfig) -> None:
     """A resume whose requests would carry the user's key to a server only the run directory names
     is refused: the directory may be someone else's, and the key goes only where the user said."""
     from paper_explorer.agent.policies.servers import sends_key
+    from paper_explorer.agent.policies.settings import server_urls
 
-    urls = config.policy.base_url
+    urls = server_urls(config.policy)
     if config.policy.serving != "openai" or not urls or not sends_key():
         return
     again = " ".join(f"--base-url {url}" for url in urls)

@@ -35,6 +35,7 @@ from paper_explorer.agent.loop import corpus_hashes
 from paper_explorer.agent.manifest import RecordedEvalConfig
 from paper_explorer.agent.policies import Policy, make_policy
 from paper_explorer.agent.policies.replay import Replay
+from paper_explorer.agent.policies.settings import server_urls
 from paper_explorer.agent.probes import check_probes, load_probes
 from paper_explorer.agent.runner import EpisodeRunner, sandbox_isolation
 from paper_explorer.agent.trajectory import Trajectory
@@ -73,6 +74,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)  # load warnings; the run's notes go to its reporter
+SERVER_HINT = " or its server (a server that takes no token ids needs --api chat or --prompt-format text)"
 
 
 def evaluate(
@@ -257,9 +259,12 @@ class _Run:
         if replaced:
             self.reporter.say(f"replaced {replaced} episodes that had ended in policy_error")
         if stopped is not None:
+            culprit = (
+                "the policy's server" if config.policy.serving == "openai" else "the policy"
+            )  # only a served one has a server to blame
             raise EvaluationFailed(
                 f"stopped after {config.max_consecutive_errors} consecutive episodes ended in policy_error "
-                f"(last: {stopped}); fix the policy's server, then run {self.again}",
+                f"(last: {stopped}); fix {culprit}, then run {self.again}",
                 out,
             )
         return self._scored(out, config, questions, index, prereg)
@@ -271,7 +276,7 @@ class _Run:
                 "for parallel episodes serve the model and use openai"
             )
         policy = make_policy(config.policy, config.episode.max_steps)
-        if config.samples > 1 and config.policy.temperature == 0:  # allowed: it measures how deterministic a policy is
+        if config.samples > 1 and config.policy.greedy:  # allowed: it measures how deterministic a policy is
             self.reporter.note(
                 f"--samples {config.samples} with a deterministic policy or greedy decoding: its samples repeat "
                 "one episode wherever the policy is deterministic; sample a model policy with --temperature"
@@ -304,7 +309,7 @@ class _Run:
         """The policy's server asked once before any episode (a dead or wrong server is one line now,
         not a policy_error per episode, and writes nothing); not asked when nothing is left to run."""
         if config.concurrency > 1:
-            raise_descriptor_limit(config.concurrency, len(config.policy.base_url or ()) or 1)
+            raise_descriptor_limit(config.concurrency, len(server_urls(config.policy)) or 1)
         if not remaining:
             self.reporter.note("every episode is written; the policy's server is not asked")  # rescoring needs no server
             return
@@ -317,10 +322,11 @@ class _Run:
     def _scored(self, out: Path, config: EvalConfig, questions: list, index: BM25Index, prereg) -> RunMetrics:
         metrics = write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
         if metrics.episodes and metrics.status.get("policy_error", 0) == metrics.episodes:  # fewer than --max-consecutive-errors
+            server = SERVER_HINT if config.policy.serving == "openai" else ""
             raise EvaluationFailed(
                 f"every episode ({metrics.episodes}) ended in policy_error, so nothing was measured; see the reasons with "
-                f"explorer inspect {out} --flag no_answer, fix the policy or its server (a server that takes no token ids "
-                f"needs --api chat or --prompt-format text), then run {self.again}",
+                f"explorer inspect {out} --flag no_answer, fix the policy{server}, "
+                f"then run {self.again}",
                 out,
                 metrics,
             )

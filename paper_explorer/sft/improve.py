@@ -238,13 +238,14 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
     """The round's attempts: an eval run on the train split, K samples per question."""
     if (run / METRICS).exists():
         return run
-    from paper_explorer.agent.config import EvalConfig, PolicyConfig
+    from paper_explorer.agent.config import EvalConfig
+    from paper_explorer.agent.policies import make_config
     from paper_explorer.agent.trajectory import EpisodeConfig
     from paper_explorer.evaluation.run import run_eval
 
     if settings.base_url is None:
-        policy = PolicyConfig(
-            name="hf",
+        policy = make_config(
+            "hf",
             model=settings.model,
             adapter=Path(adapter) if adapter else None,
             quantization=settings.quantization,
@@ -256,8 +257,8 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
 
         # eval loads the adapter under a name of this improve run (OUT is run's grandparent) and round, and unloads it.
         served = planned_adapter(Path(adapter), run_id(run.parents[1]), number) if adapter else None
-        policy = PolicyConfig(
-            name="openai",
+        policy = make_config(
+            "openai",
             base_url=settings.base_url,
             model=settings.model,
             adapter=Path(adapter) if adapter else None,
@@ -279,7 +280,7 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
 
 def _served(manifest) -> dict:
     """The name and path the round's adapter was served under, as its sampling run recorded them."""
-    served = manifest.config.policy.served_adapter
+    served = getattr(manifest.config.policy, "served_adapter", None)  # a served policy's (openai) only
     return {"served_name": served.name, "served_path": served.path} if served is not None else {}
 
 

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paper_explorer.agent.parity import check_trajectory
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.hf import HFPolicy
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
@@ -84,7 +84,7 @@ def test_a_lora_adapter_is_loaded_and_hashed(tiny_model, tmp_path, small_demo, i
     base = AutoModelForCausalLM.from_pretrained(tiny_model)
     config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     get_peft_model(base, config).save_pretrained(tmp_path / "adapter")
-    policy = make_policy(PolicyConfig(name="hf", model=str(tiny_model), adapter=tmp_path / "adapter", max_new_tokens=4))
+    policy = make_policy(make_config("hf", model=str(tiny_model), adapter=tmp_path / "adapter", max_new_tokens=4))
     assert isinstance(policy.model, PeftModel)
     trajectory = episode(small_demo, index, policy, steps=2)
     hashes = trajectory.policy.settings["adapter_sha256"]
@@ -128,7 +128,7 @@ def test_tiny_model_and_hf_run_through_the_cli(tmp_path):
     [
         (["--policy", "hf"], "needs --model"),
         (["--policy", "hf", "--model", "./no/such/dir"], "no such model directory"),
-        (["--policy", "scripted", "--model", "x"], "are for --policy hf, openai or memory-reader"),
+        (["--policy", "scripted", "--model", "x"], "--model is for --policy hf, memory-reader or openai, not 'scripted'"),
         (["--policy", "openai", "--model", "m"], "needs --base-url"),
     ],
 )

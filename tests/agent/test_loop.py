@@ -6,7 +6,7 @@ import pytest
 
 from paper_explorer.agent.config import RunConfig, load_config
 from paper_explorer.agent.errors import AgentError
-from paper_explorer.agent.policies import Policy, PolicyConfig, PolicyError, Reply, make_policy
+from paper_explorer.agent.policies import Policy, PolicyError, Reply, make_config, make_policy
 from paper_explorer.agent.policies.base import ContextExceeded, action
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig, Trajectory, without_timings
@@ -95,7 +95,7 @@ def test_an_episode_of_floods_keeps_its_records_within_its_budgets_and_says_wher
 
 
 def test_messages_rebuild_the_conversation_with_the_tool_page_once(run):
-    trajectory = run(make_policy(PolicyConfig(name="scripted")))
+    trajectory = run(make_policy(make_config("scripted")))
     messages = trajectory.messages()
     assert [m["role"] for m in messages[:2]] == ["system", "user"]
     assert len(messages) == 2 + 2 * len(trajectory.steps)
@@ -105,32 +105,32 @@ def test_messages_rebuild_the_conversation_with_the_tool_page_once(run):
 @pytest.mark.parametrize("name", ["scripted", "direct-submit", "single-shot-rag", "read-all"])
 def test_two_runs_give_identical_trajectories(run, small_demo, name):
     question = small_demo.questions[3]
-    first, second = run(make_policy(PolicyConfig(name=name)), question), run(make_policy(PolicyConfig(name=name)), question)
+    first, second = run(make_policy(make_config(name)), question), run(make_policy(make_config(name)), question)
     assert without_timings(first) == without_timings(second)
 
 
 def test_direct_submit_never_calls_a_tool_and_scripted_does(run, small_demo):
     for question in small_demo.questions[:10]:
-        direct = run(make_policy(PolicyConfig(name="direct-submit")), question)
+        direct = run(make_policy(make_config("direct-submit")), question)
         assert len(direct.steps) == 1 and [c.name for c in direct.steps[0].tool_calls] == ["submit"]
-        scripted = run(make_policy(PolicyConfig(name="scripted")), question)
+        scripted = run(make_policy(make_config("scripted")), question)
         names = [c.name for s in scripted.steps for c in s.tool_calls]
         assert names[:3] == ["search", "read", "extract"] and names[-1] in ("submit", "abstain")
 
 
 def test_read_all_reads_section_by_section_within_the_step_limit(run):
-    trajectory = run(make_policy(PolicyConfig(name="read-all"), max_steps=10), max_steps=10)
+    trajectory = run(make_policy(make_config("read-all"), max_steps=10), max_steps=10)
     reads = [c for s in trajectory.steps for c in s.tool_calls if c.name == "read" and c.arguments.get("section") is not None]
     assert [c.arguments["section"] for c in reads] == list(range(len(reads))) and len(reads) >= 3
     assert trajectory.outcome.status in ("submitted", "abstained")
 
 
 def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tokenizer):
-    original = run(make_policy(PolicyConfig(name="scripted")))
+    original = run(make_policy(make_config("scripted")))
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    replayed = run(make_policy(PolicyConfig(name="replay", replay=path)))
+    replayed = run(make_policy(make_config("replay", replay=path)))
     assert without_timings(replayed)["steps"][0]["action_text"] == original.steps[0].action_text
     assert all(s.policy_info.previous_observation_matches is not False for s in replayed.steps)
     assert replayed.outcome == original.outcome
@@ -142,7 +142,7 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     data = json.loads(original.model_dump_json())
     data["steps"][0]["observation"] = "Out: []"
     path.write_text(json.dumps(data) + "\n")
-    drifted = run(make_policy(PolicyConfig(name="replay", replay=path)))
+    drifted = run(make_policy(make_config("replay", replay=path)))
     assert drifted.steps[1].policy_info.previous_observation_matches is False
     assert drifted.steps[1].policy_info.drift.position >= 0
     assert replayed.steps[-1].policy_info.final_observation_matches is True
@@ -150,16 +150,16 @@ def test_replay_reproduces_and_reports_drift(run, small_demo, tmp_path, tiny_tok
     data = json.loads(original.model_dump_json())
     data["steps"][-1]["observation"] = "Out: 'something else'"
     path.write_text(json.dumps(data) + "\n")
-    last = run(make_policy(PolicyConfig(name="replay", replay=path)))
+    last = run(make_policy(make_config("replay", replay=path)))
     assert last.steps[-1].policy_info.final_observation_matches is False and last.steps[-1].policy_info.final_drift is not None
 
 
 def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, small_demo, tmp_path):
-    original = run(make_policy(PolicyConfig(name="scripted")), small_demo.questions[0])
+    original = run(make_policy(make_config("scripted")), small_demo.questions[0])
     path = tmp_path / "t.jsonl"
     with TrajectoryLog(path) as log:
         log.append(original)
-    other = run(make_policy(PolicyConfig(name="replay", replay=path)), small_demo.questions[5])
+    other = run(make_policy(make_config("replay", replay=path)), small_demo.questions[5])
     assert other.outcome.status == "policy_error" and "no episode" in other.outcome.reason
 
 
@@ -167,7 +167,7 @@ def test_unknown_policy_is_a_usage_error():
     with pytest.raises(AgentError, match="unknown policy 'gpt'"):
         load_config(RunConfig, None, {"policy.name": "gpt"})
     with pytest.raises(AgentError, match="needs --replay"):
-        make_policy(PolicyConfig(name="replay"))
+        make_policy(make_config("replay"))
 
 
 def test_log_appends_whole_lines_and_repairs_a_torn_tail(run, tmp_path):

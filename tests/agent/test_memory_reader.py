@@ -10,7 +10,7 @@ import pytest
 from paper_explorer.agent.memory_reader.parity import check_reading, reading_of
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
 from paper_explorer.agent.memory_reader.settings import READER_EPISODE, plan_steps
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.base import last_value
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
@@ -85,7 +85,7 @@ def serve(renderer):
 def read(small_demo, index, server, tiny_tokenizer, question=0, **recipe):
     """One memory-reader episode of the small demo's question ``question`` against ``server``."""
     settings = {"scope": "paper", "page_tokens": 200, "memory_tokens": 24, "answer_tokens": 16, **recipe}
-    config = PolicyConfig(name="memory-reader", backend="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **settings)
+    config = make_config("memory-reader", backend="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **settings)
     policy = make_policy(config)
     policy.preflight()
     episode = EpisodeConfig(**READER_EPISODE, max_steps=plan_steps(settings["scope"]))  # the plan fits its own budget
@@ -243,8 +243,8 @@ def test_an_answer_or_question_holding_a_code_fence_is_submitted_whole(small_dem
     trajectory = read(small_demo, index, serve(final=lambda text: fenced), tiny_tokenizer, answer_tokens=256)
     assert trajectory.outcome.status == "submitted" and trajectory.outcome.answer == fenced
     asked = small_demo.questions[0].model_copy(update={"text": "Which ```rate``` is used?"})
-    config = PolicyConfig(
-        name="memory-reader", backend="openai", base_url=serve().url, model="served", tokenizer=tiny_tokenizer, scope="search:1"
+    config = make_config(
+        "memory-reader", backend="openai", base_url=serve().url, model="served", tokenizer=tiny_tokenizer, scope="search:1"
     )
     episode = EpisodeConfig(**READER_EPISODE, max_steps=plan_steps("search:1"))
     searched = EpisodeRunner(small_demo, index, make_policy(config), episode).run(asked.text, asked)

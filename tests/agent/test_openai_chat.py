@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.corpus import BM25Index
@@ -41,7 +41,7 @@ def chat():
 
 def test_a_chat_teacher_sees_our_messages_and_writes_one_action_per_turn(chat, small_demo, tiny_tokenizer, monkeypatch, tmp_path):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-key")
-    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher-70b", tokenizer=tiny_tokenizer))
+    policy = make_policy(make_config("openai", api="chat", base_url=chat.url, model="teacher-70b", tokenizer=tiny_tokenizer))
     question = next(q for q in small_demo.questions if q.answerable)
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=4)).run(question.text, question)
     assert trajectory.outcome.status == "submitted" and len(trajectory.steps) == 2
@@ -157,7 +157,7 @@ def test_a_chat_teachers_data_trains_the_tiny_student(chat, small_demo, tiny_mod
 
 
 def test_a_chat_teacher_without_a_student_tokenizer_still_runs(chat, small_demo):
-    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher"))
+    policy = make_policy(make_config("openai", api="chat", base_url=chat.url, model="teacher"))
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=4)).run(question.text, question)
     assert trajectory.outcome.status == "submitted" and trajectory.steps[0].served is None
@@ -177,7 +177,7 @@ def test_the_action_kept_is_the_block_that_runs(small_demo, answer, kept):
     from paper_explorer.agent.actions import extract_code
 
     chat = chat_server([answer])
-    policy = make_policy(PolicyConfig(name="openai", api="chat", base_url=chat.url, model="teacher", temperature=0.5, top_k=7))
+    policy = make_policy(make_config("openai", api="chat", base_url=chat.url, model="teacher", temperature=0.5, top_k=7))
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=1)).run(question.text, question)
     assert trajectory.steps[0].action_text == kept and extract_code(kept) == extract_code(answer)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from paper_explorer.agent.parity import check_trajectory
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig
@@ -134,9 +134,7 @@ def index(small_demo):
 
 
 def episode(small_demo, index, server, tiny_tokenizer, **options):
-    policy = make_policy(
-        PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 2, **options})
-    )
+    policy = make_policy(make_config("openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 2, **options}))
     policy.backoff = 0.01
     question = small_demo.questions[0]
     return EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=3)).run(question.text, question)
@@ -188,9 +186,7 @@ def test_an_unreachable_server_is_a_policy_error_not_a_crash(small_demo, index, 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    policy = make_policy(
-        PolicyConfig(name="openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1)
-    )
+    policy = make_policy(make_config("openai", base_url=f"http://127.0.0.1:{port}/v1", model="m", tokenizer=tiny_tokenizer, retries=1))
     policy.backoff = 0.01
     question = small_demo.questions[0]
     trajectory = EpisodeRunner(small_demo, index, policy, EpisodeConfig()).run(question.text, question)
@@ -318,9 +314,7 @@ def test_a_lone_surrogate_in_any_server_field_never_costs_the_log(small_demo, in
 
 
 def preflighted(server, tiny_tokenizer, **options):
-    policy = make_policy(
-        PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 1, **options})
-    )
+    policy = make_policy(make_config("openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 1, **options}))
     policy.backoff = 0.01
     return policy, policy.preflight()
 
@@ -438,7 +432,7 @@ def test_a_prompt_over_the_servers_limit_is_context_limit_before_sending_or_from
         policy, _ = preflighted(fake, tiny_tokenizer)
         stopped = run_episode(small_demo, index, policy)
         assert stopped.outcome.status == "context_limit" and not fake.requests  # ours: nothing sent
-        unchecked = make_policy(PolicyConfig(name="openai", base_url=fake.url, model="served", tokenizer=tiny_tokenizer, retries=1))
+        unchecked = make_policy(make_config("openai", base_url=fake.url, model="served", tokenizer=tiny_tokenizer, retries=1))
         refused = run_episode(small_demo, index, unchecked)  # no preflight: the server's HTTP 400 says it
         assert refused.outcome.status == "context_limit" and "maximum context length is 300" in refused.outcome.reason
     finally:
@@ -466,7 +460,7 @@ def test_a_server_that_shortens_the_request_itself_is_not_the_policys_cap(server
     trajectory = run_episode(
         small_demo,
         index,
-        make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, max_new_tokens=16)),
+        make_policy(make_config("openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, max_new_tokens=16)),
         max_steps=2,
     )
     assert [step.generation.hit_cap for step in trajectory.steps] == [False, True]
@@ -502,7 +496,7 @@ def test_a_think_block_still_open_at_the_token_limit_is_a_budget_hit(server, sma
     trajectory = run_episode(
         small_demo,
         index,
-        make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, thinking=True)),
+        make_policy(make_config("openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, thinking=True)),
         max_steps=1,
     )
     generation = trajectory.steps[0].generation

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from paper_explorer.agent.errors import AgentError
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.probes import ProbeSet, check_probes, from_logprobs, load_probes, measure, option_ids, probe_prompt
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
@@ -106,12 +106,12 @@ def test_a_probes_file_with_a_two_token_option_is_refused(tmp_path, qwen3):
 
 
 def test_unknown_probes_and_policies_without_a_model_are_refused(qwen3_tokenizer, small_demo, index):
-    scripted = make_policy(PolicyConfig(name="scripted"))
+    scripted = make_policy(make_config("scripted"))
     with pytest.raises(AgentError, match="--probe: the scripted policy has no model to probe"):
         check_probes(["answerable"], scripted)
     with pytest.raises(AgentError, match="--probe sure: no such probe"):
         run(small_demo, index, scripted, ["sure"])
-    chat = make_policy(PolicyConfig(name="openai", api="chat", base_url="http://127.0.0.1:9/v1", model="m", tokenizer=qwen3_tokenizer))
+    chat = make_policy(make_config("openai", api="chat", base_url="http://127.0.0.1:9/v1", model="m", tokenizer=qwen3_tokenizer))
     with pytest.raises(AgentError, match="chat API returns no log-probabilities"):
         check_probes(["answerable"], chat)
 
@@ -193,7 +193,7 @@ def scripted_server(probe=None, fallback=None):
 
 
 def openai_policy(server, tokenizer):
-    policy = make_policy(PolicyConfig(name="openai", base_url=server.url, model="served", tokenizer=tokenizer, retries=1))
+    policy = make_policy(make_config("openai", base_url=server.url, model="served", tokenizer=tokenizer, retries=1))
     policy.backoff = 0.01
     return policy
 

@@ -6,7 +6,7 @@ import jinja2
 import pytest
 
 from paper_explorer.agent.parity import check_trajectory
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig, Trajectory
@@ -25,7 +25,7 @@ def trajectories(small_demo):
     index = BM25Index.build(small_demo)
     found = []
     for name in ("scripted", "direct-submit", "single-shot-rag", "read-all"):
-        runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name=name)), EpisodeConfig())
+        runner = EpisodeRunner(small_demo, index, make_policy(make_config(name)), EpisodeConfig())
         found += [runner.run(q.text, q) for q in small_demo.questions[:4]]
     return found
 

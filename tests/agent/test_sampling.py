@@ -4,7 +4,7 @@ number; recorded in the trajectory; greedy stays the default."""
 import pytest
 
 from paper_explorer.agent.loop import episode_seed
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.base import Sampling
 from paper_explorer.agent.policies.hf import HFPolicy
 from paper_explorer.agent.runner import EpisodeRunner
@@ -56,4 +56,4 @@ def test_sampling_is_refused_for_deterministic_policies():
     from paper_explorer.agent.errors import AgentError
 
     with pytest.raises(AgentError, match="deterministic"):
-        make_policy(PolicyConfig(name="scripted", temperature=0.7))
+        make_policy(make_config("scripted", temperature=0.7))

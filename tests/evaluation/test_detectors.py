@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from paper_explorer.agent.policies import Policy, PolicyConfig, Reply, make_policy
+from paper_explorer.agent.policies import Policy, Reply, make_config, make_policy
 from paper_explorer.agent.policies.base import action
 from paper_explorer.agent.prompt import system_prompt
 from paper_explorer.agent.runner import EpisodeRunner
@@ -408,7 +408,7 @@ def test_results_past_the_action_budget_are_kept_as_length_and_sha256_and_the_de
 
 def test_the_scripted_researcher_is_grounded_by_what_its_tools_returned(small_demo):
     index = BM25Index.build(small_demo)
-    runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
+    runner = EpisodeRunner(small_demo, index, make_policy(make_config("scripted")), EpisodeConfig())
     for question in small_demo.questions[:12]:
         trajectory = runner.run(question.text, question)
         if trajectory.outcome.status == "submitted":

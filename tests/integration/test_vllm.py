@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.corpus import BM25Index
@@ -121,7 +121,7 @@ def test_a_prompt_over_the_servers_context_ends_as_context_limit(vllm_server, sm
     assert trajectory["outcome"]["status"] == "context_limit", trajectory["outcome"]
     assert f"the context of {MAX_MODEL_LEN}" in trajectory["outcome"]["reason"]
     # Without preflight (our budget above the server's): the server's HTTP 400 is a context_limit too.
-    policy = make_policy(PolicyConfig(name="openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir))
+    policy = make_policy(make_config("openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir))
     refused = EpisodeRunner(small_demo, BM25Index.build(small_demo), policy, EpisodeConfig(max_steps=1)).run(long_question)
     assert refused.outcome.status == "context_limit", refused.outcome
     assert "maximum context length" in refused.outcome.reason
@@ -274,7 +274,7 @@ def test_an_episode_probe_reads_the_servers_log_probabilities(vllm_server, small
     probes_file = tmp_path / "probes.toml"
     probes_file.write_text('[answerable]\ntext = "Can the papers answer the question? Reply A (yes) or B (no)."\noptions = ["A", "B"]\n')
     policy = make_policy(
-        PolicyConfig(name="openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir, max_new_tokens=16)
+        make_config("openai", base_url=vllm_server.url, model=vllm_server.model, tokenizer=vllm_server.model_dir, max_new_tokens=16)
     )
     policy.preflight()
     question = small_demo.questions[0]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from paper_explorer.agent.policies import PolicyConfig, make_policy
+from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.base import steps_taken
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.runner import EpisodeRunner
@@ -71,7 +71,7 @@ def test_filters_split_and_statistics(teacher_runs, renderer, small_demo):
 
 def test_bad_outcomes_are_dropped_with_their_reason(renderer, small_demo):
     index = BM25Index.build(small_demo)
-    runner = EpisodeRunner(small_demo, index, make_policy(PolicyConfig(name="direct-submit")), EpisodeConfig())
+    runner = EpisodeRunner(small_demo, index, make_policy(make_config("direct-submit")), EpisodeConfig())
     questions = {q.id: q for q in small_demo.questions}
     built = build([runner.run(q.text, q) for q in small_demo.questions[:12]], questions, renderer, BuildConfig())
     assert set(built.dropped) <= {"answered an unanswerable question", "answer F1 below 0.5"} and sum(built.dropped.values()) >= 6
@@ -104,7 +104,7 @@ def test_equal_episode_ids_from_different_runs_are_both_kept(teacher_runs, rende
 def test_best_of_keeps_the_best_attempts_and_never_a_first_action_answer(teacher_runs, renderer, small_demo):
     trajectories, direct = teacher_runs
     questions = {q.id: q for q in small_demo.questions}
-    scripted = EpisodeRunner(small_demo, BM25Index.build(small_demo), make_policy(PolicyConfig(name="scripted")), EpisodeConfig())
+    scripted = EpisodeRunner(small_demo, BM25Index.build(small_demo), make_policy(make_config("scripted")), EpisodeConfig())
     attempts = trajectories[:10] + direct + [scripted.run(q.text, q) for q in small_demo.questions[:10]]
     settings = BuildConfig(validation_share=0.0, min_answer_f1=0.0, best_of=1)
     built = build(attempts, questions, renderer, settings)

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from paper_explorer.agent.config import parse_scope
 from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import encode_document, page_document
 from paper_explorer.agent.memory_reader.policy import capped, written_tokens
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
+from paper_explorer.agent.memory_reader.settings import parse_scope
 from paper_explorer.agent.mismatch import Mismatch
 from paper_explorer.agent.policies.base import PolicyError, last_value
 from paper_explorer.agent.renderer import ChatRenderer

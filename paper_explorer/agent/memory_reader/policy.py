@@ -31,13 +31,12 @@ can rebuild every prompt from the trajectory alone.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 from typing import Any
 
-from paper_explorer.agent.config import PolicyConfig, parse_scope
 from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import Paging, Section, encode_document, page_document
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
+from paper_explorer.agent.memory_reader.settings import ReaderRecipe, parse_scope
 from paper_explorer.agent.policies.base import EpisodeStart, NoAnswer, Policy, PolicyError, Reply, action, last_value, steps_taken
 from paper_explorer.agent.served import ids_sha256, reply_sha256, served_record
 from paper_explorer.agent.trajectory import MemoryAnswer, MemoryUpdate, Reading
@@ -46,33 +45,10 @@ SUBMIT_CHARS = 2000  # submit()'s longest answer
 UNANSWERABLE = "unanswerable"  # the answer the final prompt asks for when the memory does not answer
 
 
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
-    """How the reader reads: the ``[policy]`` fields of ``PolicyConfig`` that concern it."""
-
-    scope: str
-    page_tokens: int
-    memory_tokens: int
-    answer_tokens: int
-    passes: int
-    outlines: bool
-    outline_sections: int
-    keep_sentinel: str
-    token_budget: int | None
-    preset: str | None
-
-    @classmethod
-    def of(cls, config: PolicyConfig) -> Recipe:
-        return cls(**{name: getattr(config, name) for name in cls.__dataclass_fields__})
-
-    def settings(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-
 class MemoryReader(Policy):
     name = "memory-reader"
 
-    def __init__(self, backend: Policy, *, recipe: Recipe, prompts: ReaderPrompts | None = None) -> None:
+    def __init__(self, backend: Policy, *, recipe: ReaderRecipe, prompts: ReaderPrompts | None = None) -> None:
         if backend.renderer is None:
             raise PolicyError("the memory reader's backend has no tokenizer")
         self.backend, self.recipe = backend, recipe
@@ -85,7 +61,7 @@ class MemoryReader(Policy):
         return {
             "backend": self.backend.name,
             **self.backend.settings(),
-            **self.recipe.settings(),
+            **self.recipe.recipe(),
             "oracle": self.recipe.scope == "paper",
             "prompts_sha256": self.prompts.sha256,
         }
@@ -317,4 +293,4 @@ def capped(tokens, text: str, cap: int) -> str:
     return text if len(ids) <= cap else tokens.decode(ids[:cap])
 
 
-__all__ = ["MemoryReader", "Recipe"]
+__all__ = ["MemoryReader"]

@@ -1,4 +1,5 @@
-"""The memory reader's settings around its ``[policy]`` fields: presets, and the episode budgets it reads under.
+"""The memory reader's settings: its recipe (``ReaderRecipe``, the ``[policy]`` fields of how it
+reads), MemAgent's presets of it, and the episode budgets it reads under.
 
 The reader prints whole papers into its observations (one action per paper) and never shows the
 conversation to a model, so the code agent's episode budgets (an observation of 4,000 characters,
@@ -12,9 +13,11 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import Field, field_validator
+
+from paper_explorer.agent.policy_registry import PolicyConfig
 
 PRESETS_FILE = Path(__file__).parent / "presets.toml"
 READER_EPISODE = {
@@ -41,27 +44,73 @@ def plan_steps(scope: str) -> int:
     return PLAN_STEPS + 1 + int(count) if count.isdigit() else PLAN_STEPS + 1
 
 
-def with_reader_defaults(data: Any) -> Any:
-    """``data`` (a run or eval config before validation) with the memory reader's preset and episode
-    defaults filled in where nothing was given; other policies' configs are returned as they are."""
-    if not isinstance(data, dict):
-        return data
-    policy = _given(data.get("policy"))
-    if policy.get("name") != "memory-reader":
-        return data
-    episode = _given(data.get("episode"))
-    preset = policy.get("preset")
-    if isinstance(preset, str) and preset in presets():
-        chosen = presets()[preset]
-        policy = {**chosen.get("policy", {}), **policy}
-        episode = {**chosen.get("episode", {}), **episode}
-    scope = policy.get("scope", "search:3")
-    episode = {**READER_EPISODE, "max_steps": plan_steps(scope if isinstance(scope, str) else ""), **episode}
-    return {**data, "policy": policy, "episode": episode}
+MAX_SCOPE_PAPERS = 50  # search() returns at most 50 hits
 
 
-def _given(value: Any) -> dict[str, Any]:
-    """The settings given in a table or a model instance (an instance: only those set explicitly)."""
-    if isinstance(value, BaseModel):
-        return {name: getattr(value, name) for name in value.model_fields_set}
-    return dict(value) if isinstance(value, dict) else {}
+def parse_scope(scope: str) -> int | None:
+    """``search:K`` -> K; ``paper`` -> None; anything else is a ValueError saying what is allowed."""
+    if scope == "paper":
+        return None
+    kind, _, count = scope.partition(":")
+    if kind == "search" and count.isascii() and count.isdigit() and not count.startswith("0") and int(count) <= MAX_SCOPE_PAPERS:
+        return int(count)  # written one way only (no "03", no other scripts' digits), as the manifest records it
+    raise ValueError(f"scope {scope!r}: write search:K (K from 1 to {MAX_SCOPE_PAPERS}) or paper")
+
+
+class ReaderRecipe(PolicyConfig):
+    """How the reader reads. The defaults are MemAgent's published recipe."""
+
+    panel = "Memory reader"
+
+    scope: str = Field(
+        "search:3",
+        description="What it reads: search:K (the top K papers a BM25 search for the question finds) "
+        "or paper (the question's own paper: an oracle, reported as such).",
+    )
+    page_tokens: int = Field(5000, ge=16, le=1_000_000, description="Tokens of document text per page.")
+    memory_tokens: int = Field(1024, ge=1, le=1_000_000, description="Tokens a memory update may write (the memory's cap).")
+    answer_tokens: int = Field(256, ge=1, le=1_000_000, description="Tokens the final answer may take (cut: no answer, scored 0).")
+    passes: int = Field(1, ge=1, le=2, description="1 reads once (ReadAll); 2 reads again from the first memory (ReadTwice).")
+    outlines: bool = Field(True, description="Each page opens with the headings of the sections it holds.")
+    outline_sections: int = Field(24, ge=1, description="Sections a page may hold (with outlines).")
+    keep_sentinel: str = Field(
+        "<KEEP_MEMORY>", max_length=100, description="What an update writes to keep its memory as it is (empty: none)."
+    )
+    token_budget: int | None = Field(
+        None,
+        ge=1,
+        le=10**12,
+        description="Model tokens (prompts and outputs, every call) an episode may spend; pages past it are left unread, counted.",
+    )
+    preset: Literal["memagent-readall", "memagent-readtwice"] | None = Field(
+        None, description="MemAgent's recipe, memagent-readall or memagent-readtwice (a setting given wins)."
+    )
+
+    @field_validator("scope")
+    @classmethod
+    def _scope(cls, scope: str) -> str:
+        parse_scope(scope)
+        return scope
+
+    @field_validator("keep_sentinel")
+    @classmethod
+    def _sentinel(cls, sentinel: str) -> str:
+        if sentinel != sentinel.strip() or "\n" in sentinel:
+            raise ValueError(f"{sentinel!r}: write the keep sentinel without spaces around it and on one line (empty: none)")
+        return sentinel
+
+    def recipe(self) -> dict[str, Any]:
+        """The recipe's settings alone, as a trajectory records them."""
+        return {name: getattr(self, name) for name in ReaderRecipe.model_fields if name != "name"}
+
+    @classmethod
+    def run_defaults(cls, policy: dict[str, Any], episode: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The preset, then the reader's episode budgets, under what was given."""
+        preset = policy.get("preset")
+        if isinstance(preset, str) and preset in presets():
+            chosen = presets()[preset]
+            policy = {**chosen.get("policy", {}), **policy}
+            episode = {**chosen.get("episode", {}), **episode}
+        scope = policy.get("scope", "search:3")
+        episode = {**READER_EPISODE, "max_steps": plan_steps(scope if isinstance(scope, str) else ""), **episode}
+        return policy, episode

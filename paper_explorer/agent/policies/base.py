@@ -8,7 +8,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from paper_explorer.agent.config import PolicyConfig
 from paper_explorer.agent.trajectory import Generation, StepPolicyInfo
 
 if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
@@ -34,11 +33,6 @@ class Sampling:
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
-
-    @classmethod
-    def of(cls, config: PolicyConfig) -> Sampling:
-        """The sampling a policy config asks for (its bounds were checked there)."""
-        return cls(temperature=config.temperature, top_p=config.top_p, top_k=config.top_k)
 
     @property
     def greedy(self) -> bool:
@@ -148,6 +142,36 @@ class Policy(ABC):
         """Called once the episode has ended, with the whole conversation (the last observation
         included); what it returns is added to the last step's ``policy_info``."""
         return None
+
+
+class Plan(Policy):
+    """A scripted policy that goes through a plan step by step, reading each action's result. An
+    action that hit a limit is taken again (the sandbox was restarted; each action of a plan stands
+    alone), so a plan never reads a result it has not got: its step is the plan's, not the episode's."""
+
+    def start(self, episode: EpisodeStart) -> None:
+        super().start(episode)
+        self.stage = 0  # the plan's next step
+        self.last: Reply | None = None
+
+    def act(self, messages: list[dict[str, str]]) -> Reply:
+        if self.last is not None and hit_limit(messages):
+            return self.last
+        self.last = self.next_step(messages, self.stage)
+        self.stage += 1
+        return self.last
+
+    @abstractmethod
+    def next_step(self, messages: list[dict[str, str]], step: int) -> Reply: ...
+
+
+def hit_limit(messages: list[dict[str, str]]) -> bool:
+    """Whether the last observation says its action hit a limit (so it did not run to its end)."""
+    from paper_explorer.agent.prompt import PROMPTS  # with the tools' page: loaded by an episode, not by --help
+
+    said = PROMPTS["limit_hit"].partition("{limit}")[0]
+    last = messages[-1]["content"] if steps_taken(messages) and messages[-1]["role"] == "user" else ""
+    return any(line.startswith(said) for line in last.split("\n"))
 
 
 def action(code: str, thought: str = "") -> str:

@@ -4,13 +4,54 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
-from paper_explorer.agent.policies.base import Memory, Policy, Reply, action, last_value, steps_taken
+from paper_explorer.agent.policies.base import Memory, Plan, Policy, Reply, action, last_value, steps_taken
 from paper_explorer.agent.policies.reading import decide, is_polar, names_in, question_stems, stem
 from paper_explorer.agent.policies.scripted import key_terms
+from paper_explorer.agent.policies.settings import PromptRecording
+from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.corpus.tokenize import tokenize
-from paper_explorer.tools.paper_tools import sentences
+
+
+def sentences(text: str) -> list[str]:
+    """The tools' sentence splitter, imported when a baseline reads (it brings the corpus index's numpy and scipy)."""
+    from paper_explorer.tools.paper_tools import sentences as split
+
+    return split(text)
+
+
+class DirectSubmitConfig(PromptRecording):
+    """``--policy direct-submit``: the shortcut, answering at once without a tool."""
+
+    name: Literal["direct-submit"] = "direct-submit"
+
+
+class SingleShotRagConfig(PromptRecording):
+    """``--policy single-shot-rag``: one search, an answer from the top hit."""
+
+    name: Literal["single-shot-rag"] = "single-shot-rag"
+
+
+class ReadAllConfig(PromptRecording):
+    """``--policy read-all``: the top paper read section by section."""
+
+    name: Literal["read-all"] = "read-all"
+
+
+@register_policy(DirectSubmitConfig)
+def direct_submit(config: DirectSubmitConfig, max_steps: int) -> Policy:
+    return DirectSubmit()
+
+
+@register_policy(SingleShotRagConfig)
+def single_shot_rag(config: SingleShotRagConfig, max_steps: int) -> Policy:
+    return SingleShotRag()
+
+
+@register_policy(ReadAllConfig)
+def read_all(config: ReadAllConfig, max_steps: int) -> Policy:
+    return ReadAll(max_steps=max_steps)
 
 
 class DirectSubmit(Policy):
@@ -54,7 +95,7 @@ class SingleShotRag(Policy):
         return Reply(action(f"submit({json.dumps(answer)}, evidence=[{json.dumps([paper_id, section, paragraph])}])"))
 
 
-class ReadAll(Policy):
+class ReadAll(Plan):
     """Reads the top paper section by section, keeping the sentences most like the question, then answers."""
 
     name = "read-all"
@@ -66,9 +107,8 @@ class ReadAll(Policy):
     def settings(self) -> dict[str, Any]:
         return {"memory": self.memory_size, "max_steps": self.max_steps}
 
-    def act(self, messages: list[dict[str, str]]) -> Reply:
+    def next_step(self, messages: list[dict[str, str]], step: int) -> Reply:
         question = self.episode.question
-        step = steps_taken(messages)
         if step == 0:
             self.memory = Memory(self.memory_size)
             self.stems = question_stems(question)
@@ -84,7 +124,7 @@ class ReadAll(Policy):
             self.section = 0
         else:
             self._remember(messages[-1]["content"])
-        if self.section < self.sections and step < self.max_steps - 1:
+        if self.section < self.sections and steps_taken(messages) < self.max_steps - 1:  # the episode's steps, retries included
             self.section += 1
             return Reply(action(f"print(read({json.dumps(self.paper_id)}, section={self.section - 1}))"))
         remembered = [item for _, item in self.memory.items]

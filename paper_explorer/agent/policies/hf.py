@@ -21,14 +21,43 @@ from __future__ import annotations
 import inspect
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model, set_threads
+from paper_explorer.agent.policies import require_llm_extra
 from paper_explorer.agent.policies.base import ContextExceeded, EpisodeStart, Policy, ProbeReading, Reply, Sampling
+from paper_explorer.agent.policies.settings import LocalModelSettings, ThinkingSettings
+from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.served import common_prefix
 from paper_explorer.agent.trajectory import Generation
+
+
+class HFConfig(LocalModelSettings, ThinkingSettings):
+    """``--policy hf``: a model run in this process with transformers."""
+
+    name: Literal["hf"] = "hf"
+    refusals = {"tokenizer": "it serves with its model's own tokenizer"}
+
+
+@register_policy(HFConfig)
+def hf(config: HFConfig, max_steps: int) -> Policy:
+    if config.model is None:
+        raise AgentError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
+    require_llm_extra()
+    return HFPolicy.load(
+        config.model,
+        adapter=config.adapter,
+        quantization=config.quantization,
+        max_new_tokens=config.max_new_tokens,
+        max_context=config.max_context,
+        thinking=config.thinking,
+        thinking_budget=config.thinking_budget,
+        sampling=config.sampling,
+        threads=config.threads,
+    )
+
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 

@@ -180,7 +180,7 @@ class OpenAIPolicy(Policy):
         thinking_budget: int = 1024,
         sampling: Sampling = Sampling(),
     ) -> None:
-        """Keyword-only (``make_policy`` passes a ``PolicyConfig``'s fields by name): two numbers
+        """Keyword-only (the openai factory passes its config's fields by name): two numbers
         swapped by position would pass silently. ``max_context`` None: the server's max_model_len."""
         if prompt_format not in ("ids", "text"):
             raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")

@@ -4,10 +4,30 @@ observations now differ (for reproducing an episode and for catching drift)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import EpisodeStart, Policy, PolicyError, Reply
+from paper_explorer.agent.policies.settings import PromptRecording
+from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.trajectory import Drift, StepPolicyInfo, Trajectory
+from paper_explorer.agent.writer import read_trajectories
+
+
+class ReplayConfig(PromptRecording):
+    """``--policy replay``: re-run a recording's actions."""
+
+    name: Literal["replay"] = "replay"
+    replay: Path | None = Field(None, description="The trajectories (.jsonl) whose actions are re-run.")
+
+
+@register_policy(ReplayConfig)
+def replay(config: ReplayConfig, max_steps: int) -> Policy:
+    if config.replay is None:
+        raise AgentError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
+    return Replay(read_trajectories(config.replay), source=config.replay)
 
 
 class Replay(Policy):

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal
 
-from paper_explorer.agent.policies.base import Policy, PolicyError, Reply, action, last_value, steps_taken
+from paper_explorer.agent.policies.base import Plan, Policy, PolicyError, Reply, action, last_value
 from paper_explorer.agent.policies.reading import answer_type, decide, names_in
+from paper_explorer.agent.policies.settings import PromptRecording
+from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.corpus.tokenize import tokenize
 
 
@@ -36,7 +38,18 @@ def extract_query(question: str) -> str:
     return f"{question} {hint}".strip()
 
 
-class Scripted(Policy):
+class ScriptedConfig(PromptRecording):
+    """``--policy scripted``: the scripted researcher (no model)."""
+
+    name: Literal["scripted"] = "scripted"
+
+
+@register_policy(ScriptedConfig)
+def scripted(config: ScriptedConfig, max_steps: int) -> Policy:
+    return Scripted()
+
+
+class Scripted(Plan):
     name = "scripted"
 
     def __init__(self, search_k: int = 10, extract_k: int = 8) -> None:
@@ -46,9 +59,8 @@ class Scripted(Policy):
     def settings(self) -> dict[str, Any]:
         return {"search_k": self.search_k, "extract_k": self.extract_k}
 
-    def act(self, messages: list[dict[str, str]]) -> Reply:
+    def next_step(self, messages: list[dict[str, str]], step: int) -> Reply:
         question = self.episode.question
-        step = steps_taken(messages)
         if step == 0:
             return Reply(
                 action(
