@@ -27,6 +27,8 @@ _EXPORTS = {
     "Corpus": "paper_explorer.corpus",
     "load_corpus": "paper_explorer.evaluation.run",
     "evaluate": "paper_explorer.evaluation.run",
+    "run": "paper_explorer.evaluation.episode",
+    "Episode": "paper_explorer.evaluation.episode",
     "Run": "paper_explorer.evaluation.run_directory",
     "BuildConfig": "paper_explorer.sft.config",
     "TrainConfig": "paper_explorer.sft.config",
@@ -39,6 +41,7 @@ _EXPORTS = {
 __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for readers and linters
     "BuildConfig",
     "Corpus",
+    "Episode",
     "EpisodeConfig",
     "EvalConfig",
     "ImproveSettings",
@@ -50,6 +53,7 @@ __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for r
     "evaluate",
     "improve",
     "load_corpus",
+    "run",
     "train",
 ]
 
@@ -57,6 +61,7 @@ if TYPE_CHECKING:
     from paper_explorer.agent.config import EvalConfig, PolicyConfig, RunConfig
     from paper_explorer.agent.trajectory import EpisodeConfig
     from paper_explorer.corpus import Corpus
+    from paper_explorer.evaluation.episode import Episode, run
     from paper_explorer.evaluation.run import evaluate, load_corpus
     from paper_explorer.evaluation.run_directory import Run
     from paper_explorer.sft.build import build_dataset

@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import shlex
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from rich.markup import escape
 
 from paper_explorer.agent.config import READER_FIELDS, EvalConfig, PolicyConfig
 from paper_explorer.agent.trajectory import EpisodeBudgets, EpisodeConfig
+from paper_explorer.corpus.setting_names import UNSET
 from paper_explorer.tools.limits import SandboxSettings
 
 # Flags whose name is not the field's, or that have a short option too (dotted field -> names).
@@ -125,10 +127,7 @@ class Flag:
 
     @property
     def names(self) -> tuple[str, ...]:
-        if self.dotted in FLAG_NAMES:
-            names = FLAG_NAMES[self.dotted]
-        else:
-            names = ("--" + self.dotted.rpartition(".")[2].replace("_", "-"),)
+        names = flag_names(self.dotted)
         if self.kind is bool and "/" not in names[0]:
             return (f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:])
         return names
@@ -197,6 +196,25 @@ class Flag:
                 raise typer.BadParameter(f"unknown {self.names[0].split('/')[0]} {value!r}; choose {choices}") from None
             raise typer.BadParameter(f"{self.dotted} {refusal(error)}, got {shown(value)}") from None
         return value
+
+
+def flag_names(dotted: str) -> tuple[str, ...]:
+    """The option names of a setting: ``FLAG_NAMES``'s, else ``--field-name`` of its last part."""
+    return FLAG_NAMES.get(dotted) or ("--" + dotted.rpartition(".")[2].replace("_", "-"),)
+
+
+def flag_spelling(name: str, value: Any = UNSET) -> str:
+    """A setting as the CLI names it in an error (``corpus.setting_names``): the flag made from the
+    field, or the command's own option of that name (``resume`` -> ``--resume``, ``policy.name`` ->
+    ``--policy``), with its value as typed (``--policy replay``; True: the switch alone; a list: the option repeated)."""
+    flag = flag_names(name)[0]
+    if value is UNSET or value is True:
+        return flag
+    if value is False:
+        return f"--no-{flag.removeprefix('--')}"
+    if isinstance(value, (list, tuple)):  # a repeated option
+        return " ".join(f"{flag} {shlex.quote(shown(item))}" for item in value)
+    return f"{flag} {shlex.quote(shown(value))}"
 
 
 def shown(value: Any) -> str:

@@ -83,7 +83,7 @@ def test_build_dataset_writes_the_data_and_returns_its_report(built):
 
 def test_build_dataset_refuses_in_one_line(built, tiny_model, corpus, tmp_path):
     data, report = built
-    with pytest.raises(TrainingError, match="already holds a built dataset; pass --force"):
+    with pytest.raises(TrainingError, match="already holds a built dataset; pass force=True"):
         build_dataset(BuildConfig(), trajectories=report.sources, tokenizer=tiny_model, out=data, corpus=corpus)
     direct = teach(corpus, tmp_path / "direct.jsonl", direct=True)  # every first action submits: best-of keeps none
     with pytest.raises(NothingToTrain, match="no training example survived the filters"):
@@ -125,14 +125,14 @@ def test_train_refuses_a_directory_of_another_kind_and_a_second_start(tiny_model
     with pytest.raises(
         TrainingError,
         match=r"holds a dataset built by explorer sft build .*not a training run; "
-        r"explorer train --data .* trains on it; choose another --out",
+        r"explorer train --data .* trains on it; choose another out$",
     ):
         train(small(tiny_model), data=data, out=data)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "validation.jsonl").write_text("")
-    with pytest.raises(TrainingError, match="already holds a training run; pass --resume"):
+    with pytest.raises(TrainingError, match="already holds a training run; pass resume=True to continue it or choose another out$"):
         train(small(tiny_model), data=data, out=tmp_path / "out")
-    with pytest.raises(TrainingError, match="no training run to resume; drop --resume"):
+    with pytest.raises(TrainingError, match="no training run to resume; start training without resume=True$"):
         train(small(tiny_model), data=data, out=tmp_path / "new", resume=True)
     with pytest.raises(TrainingError, match="no build_report.json; build the data with explorer sft build"):
         train(small(tiny_model), data=tmp_path / "nowhere", out=tmp_path / "new")
