@@ -15,8 +15,9 @@ the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0
 - its help panel: ``FIELD_PANELS``, else the panel of the model that declares the field
   (``MODEL_PANELS``), else the one the command names.
 
-Every flag defaults to None and a flag not given overrides nothing, so the values of a ``--config``
-file, or on ``eval --resume`` those of the run's manifest, stay. A new field gets its flag with no
+Every flag of a field with a default defaults to None and a flag not given overrides nothing, so the
+values of a ``--config`` file, or on ``eval --resume`` those of the run's manifest, stay; a field
+without a default is a required option. A new field gets its flag with no
 other edit; a field that must not have one is named in ``NOT_FLAGS`` with the reason, and a field
 of a type no flag can carry (a table) fails at import until it is.
 """
@@ -85,6 +86,11 @@ FIELD_PANELS: dict[str, str] = {
     "validation_max_new_tokens": "Checkpoints",
     "max_direct_submit_rate": "Checkpoints",
     "selection_metric": "Checkpoints",
+    # explorer preregister (evaluation.preregister.PreregisterConfig)
+    "min_correct_abstentions": "Pass rule",
+    "max_false_abstentions": "Pass rule",
+    "comparison": "Comparison",
+    "alpha": "Comparison",
 }
 MODEL_PANELS: dict[type[BaseModel], str] = {
     PolicyConfig: "Policy",
@@ -106,6 +112,8 @@ PANEL_ORDER = (
     "LoRA",
     "Training",
     "Checkpoints",
+    "Pass rule",
+    "Comparison",
 )
 
 SCALARS = (bool, int, float, str, Path)
@@ -172,8 +180,15 @@ class Flag:
         return "<str>" if self.kind == list[str] else None
 
     def parameter(self) -> inspect.Parameter:
+        # a field without a default is a required option; any other flag given overrides, not given keeps
         option = typer.Option(
-            None, *self.names, help=self.help, rich_help_panel=self.panel, callback=self.check, show_default=False, metavar=self.metavar
+            ... if self.field.is_required() else None,
+            *self.names,
+            help=self.help,
+            rich_help_panel=self.panel,
+            callback=self.check,
+            show_default=False,
+            metavar=self.metavar,
         )
         return inspect.Parameter(self.identifier, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=self.kind | None)
 
