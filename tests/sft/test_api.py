@@ -1,5 +1,5 @@
-"""sft's Python API, called in this process as a researcher's script would: ``build_dataset``
-and ``train`` with their configs, the one-line refusals they raise, the third-party warnings
+"""sft's Python API, called in this process as a researcher's script would: ``teach``,
+``build_dataset`` and ``train`` with their configs, the one-line refusals they raise, the third-party warnings
 training no longer prints, and figures rounded for people while the records keep every digit."""
 
 import json
@@ -30,17 +30,11 @@ def corpus():
 
 
 def teach(corpus, path, direct: bool = False):
-    """Gold-guided teacher trajectories for every question, written where ``explorer sft teach`` writes them."""
-    from paper_explorer.agent.runner import EpisodeRunner
-    from paper_explorer.agent.trajectory import EpisodeConfig
-    from paper_explorer.agent.writer import TrajectoryLog
-    from paper_explorer.corpus import BM25Index
-    from paper_explorer.sft.teacher import Teacher
+    """Gold-guided teacher trajectories for every question, as ``explorer sft teach --split all`` writes them."""
+    from paper_explorer import TeachConfig
+    from paper_explorer import teach as teach_all
 
-    runner = EpisodeRunner(corpus, BM25Index.build(corpus), Teacher(corpus, direct=direct), EpisodeConfig())
-    with TrajectoryLog(path) as log:
-        for question in corpus.questions:
-            log.append(runner.run(question.text, question))
+    teach_all(TeachConfig(split="all", direct=direct), out=path, corpus=corpus)
     return path
 
 
