@@ -1,7 +1,8 @@
 """Command-line flags made from the config models' fields: each setting is declared once, as a field.
 
 A field of a config model (``agent.config.EvalConfig`` and the ``PolicyConfig`` and
-``EpisodeConfig`` in it, ``tools.limits.SandboxSettings``, ``sft.config.TrainConfig``) declares its
+``EpisodeConfig`` in it, ``tools.limits.SandboxSettings``, ``sft.config.TrainConfig``,
+``sft.teach.TeachConfig``, ``evaluation.preregister.PreregisterConfig``) declares its
 type, default, bounds and description. ``config_flags(Model)`` adds one typer option per field to
 a command's signature (typer reads ``__signature__`` and the annotations), and hands the command
 the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0}``) for
