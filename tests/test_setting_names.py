@@ -62,3 +62,25 @@ def test_the_cli_spelling_holds_only_while_a_command_runs():
     with spelled(flag_spelling):
         assert setting("resume", True) == "--resume"
     assert setting("resume", True) == "resume=True"
+
+
+def test_teach_into_a_directory_names_out_as_the_caller_gave_it(tmp_path):
+    from paper_explorer import TeachConfig, teach
+    from paper_explorer.sft.errors import TrainingError
+
+    with pytest.raises(TrainingError, match=r"is a directory; out names the trajectories .jsonl file to write$"):
+        teach(TeachConfig(limit=1), out=tmp_path)
+    line = error_line(run_cli("sft", "teach", "--limit", "1", "--out", str(tmp_path)))
+    assert line == f"error: {tmp_path}: is a directory; --out names the trajectories .jsonl file to write"
+
+
+def test_preregister_requires_its_rule_as_the_config_requires_its_fields(tmp_path):
+    from pydantic import ValidationError
+
+    from paper_explorer import PreregisterConfig
+
+    with pytest.raises(ValidationError, match="min_correct_abstentions"):
+        PreregisterConfig(max_false_abstentions=1)
+    line = error_line(run_cli("preregister", "--max-false-abstentions", "1", "--out", str(tmp_path / "p.toml")))
+    assert "missing option '--min-correct-abstentions'" in line
+    assert not (tmp_path / "p.toml").exists()
