@@ -12,6 +12,7 @@ The file's format and how a run is judged by it are ``evaluation.prereg``'s.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -20,7 +21,9 @@ from paper_explorer.corpus import Corpus
 from paper_explorer.corpus.selection import Note, log_note
 from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.errors import EvaluationError
-from paper_explorer.evaluation.prereg import Preregistration
+
+if TYPE_CHECKING:  # the rule's statistics import scipy, which a command's --help has no use for
+    from paper_explorer.evaluation.prereg import Preregistration
 
 
 class PreregisterConfig(BaseModel):
