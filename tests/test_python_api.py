@@ -49,7 +49,8 @@ def test_every_name_the_api_lists_resolves_and_nothing_else_does():
     assert sorted(paper_explorer.__all__) == sorted(paper_explorer._EXPORTS)
     for name in paper_explorer.__all__:
         assert getattr(paper_explorer, name) is not None, name
-    assert callable(paper_explorer.build_dataset) and callable(paper_explorer.train) and callable(paper_explorer.improve)
+    for workflow in ("evaluate", "run", "teach", "preregister", "compare", "report", "build_dataset", "train", "improve"):
+        assert callable(getattr(paper_explorer, workflow)), workflow
     with pytest.raises(AttributeError, match="no attribute 'evaluat'"):
         paper_explorer.evaluat  # noqa: B018 - the attribute access is the test
 
@@ -62,3 +63,78 @@ def test_importing_the_api_loads_neither_torch_nor_the_index():
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_run_asks_one_question_and_appends_it_where_the_command_does(tmp_path):
+    from paper_explorer import RunConfig, run
+    from paper_explorer.agent.writer import read_trajectories
+
+    seen = []
+    episode = run(RunConfig(episode={"max_steps": 6}), out=tmp_path / "api", on_step=seen.append)
+    assert episode.written_to == tmp_path / "api" / "trajectories.jsonl"
+    assert len(seen) == len(episode.trajectory.steps) > 0
+    assert episode.question is not None and episode.gold_answer  # the demo question: answerable, of the test split
+
+    by_command = run_cli("run", "--question-id", episode.question.id, "--max-steps", "6", "--out", str(tmp_path / "cli"))
+    assert by_command.returncode == 0, by_command.stderr
+    (logged,) = read_trajectories(tmp_path / "cli" / "trajectories.jsonl")
+    assert [s.code for s in logged.steps] == [s.code for s in episode.trajectory.steps]
+    assert logged.outcome.answer == episode.trajectory.outcome.answer
+    assert read_trajectories(episode.written_to)[0].episode_id == episode.trajectory.episode_id
+
+
+def test_run_refuses_an_eval_run_directory_naming_the_argument(tmp_path):
+    from paper_explorer import EvalConfig, RunConfig, evaluate, run
+    from paper_explorer.evaluation.errors import EvaluationError
+
+    evaluate(EvalConfig(limit=1), out=tmp_path / "eval")
+    with pytest.raises(EvaluationError, match=r"explorer run appends its episode only to a log of its own: choose another out \("):
+        run(RunConfig(), question="Which datasets?", out=tmp_path / "eval")
+
+
+def test_teach_appends_only_the_questions_its_file_lacks(tmp_path):
+    from paper_explorer import TeachConfig, teach
+
+    first = teach(TeachConfig(limit=3), out=tmp_path / "teacher.jsonl")
+    assert (first.questions, first.written, first.already_written) == (3, 3, 0)
+    assert sum(first.statuses.values()) == 3 and set(first.statuses) <= {"submitted", "abstained"}
+    again = teach(TeachConfig(limit=4), out=tmp_path / "teacher.jsonl")
+    assert (again.questions, again.written, again.already_written) == (4, 1, 3)
+    assert len((tmp_path / "teacher.jsonl").read_text().splitlines()) == 4
+
+
+def test_a_preregistration_written_by_the_api_is_the_one_evaluate_checks(tmp_path):
+    from paper_explorer import EvalConfig, PreregisterConfig, evaluate, preregister
+    from paper_explorer.evaluation.errors import EvaluationError
+
+    rule = PreregisterConfig(limit=6, min_correct_abstentions=0, max_false_abstentions=6)
+    written = preregister(rule, out=tmp_path / "prereg.toml")
+    assert written.frozen.questions == 6 and written.rule.max_false_abstentions == 6
+    with pytest.raises(EvaluationError, match=r"already exists; pass force=True to overwrite it$"):
+        preregister(rule, out=tmp_path / "prereg.toml")
+    run = evaluate(EvalConfig(limit=6, preregistration=tmp_path / "prereg.toml"), out=tmp_path / "run")
+    assert run.metrics.preregistration is not None and run.metrics.preregistration.passed
+    with pytest.raises(EvaluationError, match="questions_sha256 is pinned"):
+        evaluate(EvalConfig(limit=5, preregistration=tmp_path / "prereg.toml"), out=tmp_path / "other")
+
+
+def test_compare_and_report_take_the_runs_evaluate_returned(tmp_path):
+    from paper_explorer import EvalConfig, compare, evaluate, report
+    from paper_explorer.evaluation.errors import EvaluationError
+
+    base = evaluate(EvalConfig(limit=5), out=tmp_path / "base")
+    shortcut = evaluate(EvalConfig(limit=5, policy={"name": "direct-submit"}), out=tmp_path / "shortcut")
+    comparison = compare(base, tmp_path / "shortcut")
+    assert comparison.paired_questions == 5
+    by_command = run_cli("compare", str(tmp_path / "base"), str(tmp_path / "shortcut"), "--json")
+    assert by_command.returncode == 0, by_command.stderr
+    assert json.loads(by_command.stdout) == json.loads(comparison.model_dump_json())
+
+    assert report(base, out=tmp_path / "base.html") == tmp_path / "base.html"
+    assert "<html" in (tmp_path / "base.html").read_text()
+    report(base, shortcut, out=tmp_path / "compared.html")
+    assert (tmp_path / "compared.html").stat().st_size > 0
+    with pytest.raises(EvaluationError, match=r"already exists; pass force=True to overwrite it"):
+        report(base, out=tmp_path / "base.html")
+    refused = run_cli("report", str(tmp_path / "base"), "--out", str(tmp_path / "base.html"))
+    assert refused.returncode == 2 and "pass --force to overwrite it" in refused.stderr

@@ -255,7 +255,6 @@ def terminal(color: bool):
     with pytest.MonkeyPatch.context() as patch:
         for name in consoles:
             patch.setattr(name, Console(force_terminal=color, color_system="truecolor" if color else None, width=200))
-        patch.setattr("paper_explorer.cli.run_commands.freeze_loaded_state", lambda: None)  # gc.freeze is for a command's own process
         yield
 
 

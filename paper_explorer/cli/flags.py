@@ -2,7 +2,8 @@
 
 A field of a config model (``agent.config.EvalConfig`` and the ``EpisodeConfig`` in it,
 ``tools.limits.SandboxSettings``, ``sft.config``'s ``TrainConfig``, ``BuildConfig`` and
-``ImproveSettings``, and every registered policy's config: ``agent.policy_registry``) declares its
+``ImproveSettings``, ``sft.teach.TeachConfig``, ``evaluation.preregister.PreregisterConfig``, and
+every registered policy's config: ``agent.policy_registry``) declares its
 type, default, bounds and description. ``config_flags(Model)`` adds one typer option per field to
 a command's signature (typer reads ``__signature__`` and the annotations), and hands the command
 the values given as one dict of dotted overrides (``{"episode.wall_seconds": 2.0}``) for
@@ -20,8 +21,9 @@ The ``[policy]`` table is one of several models (a union on ``name``): its flags
 their fields, one flag per setting, whose help says which policies take it (``policy_flags``); a
 setting given for a policy that lacks it is refused when the config is built (agent.policy_registry).
 
-Every flag defaults to None and a flag not given overrides nothing, so the values of a ``--config``
-file, or on ``eval --resume`` those of the run's manifest, stay. A new field gets its flag with no
+Every flag of a field with a default defaults to None and a flag not given overrides nothing, so the
+values of a ``--config`` file, or on ``eval --resume`` those of the run's manifest, stay; a field
+without a default is a required option. A new field gets its flag with no
 other edit; a field that must not have one is named in ``NOT_FLAGS`` with the reason, and a field
 of a type no flag can carry (a table) fails at import until it is.
 """
@@ -32,6 +34,7 @@ import copy
 import functools
 import inspect
 import math
+import shlex
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,6 +51,7 @@ from rich.markup import escape
 from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.policy_registry import PolicyConfig, known_policy, policy_names, registered, said_list, setting_fields
 from paper_explorer.agent.trajectory import EpisodeBudgets, EpisodeConfig
+from paper_explorer.corpus.setting_names import UNSET
 from paper_explorer.sft.config import BuildConfig
 from paper_explorer.tools.limits import SandboxSettings
 
@@ -92,6 +96,11 @@ FIELD_PANELS: dict[str, str] = {
     "validation_max_new_tokens": "Checkpoints",
     "max_direct_submit_rate": "Checkpoints",
     "selection_metric": "Checkpoints",
+    # explorer preregister (evaluation.preregister.PreregisterConfig)
+    "min_correct_abstentions": "Pass rule",
+    "max_false_abstentions": "Pass rule",
+    "comparison": "Comparison",
+    "alpha": "Comparison",
 }
 MODEL_PANELS: dict[type[BaseModel], str] = {
     EpisodeBudgets: "Episode",
@@ -115,6 +124,8 @@ PANEL_ORDER = (
     "Checkpoints",
     "Dataset",
     "Checks",
+    "Pass rule",
+    "Comparison",
 )
 
 SCALARS = (bool, int, float, str, Path)
@@ -136,10 +147,7 @@ class Flag:
 
     @property
     def names(self) -> tuple[str, ...]:
-        if self.dotted in FLAG_NAMES:
-            names = FLAG_NAMES[self.dotted]
-        else:
-            names = ("--" + self.dotted.rpartition(".")[2].replace("_", "-"),)
+        names = flag_names(self.dotted)
         if self.kind is bool and "/" not in names[0]:
             return (f"{names[0]}/--no-{names[0].removeprefix('--')}", *names[1:])
         return names
@@ -184,8 +192,15 @@ class Flag:
         return "<str>" if self.kind == list[str] else None
 
     def parameter(self) -> inspect.Parameter:
+        # a field without a default is a required option; any other flag given overrides, not given keeps
         option = typer.Option(
-            None, *self.names, help=self.help, rich_help_panel=self.panel, callback=self.check, show_default=False, metavar=self.metavar
+            ... if self.field.is_required() else None,
+            *self.names,
+            help=self.help,
+            rich_help_panel=self.panel,
+            callback=self.check,
+            show_default=False,
+            metavar=self.metavar,
         )
         return inspect.Parameter(self.identifier, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=self.kind | None)
 
@@ -210,6 +225,25 @@ class Flag:
                 raise typer.BadParameter(refusal(error)) from None
             raise typer.BadParameter(f"{self.dotted} {refusal(error)}, got {shown(value)}") from None
         return value
+
+
+def flag_names(dotted: str) -> tuple[str, ...]:
+    """The option names of a setting: ``FLAG_NAMES``'s, else ``--field-name`` of its last part."""
+    return FLAG_NAMES.get(dotted) or ("--" + dotted.rpartition(".")[2].replace("_", "-"),)
+
+
+def flag_spelling(name: str, value: Any = UNSET) -> str:
+    """A setting as the CLI names it in an error (``corpus.setting_names``): the flag made from the
+    field, or the command's own option of that name (``resume`` -> ``--resume``, ``policy.name`` ->
+    ``--policy``), with its value as typed (``--policy replay``; True: the switch alone; a list: the option repeated)."""
+    flag = flag_names(name)[0]
+    if value is UNSET or value is True:
+        return flag
+    if value is False:
+        return f"--no-{flag.removeprefix('--')}"
+    if isinstance(value, (list, tuple)):  # a repeated option
+        return " ".join(f"{flag} {shlex.quote(shown(item))}" for item in value)
+    return f"{flag} {shlex.quote(shown(value))}"
 
 
 def shown(value: Any) -> str:

@@ -18,7 +18,9 @@ from rich.text import Text
 
 from paper_explorer.agent.terminal_text import json_visible, untrusted
 from paper_explorer.cli.errors import UsageError
-from paper_explorer.cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
+from paper_explorer.cli.flags import config_flags
+from paper_explorer.cli.options import CorpusOption, QuestionsOption, SplitOfOption, say_note, split_of
+from paper_explorer.evaluation.preregister import PreregisterConfig
 
 if TYPE_CHECKING:
     from paper_explorer.agent.trajectory import Trajectory
@@ -27,68 +29,22 @@ if TYPE_CHECKING:
 console = Console()
 
 
+@config_flags(PreregisterConfig)
 def preregister_command(
     out: Path = typer.Option(..., "--out", "-o", help="The preregistration TOML to write."),
     corpus_path: Path | None = CorpusOption,
     questions_path: Path | None = QuestionsOption,
-    split: str | None = typer.Option(
-        None, "--split", help="Split the run will ask (as explorer eval --split; default test, all when the corpus has no splits)."
-    ),
     split_of_values: list[str] | None = SplitOfOption,
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions (as explorer eval --limit)."),
-    min_correct_abstentions: int = typer.Option(
-        ...,
-        "--min-correct-abstentions",
-        metavar="<int>",
-        rich_help_panel="Pass rule",
-        help="Pass only with at least this many abstentions on unanswerable questions (>= 0).",
-    ),
-    max_false_abstentions: int = typer.Option(
-        ...,
-        "--max-false-abstentions",
-        metavar="<int>",
-        rich_help_panel="Pass rule",
-        help="Pass only with at most this many abstentions on answerable questions (>= 0).",
-    ),
-    comparison: Path | None = typer.Option(
-        None,
-        "--comparison",
-        rich_help_panel="Comparison",
-        help="A finished run directory to Fisher-test against (as you would name it here).",
-    ),
-    alpha: float = typer.Option(
-        0.05, "--alpha", min=0.0001, max=0.5, rich_help_panel="Comparison", help="Significance level of the comparison."
-    ),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT."),
+    overrides: dict | None = None,  # the run's questions and rule given as flags (cli.flags, from PreregisterConfig's fields)
 ) -> None:
     """Freeze the corpus and question hashes of a future run, with its pass rule, into a TOML file."""
-    from paper_explorer.corpus.collection import questions_sha256
-    from paper_explorer.corpus.files import atomic_file
-    from paper_explorer.evaluation.prereg import template
+    from paper_explorer.agent.config import load_config
+    from paper_explorer.evaluation.preregister import preregister
 
-    if out.exists() and not force:
-        raise UsageError(f"{out}: already exists; pass --force to overwrite it")
-    for flag, value in (("--min-correct-abstentions", min_correct_abstentions), ("--max-false-abstentions", max_false_abstentions)):
-        if value < 0:  # checked here, not by a typer range, whose bounds would crowd the option's name out of 80 columns
-            raise UsageError(f"{flag} {value}: a count of abstentions; give 0 or more")
-    if comparison is not None:
-        comparison = comparison.resolve()  # stored absolute: the file may be read from anywhere
-        if not (comparison / "metrics.json").is_file():
-            raise UsageError(f"--comparison {comparison}: no metrics.json; name a finished run directory (explorer eval --out)")
-    corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
-    questions = select_questions(corpus, split, limit)
-    text = template(
-        corpus.papers_sha256,
-        questions_sha256(questions),
-        len(questions),
-        min_correct_abstentions,
-        max_false_abstentions,
-        str(comparison) if comparison else None,
-        alpha,
-    )
-    with atomic_file(out) as handle:
-        handle.write(text)
-    typer.echo(f"preregistration written to {out} ({len(questions)} questions); run: explorer eval --preregistration {out} ...")
+    config = load_config(PreregisterConfig, None, {**(overrides or {}), "split_of": split_of(split_of_values)})
+    written = preregister(config, out=out, corpus=corpus_path, questions=questions_path, force=force, note=say_note)
+    typer.echo(f"preregistration written to {out} ({written.frozen.questions} questions); run: explorer eval --preregistration {out} ...")
 
 
 def inspect_command(
@@ -174,23 +130,10 @@ def compare_command(
 ) -> None:
     """Paired comparison of two runs on the questions both scored: F1 and exact match with a bootstrap
     interval of the F1 difference, exact McNemar on correctness and abstention, Fisher as the unpaired-design test."""
-    from paper_explorer.evaluation.compare import compare_runs, confound_note
-    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.evaluation.compare import confound_note
+    from paper_explorer.evaluation.run_comparison import compare
 
-    runs = Run.load(run_a), Run.load(run_b)
-    result = compare_runs(*runs)
-    for run in runs:
-        if any(score.sample for score in run.scores):
-            typer.echo(
-                f"note: {run.directory} has several samples per question; compare pairs each question's first "
-                "(its pass@k and majority vote are in its metrics.json)",
-                err=True,
-            )
-    if result.paired_questions == 0:
-        raise UsageError(
-            f"the runs share no scored question ({result.unpaired.only_in_a} scored only in A, "
-            f"{result.unpaired.only_in_b} only in B); compare runs of the same split"
-        )
+    result = compare(run_a, run_b, note=say_note)
     if as_json:
         typer.echo(json_visible(result.model_dump_json(indent=2)))  # answers and questions are in it
         return
@@ -344,62 +287,7 @@ def report_command(
     """Write one self-contained HTML report of a run (metrics, plots, every episode with its gold answers,
     prediction, cited paragraphs, steps and flags), or of two runs compared question by question with
     the statistics of explorer compare."""
-    from paper_explorer.evaluation.report import write_report
-    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.evaluation.html_report import report
 
-    if out.is_dir():
-        raise UsageError(f"{out}: is a directory; name the .html file to write")
-    if out.exists() and not force:
-        raise UsageError(f"{out}: already exists; pass --force to overwrite it, or name another file")
-    runs = [Run.load(run_dir)] + ([] if run_b is None else [Run.load(run_b)])
-    corpus = _report_corpus(runs, corpus_path, questions_path)
-    if run_b is None:
-        write_report(runs[0], corpus, out)
-    else:
-        _write_comparison_report(runs[0], runs[1], corpus, out)
+    report(run_dir, run_b, out=out, corpus=corpus_path, questions=questions_path, force=force, note=say_note)
     typer.echo(f"report written to {out}")
-
-
-def _report_corpus(runs: list, corpus_path: Path | None, questions_path: Path | None):
-    """The corpus the runs were made on: the one named, else the first run's recorded one; refused
-    unless its papers and questions hash to what every run's manifest recorded."""
-    from paper_explorer.evaluation.report_data import check_corpus
-    from paper_explorer.evaluation.resume import recorded_corpus
-
-    first = runs[0].manifest
-    if len(runs) == 2:
-        theirs = runs[1].manifest.hashes
-        for what, a, b in (
-            ("corpora", first.hashes.corpus_sha256, theirs.corpus_sha256),
-            ("question sets", first.hashes.questions_sha256, theirs.questions_sha256),
-        ):
-            if a != b:
-                raise UsageError(
-                    f"the runs used different {what} (sha256 {a[:12]} and {b[:12]}): their questions cannot be "
-                    "paired; report runs made on the same corpus, or explorer report each run alone"
-                )
-    path = corpus_path if corpus_path is not None else recorded_corpus(first)
-    corpus = open_corpus(path, questions_path, first.config.split_of or None)
-    for run in runs:
-        check_corpus(run, corpus, str(path) if path is not None else "the generated demo corpus")
-    return corpus
-
-
-def _write_comparison_report(run_a, run_b, corpus, out: Path) -> None:
-    from paper_explorer.evaluation.compare import compare_runs
-    from paper_explorer.evaluation.report_compare import write_comparison_report
-
-    comparison = compare_runs(run_a, run_b, top=len(run_a.scores))  # every question whose F1 moved, largest first
-    if comparison.paired_questions == 0:
-        raise UsageError(
-            f"the runs share no scored question ({comparison.unpaired.only_in_a} scored only in A, "
-            f"{comparison.unpaired.only_in_b} only in B); report runs of the same split"
-        )
-    for run in (run_a, run_b):
-        if any(score.sample for score in run.scores):
-            typer.echo(
-                f"note: {run.directory} has several samples per question; the report pairs each question's first "
-                "(its pass@k and majority vote are in its metrics.json)",
-                err=True,
-            )
-    write_comparison_report(run_a, run_b, comparison, corpus, out)

@@ -23,6 +23,7 @@ from paper_explorer.cli.errors import UsageError, error_line
 from paper_explorer.cli.eval_command import eval_command
 from paper_explorer.cli.exec_command import exec_command
 from paper_explorer.cli.export_command import export_command
+from paper_explorer.cli.flags import flag_spelling
 from paper_explorer.cli.improve_command import improve_command
 from paper_explorer.cli.inspect_commands import compare_command, inspect_command, preregister_command, report_command
 from paper_explorer.cli.merge_command import merge_command
@@ -36,6 +37,7 @@ from paper_explorer.cli.sft_commands import sft_app, train_command
 from paper_explorer.cli.usage_errors import OneLineUsageErrors
 from paper_explorer.corpus.errors import CorpusError
 from paper_explorer.corpus.files import FileRefused
+from paper_explorer.corpus.setting_names import spelled
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.sft.errors import TrainingError
 
@@ -125,7 +127,8 @@ def _path_error(error: OSError) -> str | None:
 
 def main() -> None:
     try:
-        app(prog_name="explorer")
+        with spelled(flag_spelling):  # core errors name a setting by its flag (corpus.setting_names)
+            app(prog_name="explorer")
     except INPUT_ERRORS as error:
         typer.echo(error_line(str(error)), err=True)
         sys.exit(2)

@@ -7,7 +7,6 @@ models' fields (cli.flags).
 
 from __future__ import annotations
 
-import gc
 import logging
 from functools import partial
 from pathlib import Path
@@ -65,12 +64,6 @@ ReplayOtherCorpusOption = typer.Option(
     rich_help_panel="Run",
     help="With --policy replay: replay a recording made on another corpus (its drift is reported).",
 )
-
-
-def freeze_loaded_state() -> None:
-    """The corpus and index live as long as the command: freezing them keeps the host's garbage
-    collections, which run during tool calls, from walking them again and again."""
-    gc.freeze()
 
 
 def say_note(line: str) -> None:

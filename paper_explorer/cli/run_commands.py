@@ -11,51 +11,13 @@ from rich.table import Column, Table
 from paper_explorer.agent.config import RunConfig, load_config
 from paper_explorer.agent.terminal_text import untrusted, visible
 from paper_explorer.agent.trajectory import Trajectory
-from paper_explorer.agent.writer import TornLine, TrajectoryLog, read_whole_lines
+from paper_explorer.agent.writer import TornLine, read_whole_lines
 from paper_explorer.cli.display import print_episode, print_outcome, print_question, print_step
 from paper_explorer.cli.errors import UsageError
 from paper_explorer.cli.flags import config_flags
-from paper_explorer.cli.options import ConfigOption, CorpusOption, ReplayOtherCorpusOption, freeze_loaded_state, open_corpus
-from paper_explorer.corpus import Corpus
-from paper_explorer.corpus.schema import Question
+from paper_explorer.cli.options import ConfigOption, CorpusOption, ReplayOtherCorpusOption
 
 console = Console()
-
-
-def check_episode_log_directory(out: Path) -> None:
-    """``run --out`` appends to the episode log of explorer run, never to a directory of another
-    kind: an episode appended to an eval run's log would break that run (export refuses it, and
-    --resume cannot mend it)."""
-    from paper_explorer.evaluation.run_directory import EPISODE_LOG, kind_of
-
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"{out}: is a file; --out names a directory")
-    kind = kind_of(out)
-    if kind is not None and kind is not EPISODE_LOG:
-        raise UsageError(
-            f"{kind.named(out)}; explorer run appends its episode only to a log of its own: choose another --out ({kind.taken_by(out)})"
-        )
-
-
-def demo_question(corpus: Corpus) -> Question:
-    """The first answerable question of the test split (else of the corpus): what a bare ``run`` shows."""
-    if not corpus.questions:
-        raise UsageError("the corpus has no questions; pass --question TEXT")
-    test_papers = {paper.id for paper in corpus.papers if paper.split == "test"}
-    answerable = [q for q in corpus.questions if q.answerable]
-    pools = ([q for q in answerable if q.paper_id in test_papers], answerable, list(corpus.questions))
-    return next(pool[0] for pool in pools if pool)
-
-
-def find_question(corpus: Corpus, question_id: str) -> Question:
-    for question in corpus.questions:
-        if question.id == question_id:
-            return question
-    from paper_explorer.tools.paper_tools import _closest
-
-    close = _closest(question_id, [q.id for q in corpus.questions])
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise UsageError(f"no question {question_id!r} in the corpus{hint}")
 
 
 @config_flags(RunConfig)
@@ -69,48 +31,27 @@ def run_command(
     overrides: dict | None = None,  # the policy and episode settings given as flags (cli.flags, from RunConfig's fields)
 ) -> None:
     """Run one episode and show each step live: the code, the tools it called, what it observed."""
-    from paper_explorer.agent.policies import make_policy
-    from paper_explorer.agent.policies.replay import Replay
-    from paper_explorer.agent.runner import EpisodeRunner
-    from paper_explorer.corpus import BM25Index
+    from paper_explorer.evaluation.episode import run
 
-    if question_text is not None and question_id is not None:
-        raise UsageError("pass --question or --question-id, not both")
-    if question_text is not None and not question_text.strip():
-        raise UsageError("--question is empty; write the question to ask")
-    check_episode_log_directory(out)
     config = load_config(RunConfig, config_file, overrides or {})
-    if config.policy.name == "memory-reader" and config.policy.scope == "paper" and question_text is not None:
-        raise UsageError("--scope paper reads the question's own paper, and a --question of your own has none; use --scope search:K")
-    policy = make_policy(config.policy, config.episode.max_steps)
-    note = policy.preflight()
-    if note:
-        typer.echo(f"note: {visible(note)}", err=True)  # it may quote the server
-    corpus = open_corpus(corpus_path)
-    from paper_explorer.evaluation.run import refuse_other_corpus
-
-    refuse_other_corpus(policy, corpus.papers_sha256, replay_other_corpus)
-    question = None
-    if question_id is not None:
-        question = find_question(corpus, question_id)
-    elif question_text is None:
-        question = demo_question(corpus)
-    text = question.text if question else question_text.strip()
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), policy, config.episode)
-    freeze_loaded_state()
-    print_question(console, text, question.id if question else None, policy.name)
-    trajectory = runner.run(text, question, on_step=lambda step: print_step(console, step))
-    with TrajectoryLog(out / "trajectories.jsonl") as log:
-        log.append(trajectory)
-    print_outcome(console, trajectory, written_to=out / "trajectories.jsonl")
-    if isinstance(policy, Replay):
-        from paper_explorer.evaluation.scoring import replay_drift
+    episode = run(
+        config,
+        question=question_text,
+        question_id=question_id,
+        corpus=corpus_path,  # loaded after the policy's preflight: a dead server is said before a big corpus loads
+        out=out,
+        replay_other_corpus=replay_other_corpus,
+        note=lambda line: typer.echo(f"note: {visible(line)}", err=True),  # it may quote the server
+        on_start=lambda text, asked, policy: print_question(console, text, asked, policy),
+        on_step=lambda step: print_step(console, step),
+    )
+    print_outcome(console, episode.trajectory, written_to=episode.written_to)
+    if episode.replay_drift is not None:
         from paper_explorer.evaluation.summary import print_replay_drift
 
-        print_replay_drift(console, replay_drift([trajectory]))
-    if question is not None:
-        gold = "; ".join(a.reference_text for a in question.answers if a.reference_text) or "(none)"
-        console.print(untrusted(f"gold answer: {gold}", style="dim"))
+        print_replay_drift(console, episode.replay_drift)
+    if episode.question is not None:
+        console.print(untrusted(f"gold answer: {episode.gold_answer or '(none)'}", style="dim"))
 
 
 def show_command(

@@ -1,6 +1,7 @@
 """``explorer sft teach|build`` and ``explorer train``: flags -> a config -> one call of sft/ -> what it did, printed.
 
-The workflows are ``sft.build.build_dataset`` and ``sft.train.train``; this module parses, calls and prints."""
+The workflows are ``sft.teach.teach``, ``sft.build.build_dataset`` and ``sft.train.train``; this
+module parses, calls and prints."""
 
 from __future__ import annotations
 
@@ -12,60 +13,33 @@ from rich.console import Console
 from rich.table import Table
 
 from paper_explorer.agent.terminal_text import untrusted
-from paper_explorer.agent.trajectory import MAX_STEPS
 from paper_explorer.cli.errors import UsageError, error_line
 from paper_explorer.cli.flags import config_flags
-from paper_explorer.cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, select_questions, split_of
+from paper_explorer.cli.options import CorpusOption, QuestionsOption, SplitOfOption, open_corpus, say_note, split_of
 from paper_explorer.sft.config import BuildConfig, TrainConfig
+from paper_explorer.sft.teach import TeachConfig
 
 sft_app = typer.Typer(help="Build supervised fine-tuning data from trajectories.", no_args_is_help=True)
 console = Console()
 
 
 @sft_app.command("teach")
+@config_flags(TeachConfig)
 def teach_command(
     out: Path = typer.Option(..., "--out", "-o", help="Trajectories .jsonl to write (appended; a rerun finishes it)."),
     corpus_path: Path | None = CorpusOption,
     questions_path: Path | None = QuestionsOption,
-    split: str | None = typer.Option(
-        None, "--split", help="Questions of which split: train, validation, test or all (default train; all when the corpus has no splits)."
-    ),
     split_of_values: list[str] | None = SplitOfOption,
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Only the first N questions."),
-    direct: bool = typer.Option(False, "--direct", help="Submit the gold answer as the first action (reproduces the shortcut)."),
-    thinking: bool = typer.Option(False, "--thinking", help="Write each action's reasoning as a Qwen3 think block (thinking-mode data)."),
-    max_steps: int = typer.Option(10, "--max-steps", min=1, max=MAX_STEPS),
-    tokenizer: Path | None = typer.Option(
-        None, "--tokenizer", help="Record the prompts this tokenizer's renderer would serve (for check-parity)."
-    ),
+    overrides: dict | None = None,  # the teacher's settings given as flags (cli.flags, from TeachConfig's fields)
 ) -> None:
     """Write gold-guided teacher trajectories for a split's questions (real tool calls, gold answers)."""
-    from paper_explorer.agent.runner import EpisodeRunner
-    from paper_explorer.agent.trajectory import EpisodeConfig
-    from paper_explorer.agent.writer import TrajectoryLog, read_trajectories
-    from paper_explorer.corpus import BM25Index
-    from paper_explorer.sft.teacher import Teacher
+    from paper_explorer.agent.config import load_config
+    from paper_explorer.sft.teach import teach
 
-    if out.is_dir():
-        raise UsageError(f"{out}: is a directory; name the trajectories .jsonl file to write")
-    corpus = open_corpus(corpus_path, questions_path, split_of(split_of_values))
-    questions = select_questions(corpus, split, limit, default="train")
-    teacher = Teacher(corpus, direct=direct, thinking=thinking)
-    if tokenizer is not None:
-        from paper_explorer.agent.renderer import ChatRenderer
-
-        teacher.renderer = ChatRenderer.from_directory(tokenizer)
-    runner = EpisodeRunner(corpus, BM25Index.cached(corpus), teacher, EpisodeConfig(max_steps=max_steps))
-    statuses: dict[str, int] = {}
-    with TrajectoryLog(out) as log:
-        done = {t.question_id for t in read_trajectories(out)}
-        todo = [q for q in questions if q.id not in done]
-        for question in todo:
-            trajectory = runner.run(question.text, question)
-            log.append(trajectory)
-            statuses[trajectory.outcome.status] = statuses.get(trajectory.outcome.status, 0) + 1
-    shown = ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) or "nothing new"
-    typer.echo(f"{len(todo)} teacher trajectories written to {out} ({shown}; {len(questions) - len(todo)} were already there)")
+    config = load_config(TeachConfig, None, {**(overrides or {}), "split_of": split_of(split_of_values)})
+    report = teach(config, out=out, corpus=corpus_path, questions=questions_path, note=say_note)
+    shown = ", ".join(f"{status} {count}" for status, count in report.statuses.items()) or "nothing new"
+    typer.echo(f"{report.written} teacher trajectories written to {out} ({shown}; {report.already_written} were already there)")
 
 
 @sft_app.command("build")

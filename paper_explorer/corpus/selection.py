@@ -20,6 +20,7 @@ from typing import cast
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.errors import CorpusError
 from paper_explorer.corpus.schema import Question, Split
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.corpus.splits import SPLITS, parse_shard, shard_of
 
 log = logging.getLogger(__name__)
@@ -48,14 +49,14 @@ def resolve_split(corpus: Corpus, split: str | None, default: str, note: Note = 
         if not has_splits:
             note(
                 f"no paper of the corpus says which split it belongs to, so all {len(corpus.questions)} questions "
-                "are used; state splits with --split-of FILE=SPLIT (QASPER's official file names need none)"
+                "are used; state splits with {setting('split_of')} (QASPER's official file names need none)"
             )
             return "all"
         only = _only_split(corpus)
         if only is not None and only != default and default not in NEVER_LEAVES:
             note(
                 f"every question of the corpus is in the {only} split, so the {only} split runs "
-                f"(not the default, {default}); pass --split to choose"
+                f"(not the default, {default}); pass {setting('split')} to choose"
             )
             return only
         return default
@@ -63,12 +64,12 @@ def resolve_split(corpus: Corpus, split: str | None, default: str, note: Note = 
         raise CorpusError(f"unknown split {split!r}; choose one of {', '.join(SELECTABLE)}")
     if split != "all" and not has_splits:
         raise CorpusError(
-            f"--split {split}: no paper of the corpus says which split it belongs to; use --split all, or state "
-            "splits with --split-of FILE=SPLIT (QASPER's official qasper-{train,dev,test}-v0.3.json names need none)"
+            f"{setting('split', split)}: no paper of the corpus says which split it belongs to; use {setting('split', 'all')}, or state "
+            f"splits with {setting('split_of')} (QASPER's official qasper-{{train,dev,test}}-v0.3.json names need none)"
         )
     unsplit = sum(1 for paper in corpus.papers if paper.split is None)
     if split != "all" and unsplit:
-        note(f"{unsplit} papers of the corpus say no split, so their questions are in no split's; state theirs with --split-of FILE=SPLIT")
+        note(f"{unsplit} papers of the corpus say no split, so their questions are in no split's; state theirs with {setting('split_of')}")
     return split
 
 
@@ -107,7 +108,8 @@ def select_questions(
             raise CorpusError(f"shard {shard} holds none of the {selected} questions selected; use fewer shards")
     if not questions:
         raise CorpusError(
-            f"no questions to run in split {split!r}{_where_questions_are(corpus, split)}; choose another --split or --questions file"
+            f"no questions to run in split {split!r}{_where_questions_are(corpus, split)}; choose another {setting('split')} or "
+            f"{setting('questions')} file"
         )
     return questions
 
@@ -116,7 +118,7 @@ def _shard(text: str) -> tuple[int, int]:
     try:
         return parse_shard(text)
     except ValueError as error:
-        raise CorpusError(f"--shard: {error}") from None
+        raise CorpusError(f"{setting('shard')}: {error}") from None
 
 
 def _where_questions_are(corpus: Corpus, split: str) -> str:

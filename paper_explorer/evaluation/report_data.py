@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from paper_explorer.agent.trajectory import Drift, Trajectory
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.schema import Question
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.derived import check_with_corpus
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import Run
@@ -72,7 +73,7 @@ def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
         if recorded != found:
             raise EvaluationError(
                 f"{where}: its {what} are not those of run {run.directory} (the sha256 hash differs: "
-                f"{found[:12]}, the run recorded {recorded[:12]}); pass --corpus (and --questions) with the "
+                f"{found[:12]}, the run recorded {recorded[:12]}); pass {setting('corpus')} (and {setting('questions')}) with the "
                 "corpus the run used"
             )
     check_with_corpus(run.directory, run.trajectories, run.scores, run.metrics, corpus, run.manifest.config.selected_questions_sha256)

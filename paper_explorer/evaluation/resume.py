@@ -5,7 +5,8 @@ which a resume reads back, so nothing needs repeating), the same corpus and prom
 hashes), and a log whose every line that run made. Each refusal is one ``EvaluationError`` that
 names what differs and what to do; a directory of another kind (``run_directory.kind_of``) is
 named as what it is, with the command that takes it, so that the hints for a new run ("pass
---resume") and for a resume ("drop --resume") never point at each other.
+resume=True") and for a resume ("without resume=True") never point at each other. Settings are
+named through ``corpus.setting_names.setting``: as the Python caller passes them, or as flags.
 
 What may change on a resume: how episodes are run (``EXECUTION_FIELDS``: workers, concurrency),
 where the corpus lies (it is found again by its recorded path or given anew, and checked by
@@ -31,6 +32,7 @@ from typing import Any
 from paper_explorer.agent.config import EvalConfig, build_config, dotted, load_config, read_toml
 from paper_explorer.agent.manifest import RecordedEvalConfig, RunManifest, differing_settings
 from paper_explorer.agent.trajectory import Hashes, Trajectory
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import (
     EVAL_RUN,
@@ -59,9 +61,9 @@ def check_out(out: Path, resume: bool) -> None:
     """``out`` can take a new run (``resume`` False) or holds the run to finish (True); refused
     early, before a corpus or a model is loaded."""
     if out == Path("."):
-        raise EvaluationError("--out names the run directory to write; give one other than the current directory")
+        raise EvaluationError(f"{setting('out')} names the run directory to write; give one other than the current directory")
     if out.exists() and not out.is_dir():
-        raise EvaluationError(f"{out}: is a file; --out names a run directory")
+        raise EvaluationError(f"{out}: is a file; {setting('out')} names a run directory")
     for name in RUN_FILES:
         _check_run_file(out / name)
     kind = kind_of(out)
@@ -69,15 +71,18 @@ def check_out(out: Path, resume: bool) -> None:
         if resume:
             raise EvaluationError(
                 f"{kind.named(out)}, not a run of explorer eval, so there is no run to resume; start "
-                f"one with another --out and no --resume ({kind.taken_by(out)})"
+                f"one with another {setting('out')} and without {setting('resume', True)} ({kind.taken_by(out)})"
             )
         raise EvaluationError(
-            f"{kind.named(out)}, not a run of explorer eval; give the run a directory of its own with another --out ({kind.taken_by(out)})"
+            f"{kind.named(out)}, not a run of explorer eval; give the run a directory of its own with another {setting('out')} "
+            f"({kind.taken_by(out)})"
         )
     if kind is EVAL_RUN and not resume:
-        raise EvaluationError(f"{out}: already holds a run; pass --resume to finish it, or choose another --out")
+        raise EvaluationError(
+            f"{out}: already holds a run; pass {setting('resume', True)} to finish it, or choose another {setting('out')}"
+        )
     if kind is None and resume:
-        raise EvaluationError(f"{out}: no {MANIFEST}, so there is no run to resume; drop --resume to start one")
+        raise EvaluationError(f"{out}: no {MANIFEST}, so there is no run to resume; start one without {setting('resume', True)}")
 
 
 def _check_run_file(path: Path) -> None:
@@ -88,14 +93,14 @@ def _check_run_file(path: Path) -> None:
     except FileNotFoundError:
         return
     except OSError as error:
-        raise EvaluationError(f"{path}: cannot be looked at ({error.strerror}); choose another --out") from None
+        raise EvaluationError(f"{path}: cannot be looked at ({error.strerror}); choose another {setting('out')}") from None
     if stat.S_ISDIR(mode):
-        raise EvaluationError(f"{path}: is a directory where the run's file belongs; choose another --out")
+        raise EvaluationError(f"{path}: is a directory where the run's file belongs; choose another {setting('out')}")
     if stat.S_ISLNK(mode):
-        raise EvaluationError(f"{path}: a symbolic link where the run's own file belongs; remove it or choose another --out")
+        raise EvaluationError(f"{path}: a symbolic link where the run's own file belongs; remove it or choose another {setting('out')}")
     if not stat.S_ISREG(mode):
         raise EvaluationError(
-            f"{path}: is not a regular file (a FIFO, socket or device) where the run's file belongs; choose another --out"
+            f"{path}: is not a regular file (a FIFO, socket or device) where the run's file belongs; choose another {setting('out')}"
         )
 
 
@@ -104,7 +109,7 @@ def resumed_manifest(out: Path) -> RunManifest:
     try:
         return read_manifest(out)
     except FileNotFoundError:
-        raise EvaluationError(f"{out}: no {MANIFEST}, so there is no run to resume; drop --resume to start one") from None
+        raise EvaluationError(f"{out}: no {MANIFEST}, so there is no run to resume; start one without {setting('resume', True)}") from None
 
 
 def eval_config(out: Path, overrides: dict[str, Any], config_file: Path | None = None, resume: bool = False) -> EvalConfig:
@@ -143,10 +148,9 @@ def refuse_unnamed_server(out: Path, config: EvalConfig) -> None:
     urls = server_urls(config.policy)
     if config.policy.serving != "openai" or not urls or not sends_key():
         return
-    again = " ".join(f"--base-url {url}" for url in urls)
     raise EvaluationError(
         f"{out / MANIFEST}: names the server {', '.join(urls)}, which this command does not; OPENAI_API_KEY goes only to "
-        f"servers named in the command: pass {again} (or your own server's URL) to resume against it, or unset OPENAI_API_KEY"
+        f"servers named in the command: pass {setting('policy.base_url', urls)} (or your own server's URL) to resume against it, or unset OPENAI_API_KEY"
     )
 
 
@@ -164,7 +168,7 @@ def refuse_changed_config(out: Path, config: EvalConfig, manifest: RunManifest) 
     if changed:
         raise EvaluationError(
             f"{out}: refusing to resume: the config differs from the run's manifest ({', '.join(changed)}); "
-            "use the original settings, or start a new run with another --out"
+            f"use the original settings, or start a new run with another {setting('out')}"
         )
 
 
@@ -180,7 +184,7 @@ def check_resumable(out: Path, config: RecordedEvalConfig, hashes: Hashes) -> No
         if keys:
             raise EvaluationError(
                 f"{out}: refusing to resume: the {name} differ from the run's manifest ({', '.join(keys)}); "
-                "use the original settings, or start a new run with another --out"
+                f"use the original settings, or start a new run with another {setting('out')}"
             )
 
 
@@ -196,7 +200,7 @@ def logged_episodes(out: Path) -> dict[Key, Trajectory]:
     if stranger is not None:
         number, reason = stranger
         raise EvaluationError(
-            f"{out / TRAJECTORIES}:{number}: not an episode of this run: {reason}; remove that line, or start a new run with another --out"
+            f"{out / TRAJECTORIES}:{number}: not an episode of this run: {reason}; remove that line, or start a new run with another {setting('out')}"
         )
     return {episode_key(record.value): record.value for record in counted(records)}
 
@@ -209,13 +213,13 @@ def recorded_corpus(manifest: RunManifest | None) -> Path | None:
         return None
     missing = [source for source in sources if not Path(source).exists()]
     if missing:
-        raise EvaluationError(f"the run's corpus {missing[0]} is gone; pass --corpus with the same corpus (its hash is checked)")
+        raise EvaluationError(f"the run's corpus {missing[0]} is gone; pass {setting('corpus')} with the same corpus (its hash is checked)")
     if len(sources) == 1:
         return Path(sources[0])
     folder = Path(sources[0]).parent  # a directory corpus records its files
     if all(Path(source).parent == folder for source in sources):
         return folder
-    raise EvaluationError(f"the run's corpus was {len(sources)} files in several folders; pass --corpus with the same corpus")
+    raise EvaluationError(f"the run's corpus was {len(sources)} files in several folders; pass {setting('corpus')} with the same corpus")
 
 
 def resume_command(out: Path, questions: Path | None = None, retry_errors: bool = False) -> str:

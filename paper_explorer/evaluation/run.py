@@ -44,6 +44,7 @@ from paper_explorer.corpus import BM25Index, Corpus, DemoConfig, generate, load
 from paper_explorer.corpus.collection import questions_sha256
 from paper_explorer.corpus.loading import with_questions
 from paper_explorer.corpus.selection import resolve_split, select_questions
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.records import RunMetrics
 from paper_explorer.evaluation.resume import check_out, check_resumable, logged_episodes, recorded_corpus, resume_command, resumed_manifest
@@ -74,7 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)  # load warnings; the run's notes go to its reporter
-SERVER_HINT = " or its server (a server that takes no token ids needs --api chat or --prompt-format text)"
 
 
 def evaluate(
@@ -123,7 +123,7 @@ def load_corpus(source: Corpus | str | Path | None, questions: str | Path | None
         corpus = source if questions is None else with_questions(source, questions)
     elif source is None:
         if split_of:
-            raise EvaluationError("--split-of names files of a --corpus; the demo corpus has its own splits")
+            raise EvaluationError(f"{setting('split_of')} names files of a {setting('corpus')}; the demo corpus has its own splits")
         corpus = generate(DemoConfig())
         corpus = corpus if questions is None else with_questions(corpus, questions)
     else:
@@ -244,7 +244,7 @@ class _Run:
         # The log's opening cuts off the torn last line that reading it stepped around.
         with (
             _running(EpisodeRunner(self.corpus, index, policy, config.episode)),
-            _loaded_state_frozen(),
+            loaded_state_frozen(),
             TrajectoryLog(out / TRAJECTORIES) as trajectory_log,
         ):
             if trajectory_log.torn_bytes:
@@ -272,14 +272,14 @@ class _Run:
     def _policy(self, config: EvalConfig) -> Policy:
         if config.policy.serving == "hf" and (config.workers > 1 or config.concurrency > 1):
             raise EvaluationError(
-                f"--policy {config.policy.name} with its model in this process (hf) runs one episode at a time; "
+                f"{setting('policy.name', config.policy.name)} with its model in this process (hf) runs one episode at a time; "
                 "for parallel episodes serve the model and use openai"
             )
         policy = make_policy(config.policy, config.episode.max_steps)
         if config.samples > 1 and config.policy.greedy:  # allowed: it measures how deterministic a policy is
             self.reporter.note(
-                f"--samples {config.samples} with a deterministic policy or greedy decoding: its samples repeat "
-                "one episode wherever the policy is deterministic; sample a model policy with --temperature"
+                f"{setting('samples', config.samples)} with a deterministic policy or greedy decoding: its samples repeat "
+                f"one episode wherever the policy is deterministic; sample a model policy with {setting('policy.temperature')}"
             )
         refuse_other_corpus(policy, self.corpus.papers_sha256, self.replay_other_corpus)
         return policy
@@ -322,7 +322,12 @@ class _Run:
     def _scored(self, out: Path, config: EvalConfig, questions: list, index: BM25Index, prereg) -> RunMetrics:
         metrics = write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
         if metrics.episodes and metrics.status.get("policy_error", 0) == metrics.episodes:  # fewer than --max-consecutive-errors
-            server = SERVER_HINT if config.policy.serving == "openai" else ""
+            server = (  # only a served policy has a server to blame
+                f" or its server (a server that takes no token ids needs {setting('policy.api', 'chat')} "
+                f"or {setting('policy.prompt_format', 'text')})"
+                if config.policy.serving == "openai"
+                else ""
+            )
             raise EvaluationFailed(
                 f"every episode ({metrics.episodes}) ended in policy_error, so nothing was measured; see the reasons with "
                 f"explorer inspect {out} --flag no_answer, fix the policy{server}, "
@@ -374,7 +379,7 @@ def _unsaid(line: str) -> None:
 
 
 @contextlib.contextmanager
-def _loaded_state_frozen() -> Iterator[None]:
+def loaded_state_frozen() -> Iterator[None]:
     """While the episodes run, the corpus and index loaded for them are frozen: the host's garbage
     collections, which run during tool calls, do not walk them again and again. Thawed after, so
     a process that goes on (a script of the Python API, a test) collects as before."""
@@ -389,16 +394,19 @@ def _loaded_state_frozen() -> Iterator[None]:
 
 def refuse_other_corpus(policy: Policy, papers_sha256: str, allowed: bool) -> None:
     """A replay on another corpus than its recording's would report each difference as drift of
-    the runtime: refused, unless --replay-other-corpus asks for exactly that."""
+    the runtime: refused, unless ``replay_other_corpus`` asks for exactly that."""
     if not isinstance(policy, Replay):
         if allowed:
-            raise EvaluationError(f"--replay-other-corpus is only for --policy replay, not {policy.name!r}")
+            raise EvaluationError(
+                f"{setting('replay_other_corpus', True)} is only for {setting('policy.name', 'replay')}, not {policy.name!r}"
+            )
         return
     other = sorted(policy.corpus_hashes() - {papers_sha256})
     if other and not allowed:
         raise EvaluationError(
             f"{policy.source or 'the recording'}: recorded on another corpus (corpus_sha256 {other[0][:12]}, this corpus "
-            f"{papers_sha256[:12]}); pass the corpus it was recorded on with --corpus, or --replay-other-corpus to measure what changed"
+            f"{papers_sha256[:12]}); pass the corpus it was recorded on as {setting('corpus')}, or {setting('replay_other_corpus', True)} "
+            "to measure what changed"
         )
 
 
@@ -415,7 +423,7 @@ def _refuse_other_probes(out: Path, config: EvalConfig, logged) -> None:
         raise EvaluationError(
             f"{out}: refusing to resume: episode {other.episode_id} asked its probes from a probes file of SHA-256 "
             f"{recorded[:12]}, and {probes.path} is {probes.sha256[:12]} now; restore the file the run started with, "
-            "or start a new run with another --out"
+            f"or start a new run with another {setting('out')}"
         )
 
 

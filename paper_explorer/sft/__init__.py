@@ -9,6 +9,7 @@ forbids any cycle, lazy imports included):
 * ``config``: ``TrainConfig`` and ``BuildConfig``, every setting with its help text and bounds.
 * ``records``: what sft writes (examples, build reports, validation records, summaries, manifests).
 * ``teacher``: gold-guided teacher trajectories (``explorer sft teach``).
+* ``teach``: ``teach(config, out=...)``, the teacher's workflow over a split's questions.
 * ``dataset``: trajectories -> examples (filters, the split by paper, tokenisation).
 * ``parity``: built examples checked against the served prompts.
 * ``build``: ``build_dataset(config, ...)``, the whole build with its parity and split checks.

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.sft.config import BuildConfig
 from paper_explorer.sft.errors import TrainingError
 from paper_explorer.sft.records import BuildReport, ParityReport
@@ -56,7 +57,7 @@ def build_dataset(
 
     out, tokenizer, sources = Path(out), Path(tokenizer), [Path(p) for p in trajectories]
     if (out / "build_report.json").exists() and not force:
-        raise TrainingError(f"{out}: already holds a built dataset; pass --force to rebuild it")
+        raise TrainingError(f"{out}: already holds a built dataset; pass {setting('force', True)} to rebuild it")
     corpus = corpus if isinstance(corpus, Corpus) else load_corpus(corpus)  # a loaded one has said its warnings
     renderer = ChatRenderer.from_directory(tokenizer)
     found = [t for path in sources for t in read_trajectories(path)]

@@ -39,6 +39,7 @@ import paper_explorer.corpus.files as files
 from paper_explorer.agent.chat_template import read_template
 from paper_explorer.agent.models import file_sha256, load_renderer, tokenizer_file
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.sft.checkpoints import check_resume, finished, newest_complete, resumable_checkpoint
 from paper_explorer.sft.config import TrainConfig
 from paper_explorer.sft.dataset import load_examples, load_report
@@ -91,15 +92,17 @@ def check_run_directory(data: Path, out: Path, resume: bool) -> None:
             raise TrainingError(f"{other.named(data)}, not a dataset of explorer sft build; {other.taken_by(data)}")
         raise TrainingError(f"{data}: no build_report.json; build the data with explorer sft build")
     if out.exists() and not out.is_dir():
-        raise TrainingError(f"{out}: is a file; --out names the training run's directory")
+        raise TrainingError(f"{out}: is a file; {setting('out')} names the training run's directory")
     other = kind_of(out)
     if other is not None and other is not TRAINING_RUN:
-        raise TrainingError(f"{other.named(out)}, not a training run; {other.taken_by(out)}; choose another --out")
+        raise TrainingError(f"{other.named(out)}, not a training run; {other.taken_by(out)}; choose another {setting('out')}")
     started = out.is_dir() and any(out.iterdir())
     if started and not resume:
-        raise TrainingError(f"{out}: already holds a training run; pass --resume to continue it or choose another --out")
+        raise TrainingError(
+            f"{out}: already holds a training run; pass {setting('resume', True)} to continue it or choose another {setting('out')}"
+        )
     if resume and not started:
-        raise TrainingError(f"{out}: no training run to resume; drop --resume to start training")
+        raise TrainingError(f"{out}: no training run to resume; start training without {setting('resume', True)}")
 
 
 def _validation_corpus(corpus, config: TrainConfig):
@@ -152,20 +155,21 @@ def check_reporter(config: TrainConfig, out: Path | None = None) -> None:
     TENSORBOARD_LOGGING_DIR) writable, before anything heavy is loaded."""
     if config.report_to != "none" and find_spec(config.report_to) is None:
         raise TrainingError(
-            f"--report-to {config.report_to} needs the {config.report_to} package, which is not installed; "
-            f"pip install {config.report_to}, or pass --report-to none"
+            f"{setting('report_to', config.report_to)} needs the {config.report_to} package, which is not installed; "
+            f"pip install {config.report_to}, or pass {setting('report_to', 'none')}"
         )
     if config.report_to == "tensorboard" and out is not None:
         logs = Path(os.environ.get("TENSORBOARD_LOGGING_DIR") or out / "runs").expanduser()
         existing = next(p for p in (logs, *logs.parents) if p.exists())
         if not existing.is_dir():
             raise TrainingError(
-                f"--report-to tensorboard writes its logs under {logs}, but {existing} is a file; move it away, or choose another --out"
+                f"{setting('report_to', 'tensorboard')} writes its logs under {logs}, but {existing} is a file; move it away, "
+                f"or choose another {setting('out')}"
             )
         if not os.access(existing, os.W_OK | os.X_OK):
             raise TrainingError(
-                f"--report-to tensorboard writes its logs under {logs}, but {existing} is not writable; "
-                "fix its permissions, or choose another --out"
+                f"{setting('report_to', 'tensorboard')} writes its logs under {logs}, but {existing} is not writable; "
+                f"fix its permissions, or choose another {setting('out')}"
             )
 
 

@@ -66,7 +66,7 @@ def test_two_runs_that_share_questions_make_one_page(runs, tmp_path):
 
 def test_runs_of_different_corpora_are_refused(runs, tmp_path):
     done = run_cli("report", str(runs / "a"), str(runs / "elsewhere"), "--out", str(tmp_path / "x.html"))
-    assert refused(done, "different corpora", "explorer report each run alone") and not (tmp_path / "x.html").exists()
+    assert refused(done, "different corpora", "or report each run alone") and not (tmp_path / "x.html").exists()
 
 
 def test_runs_without_a_shared_question_are_refused(runs, tmp_path):

@@ -94,7 +94,7 @@ def test_a_corpus_given_by_path_or_loaded_makes_the_same_run_and_a_resume_finds_
     assert "every episode is written; the policy's server is not asked" in heard.notes
     assert "resuming: 2 of 2 episodes already written" in heard.said and again.scores == by_path.scores
     path.rename(tmp_path / "moved.jsonl")
-    with pytest.raises(EvaluationError, match="is gone; pass --corpus"):
+    with pytest.raises(EvaluationError, match="is gone; pass corpus with the same corpus"):
         evaluate(config, out=tmp_path / "by-path", resume=True)
     assert evaluate(config, out=tmp_path / "by-path", corpus=tmp_path / "moved.jsonl", resume=True).scores == by_path.scores
 

@@ -1,5 +1,5 @@
-"""sft's Python API, called in this process as a researcher's script would: ``build_dataset``
-and ``train`` with their configs, the one-line refusals they raise, the third-party warnings
+"""sft's Python API, called in this process as a researcher's script would: ``teach``,
+``build_dataset`` and ``train`` with their configs, the one-line refusals they raise, the third-party warnings
 training no longer prints, and figures rounded for people while the records keep every digit."""
 
 import json
@@ -30,17 +30,11 @@ def corpus():
 
 
 def teach(corpus, path, direct: bool = False):
-    """Gold-guided teacher trajectories for every question, written where ``explorer sft teach`` writes them."""
-    from paper_explorer.agent.runner import EpisodeRunner
-    from paper_explorer.agent.trajectory import EpisodeConfig
-    from paper_explorer.agent.writer import TrajectoryLog
-    from paper_explorer.corpus import BM25Index
-    from paper_explorer.sft.teacher import Teacher
+    """Gold-guided teacher trajectories for every question, as ``explorer sft teach --split all`` writes them."""
+    from paper_explorer import TeachConfig
+    from paper_explorer import teach as teach_all
 
-    runner = EpisodeRunner(corpus, BM25Index.build(corpus), Teacher(corpus, direct=direct), EpisodeConfig())
-    with TrajectoryLog(path) as log:
-        for question in corpus.questions:
-            log.append(runner.run(question.text, question))
+    teach_all(TeachConfig(split="all", direct=direct), out=path, corpus=corpus)
     return path
 
 
@@ -83,7 +77,7 @@ def test_build_dataset_writes_the_data_and_returns_its_report(built):
 
 def test_build_dataset_refuses_in_one_line(built, tiny_model, corpus, tmp_path):
     data, report = built
-    with pytest.raises(TrainingError, match="already holds a built dataset; pass --force"):
+    with pytest.raises(TrainingError, match="already holds a built dataset; pass force=True"):
         build_dataset(BuildConfig(), trajectories=report.sources, tokenizer=tiny_model, out=data, corpus=corpus)
     direct = teach(corpus, tmp_path / "direct.jsonl", direct=True)  # every first action submits: best-of keeps none
     with pytest.raises(NothingToTrain, match="no training example survived the filters"):
@@ -125,14 +119,14 @@ def test_train_refuses_a_directory_of_another_kind_and_a_second_start(tiny_model
     with pytest.raises(
         TrainingError,
         match=r"holds a dataset built by explorer sft build .*not a training run; "
-        r"explorer train --data .* trains on it; choose another --out",
+        r"explorer train --data .* trains on it; choose another out$",
     ):
         train(small(tiny_model), data=data, out=data)
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "validation.jsonl").write_text("")
-    with pytest.raises(TrainingError, match="already holds a training run; pass --resume"):
+    with pytest.raises(TrainingError, match="already holds a training run; pass resume=True to continue it or choose another out$"):
         train(small(tiny_model), data=data, out=tmp_path / "out")
-    with pytest.raises(TrainingError, match="no training run to resume; drop --resume"):
+    with pytest.raises(TrainingError, match="no training run to resume; start training without resume=True$"):
         train(small(tiny_model), data=data, out=tmp_path / "new", resume=True)
     with pytest.raises(TrainingError, match="no build_report.json; build the data with explorer sft build"):
         train(small(tiny_model), data=tmp_path / "nowhere", out=tmp_path / "new")

@@ -71,7 +71,7 @@ def test_a_run_resumed_from_its_validated_checkpoint_trains_bit_for_bit_what_the
 def test_resume_refusals_and_an_unwritable_log_directory_are_one_line_before_the_model_loads(tiny_model, data, tmp_path):
     arguments = train_arguments(tiny_model, data, tmp_path, 2)
     nothing = run_cli(*arguments, "--resume")
-    assert nothing.returncode == 2 and "no training run to resume; drop --resume" in nothing.stderr, nothing.stderr
+    assert nothing.returncode == 2 and "no training run to resume; start training without --resume" in nothing.stderr, nothing.stderr
     (tmp_path / "out").mkdir()
     (tmp_path / "out" / "runs").write_text("")  # where TensorBoard would write its event files
     blocked = run_cli(*arguments, "--resume", "--report-to", "tensorboard")
