@@ -10,15 +10,8 @@ from hypothesis import strategies as st
 from paper_explorer.corpus import BM25Index, Corpus
 from paper_explorer.corpus.schema import Paper, Section
 from paper_explorer.tools.errors import ToolError
-from paper_explorer.tools.paper_tools import (
-    ACTION_RETURNED_CHARS,
-    HIT_TEXTS,
-    RETURNED_CHARS,
-    PaperTools,
-    _hits,
-    record_chars,
-    returned_record,
-)
+from paper_explorer.tools.layout import hits as layout_hits
+from paper_explorer.tools.paper_tools import ACTION_RETURNED_CHARS, RETURNED_CHARS, PaperTools, record_chars, returned_record
 
 
 def tools_for(corpus):
@@ -92,7 +85,7 @@ def test_past_the_action_budget_results_keep_length_and_sha256_until_the_next_ac
 
 def pieces(returned):
     """The paper text a record says its result showed, piece by piece."""
-    texts = [returned.text[start:end] for start, end in returned.shown.pieces]
+    texts = [returned.text[start:end] for start, end in returned.shown.spans()]
     return [json.loads(text) for text in texts] if returned.shown.form == "json" else texts
 
 
@@ -186,7 +179,7 @@ def test_hits_are_written_exactly_as_json_and_their_texts_read_back_exactly(fiel
         {"paper_id": name, "section": number, "section_name": text, "paragraph": number, "sentence": name + text, "score": score}
         for name, text, number, score in fields
     ]
-    rendered = _hits(hits, HIT_TEXTS["extract"])
+    rendered = layout_hits(hits, "extract")
     assert rendered.text == json.dumps(hits, ensure_ascii=False) and rendered.value is hits
     returned = returned_record(rendered.text, ACTION_RETURNED_CHARS, rendered.shown)
     assert pieces(returned) == [hit[field] for hit in hits for field in ("section_name", "sentence") if hit[field]]
