@@ -21,6 +21,7 @@ paragraph), since generated papers are short.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import gc
 import os
@@ -43,10 +44,16 @@ import re2  # noqa: E402
 from bench.common import write_results  # noqa: E402
 from paper_explorer.corpus import BM25, BM25Index, Corpus, DemoConfig, Paper, Section, generate, tokenize  # noqa: E402
 from paper_explorer.corpus.index import QuoteText, quote_form  # noqa: E402
-from paper_explorer.tools import paper_tools  # noqa: E402
-from paper_explorer.tools.arguments import ExtractArgs, ReadArgs, SearchArgs, SubmitArgs  # noqa: E402
+from paper_explorer.tools import layout, paper_tools  # noqa: E402
+from paper_explorer.tools.catalog import search as search_tool  # noqa: E402
+from paper_explorer.tools.catalog import submit as submit_tool  # noqa: E402
+from paper_explorer.tools.catalog.extract import REGEX_MEMORY, ExtractArgs  # noqa: E402
+from paper_explorer.tools.catalog.read import ReadArgs  # noqa: E402
+from paper_explorer.tools.catalog.search import SearchArgs  # noqa: E402
+from paper_explorer.tools.catalog.submit import SubmitArgs  # noqa: E402
 from paper_explorer.tools.errors import ToolError  # noqa: E402
-from paper_explorer.tools.paper_tools import PAGE_CHARS, REGEX_MEMORY, PaperTools, sentences, shown  # noqa: E402
+from paper_explorer.tools.layout import PAGE_CHARS  # noqa: E402
+from paper_explorer.tools.paper_tools import PaperTools, sentences, shown  # noqa: E402
 
 WORST_REGEX = r"(.{0,50}a){10}q"  # RE2's DFA runs out of states and its NFA walks ~4,500 instructions a byte
 
@@ -104,22 +111,30 @@ class OldPaperTools(PaperTools):
     def __init__(self, corpus: Corpus, index: BM25Index) -> None:
         super().__init__(corpus, index)
         self._old_sentence_indexes: dict[str, tuple[list[tuple[int, int, str]], BM25]] = {}
+        # the registered tools' functions, replaced by the old ones below (called as (episode, args))
+        old = {
+            "search": OldPaperTools._search,
+            "read": OldPaperTools._read,
+            "extract": OldPaperTools._extract,
+            "submit": OldPaperTools._submit,
+        }
+        self._tools = {name: dataclasses.replace(tool, function=old.get(name, tool.function)) for name, tool in self._tools.items()}
 
     def _search(self, args: SearchArgs) -> list[dict]:
         if args.paper_id is None:
-            return super()._search(args)
-        self._paper(args.paper_id)
+            return search_tool.search(self, args)
+        self.paper(args.paper_id)
         ranked = old_top_k(self.index.bm25, self.index.tokenize(args.query), args.k, self.index._paper_ranges[args.paper_id])
         return [{"paragraph": doc, "score": round(score, 3)} for doc, score in ranked]
 
     def _read(self, args: ReadArgs) -> str:
-        paper = self._paper(args.paper_id)
-        section = paper.sections[self._section_number(paper, args.section)]
+        paper = self.paper(args.paper_id)
+        section = paper.sections[self.section_number(paper, args.section)]
         pages = old_pages([f"[{i}] {text}" for i, text in enumerate(section.paragraphs) if text], PAGE_CHARS)
         return "\n\n".join(pages[args.page])
 
     def _extract(self, args: ExtractArgs) -> list[dict]:
-        paper = self._paper(args.paper_id)
+        paper = self.paper(args.paper_id)
         located, bm25 = self._old_sentences_of(paper)
         if args.regex:
             options = re2.Options()
@@ -150,7 +165,7 @@ class OldPaperTools(PaperTools):
 
     def _old_evidence(self, position: int, item) -> dict:
         if isinstance(item, list):
-            paper = self._paper(item[0])
+            paper = self.paper(item[0])
             return {"paper_id": paper.id, "section": item[1], "paragraph": item[2]}
         quote = " ".join(item.split()).lower()
         for paragraph in self.corpus.paragraphs():
@@ -158,7 +173,7 @@ class OldPaperTools(PaperTools):
                 return {"paper_id": paragraph.paper_id, "section": paragraph.section_index, "paragraph": paragraph.paragraph_index}
         raise ToolError(f"evidence {position}: no paragraph contains the quote {shown(item)}")
 
-    def _paper(self, paper_id: str) -> Paper:
+    def paper(self, paper_id: str) -> Paper:
         if paper_id in self.corpus:
             return self.corpus.paper(paper_id)
         close = old_closest(paper_id, self.corpus.paper_ids)
@@ -236,7 +251,7 @@ def cases(corpus: Corpus, index: BM25Index, long_corpus: Corpus, papers_extracte
     typo = middle[:-2] + middle[-1]
     many = [paper.id for paper in corpus.papers[:papers_extracted]]
     huge = long_corpus.papers[0].sections[1].paragraphs[0]
-    last_page = len(paper_tools._pages([f"[0] {huge}"], PAGE_CHARS)) - 1
+    last_page = len(layout.pages([f"[0] {huge}"], PAGE_CHARS)) - 1
     build_long = lambda f: f["extract"]("long", "alpha")  # noqa: E731 - builds the paper's sentence index
     return [
         Case("search", "500-character query of the 80 most common words, k=50", False, lambda f: f["search"](query, k=50)),
@@ -358,7 +373,7 @@ def run(papers: int, repeats: int, old_repeats: int, papers_extracted: int) -> s
         f"- Corpus: {papers:,} generated papers, {len(index.paragraphs):,} paragraphs; index built in {build_s:.1f} s, of which "
         f"{quote_text_s:.1f} s for the quote text (every paragraph in quote form, kept once per corpus beside the index and in its "
         f"cache file: {text_mib:.0f} MiB).",
-        f"- A quote with no uncommon word costs one scan of the quote text; a submit may spend {paper_tools.QUOTE_SCANS} "
+        f"- A quote with no uncommon word costs one scan of the quote text; a submit may spend {submit_tool.QUOTE_SCANS} "
         "(the row of 20 such quotes: 3 scans, then the 4th is refused).",
         f"- Long paper: {sum(len(p) for s in long_corpus.papers[0].sections for p in s.paragraphs):,} characters.",
         f"- Sentence indexes kept after extract over {papers_extracted} papers: {old_mib:.0f} MiB by one episode before "

@@ -14,15 +14,18 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_serializer
 
+from paper_explorer.tools import registry
 from paper_explorer.tools.limits import MAX_OUTPUT_CHARS, SandboxSettings
 from paper_explorer.tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-# 7: what each research call showed of the papers (Returned.shown), which the grounding detectors read
+# 8: each piece of paper text a research call showed, typed and placed, and a read's page
+# (Shown.parts, Shown.read): the memory reader builds its document from them, and the detectors read
+# them; 7: what each research call showed of the papers (Returned.shown), which the grounding detectors read
 # instead of parsing the result's text (evaluation.detectors keeps the old rule for schemas 4 to 6);
 # 6: option probes (Trajectory.probes); 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 # A probe's options must hold at least this share of the model's next-token distribution for their
 # renormalised probabilities to be read as its belief: below it the model wanted to write something
 # else (a fine-tuned policy after its turn: code), and renormalising magnifies the noise of a
@@ -30,8 +33,6 @@ SCHEMA_VERSION: Final = 7
 # to 0.84-0.90 on every question). A tenth keeps probes a model answers in its own words only in part
 # (SmolLM2-135M-Instruct: "Yes"/"No" 0.55-0.73, its agent-trained adapter 0.20-0.33).
 DEFAULT_PROBE_MIN_MASS: Final = 0.1
-RESEARCH_TOOLS: Final = frozenset({"search", "read", "extract"})
-ENDING_TOOLS: Final = frozenset({"submit", "abstain"})
 ENDING_STATUSES: Final = ("submitted", "abstained")
 
 
@@ -292,7 +293,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4, 5, 6, 7] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5, 6, 7, 8] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -370,11 +371,12 @@ def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCall
     policy nothing, nor did a call of an action stopped by a limit (the worker is killed, and with it
     what the action printed and kept), and a call after the submit or abstain that succeeded cannot
     have informed it."""
+    research, ending = registry.research_tools(), registry.ending_tools()
     for step in trajectory.steps:
         for call in step.tool_calls:
-            if call.name in ENDING_TOOLS and not call.error:
+            if call.name in ending and not call.error:
                 return
-            if call.name in RESEARCH_TOOLS and not call.error and step.limit_hit is None:
+            if call.name in research and not call.error and step.limit_hit is None:
                 yield step, call
 
 
@@ -383,7 +385,7 @@ def showed_papers(call: ToolCallRecord) -> bool:
     search or extract with no hit, or a read of empty text, showed nothing. A call recorded before
     the host kept that record (schema 6 and older) is taken to have shown something, as then."""
     shown = call.returned.shown if call.returned is not None else None
-    return shown is None or bool(shown.paragraphs or shown.pieces)
+    return shown is None or bool(shown.paragraphs or shown.spans())
 
 
 def without_timings(trajectory: Trajectory) -> dict:
@@ -407,8 +409,6 @@ def _untimed(generation: dict) -> dict:
 
 __all__ = [
     "ENDING_STATUSES",
-    "ENDING_TOOLS",
-    "RESEARCH_TOOLS",
     "Drift",
     "EpisodeConfig",
     "Evidence",

@@ -27,9 +27,9 @@ it may share with others. From schema 7 they read the structured record the host
 rendered each result (``tools.records.Shown``: the paragraphs shown, and where in the kept text
 each piece of paper text lies), never the result's text as layout, so no paper text can make a
 paragraph count as shown (a blank line and "[4] " inside a paragraph, a fake heading, a line
-imitating a page). Schemas 4 to 6 kept no such record: there results are parsed in the exact
-form the host's tools wrote them (the old rule, ``_parsed``), which paper text imitating that
-form can mislead. Trajectories older than schema 4 did not record results: there the detectors
+imitating a page). Schemas 4 to 6 kept no such record: they are scored as they always were, their
+results read back in the exact form the host's tools wrote them then (``tools.layout.legacy_shown``,
+the one module that owns the layout), which paper text imitating that form can mislead. Trajectories older than schema 4 did not record results: there the detectors
 fall back to the observations, and every flag they raise says so.
 
 Where results were not kept whole (cut at the cap for one result, or past the action's budget:
@@ -40,19 +40,21 @@ other detectors read the tool calls, outcome, code, action text, generation reco
 (host or policy records); ``repeated_prompt`` reads the observations because the observation is
 what the next prompt shows, whoever wrote it.
 
-Why one module of this size: sixteen small detectors, each a function and its docstring; they
-share the grounding helpers and are read as one list (``DETECTORS``).
+Which tools are research and which end an episode is the tool registry's (``tools.registry``:
+each tool declares the record it makes). Why one module of this size: sixteen small detectors, each
+a function and its docstring; they share the grounding helpers and are read as one list
+(``DETECTORS``).
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from paper_explorer.agent.trajectory import ENDING_STATUSES, ENDING_TOOLS, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
+from paper_explorer.agent.trajectory import ENDING_STATUSES, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
 from paper_explorer.corpus.schema import Question
+from paper_explorer.tools import layout, registry
 from paper_explorer.tools.page import tool_page
 
 POLAR = {"yes", "no"}
@@ -163,181 +165,40 @@ def _kept_whole(call: ToolCallRecord) -> bool:
 
 
 def _recorded(call: ToolCallRecord) -> _Shown | None:
-    """What one research call showed, as the host recorded it while writing the result (schema 7 on,
-    ``tools.records.Shown``): its paragraphs, and each piece of paper text cut out of the kept text
-    where the host said it lies (a JSON string literal decoded, for a search or extract). Nothing
-    in the text is parsed as layout. None when a kept result has no such record, or one that does
-    not fit its text (the host never writes either): it counts as nothing seen, and the flags say
-    so. A result not kept (over the action's budget) showed nothing we can see."""
+    """What one research call showed, as the host recorded it while writing the result (schema 7
+    on, ``tools.records.Shown``): its paragraphs, and each piece of paper text cut out of the kept
+    text where the host said it lies (``tools.layout.shown_texts``). Nothing in the text is parsed
+    as layout. None when a kept result has no such record, or one that does not fit its text (the
+    host never writes either): it counts as nothing seen, and the flags say so. A result not kept
+    (over the action's budget) showed nothing we can see."""
     returned = call.returned
     if returned is None or returned.text is None:
         return _Shown([], set())
-    shown = returned.shown
-    if shown is None:
+    if returned.shown is None:
         return None
-    texts = []
-    for start, end in shown.pieces:
-        if not 0 <= start < end <= len(returned.text):
-            return None
-        piece = returned.text[start:end]
-        if shown.form == "json":
-            try:
-                piece = json.loads(piece)
-            except ValueError:
-                return None
-            if not isinstance(piece, str):
-                return None
-        texts.append(piece)
-    return _Shown(texts, set(shown.paragraphs))
+    found = layout.shown_texts(returned.text, returned.shown)
+    if found is None:
+        return None
+    return _Shown([text for _, text in found], set(returned.shown.paragraphs))
 
 
 def _parsed(call: ToolCallRecord) -> _Shown | None:
-    """The old rule, for schemas 4 to 6 (which kept no ``Shown`` record): what one research call's
-    kept result showed, parsed from its text; None when it is not in the form the host's tools
-    wrote (``tools.paper_tools``: the read page and outline, the hits' JSON). Paper text that
-    imitates that form (a blank line and "[4] " inside a paragraph) misleads it, which is why
-    schema 7 records what was shown instead. A result not kept showed nothing we can see."""
+    """Schemas 4 to 6 kept no ``Shown`` record: what one research call's kept result showed, read
+    back in the form the host's tools wrote then (``tools.layout.legacy_shown``), as those
+    trajectories were always scored; paper text that imitates that form can mislead it. None when
+    it is not in that form. A result not kept showed nothing we can see."""
     returned = call.returned
     if returned is None or returned.text is None:
         return _Shown([], set())
-    if call.name == "read":
-        paper_id = call.arguments.get("paper_id")
-        if not isinstance(paper_id, str):
-            return None
-        if returned.cut is not None:  # a page is ~2,500 characters, far below the cap: never cut in practice
-            return _Shown([], set())
-        if call.arguments.get("section") is None:
-            return _outline_shown(paper_id, returned.text)
-        return _page_shown(paper_id, returned.text)
-    return _hits_shown(call.name, returned.text, cut=returned.cut is not None)
-
-
-PAGE_HEADING = re.compile(r"(?P<section>[0-9]+): (?P<name>.*) \(page (?P<page>[0-9]+) of (?P<pages>[0-9]+)\)")
-PARAGRAPH_MARKER = re.compile(r"\[(?P<paragraph>[0-9]+)\] ")
-CONTINUED, CONTINUES = "[continued] ", " [continues]"  # the notes ``_pages`` puts on a paragraph split over pages
-UNTITLED, NO_ABSTRACT, NO_TEXT = "(untitled)", "(no abstract)", "(this section has no text)"
-
-
-def _page_shown(paper_id: str, text: str) -> _Shown | None:
-    """A section's page: "{paper} / section {n}: {name} (page {p} of {m})", a blank line, the
-    paragraphs ("[i] text", a split one's later pieces "[continued] text", each but the last ending
-    " [continues]") separated by blank lines, and, unless it is the last page, the "... more:" call
-    for the next. Paragraph i counts as shown where its marker is: its first piece."""
-    heading, _, body = text.partition("\n\n")
-    prefix = f"{paper_id} / section "
-    match = PAGE_HEADING.fullmatch(heading[len(prefix) :]) if heading.startswith(prefix) else None
-    if match is None:
-        return None
-    section, page, pages = int(match["section"]), int(match["page"]), int(match["pages"])
-    more = f"\n\n... more: read({paper_id!r}, section={section}, page={page})"
-    if page < pages:
-        if not body.endswith(more):
-            return None
-        body = body[: -len(more)]
-    texts = [match["name"]] if match["name"] != UNTITLED else []
-    if body == NO_TEXT:
-        return _Shown(texts, set())
-    pieces = _page_pieces(body)
-    if pieces is None:
-        return None
-    texts += [piece for _, piece in pieces]
-    return _Shown(texts, {(paper_id, section, paragraph) for paragraph, piece in pieces if paragraph is not None})
-
-
-def _page_pieces(body: str) -> list[tuple[int | None, str]] | None:
-    """(paragraph number, or None for a continued piece; its text without marker or notes) per piece."""
-    pieces: list[list] = []
-    for chunk in body.split("\n\n"):
-        marker = PARAGRAPH_MARKER.match(chunk)
-        if marker is not None:
-            pieces.append([int(marker["paragraph"]), chunk[marker.end() :]])
-        elif chunk.startswith(CONTINUED) and not pieces:  # only a page's first piece continues one
-            pieces.append([None, chunk[len(CONTINUED) :]])
-        elif pieces:  # a blank line inside a paragraph
-            pieces[-1][1] += "\n\n" + chunk
-        else:
-            return None
-    return [(paragraph, piece.removesuffix(CONTINUES)) for paragraph, piece in pieces]
-
-
-OUTLINE_SECTION = re.compile(r"  (?P<number>[0-9]+)\. (?P<name>.*) \((?P<count>[0-9]+) paragraphs?\)")
-
-
-def _outline_shown(paper_id: str, text: str) -> _Shown | None:
-    """A paper's outline: "{paper}: {title}", its abstract, "Sections:" and a line per section
-    ("  {n}. {name} ({count} paragraphs)"), and the call that reads one. Paper text: the title, the
-    abstract and the section names, not their numbers or counts. It shows no paragraph."""
-    head, tail = f"{paper_id}: ", f"\n\nread({paper_id!r}, section=N) shows a section's paragraphs."
-    if not (text.startswith(head) and text.endswith(tail)):
-        return None
-    front, found, listing = text[len(head) : -len(tail)].rpartition("\n\nSections:")
-    lines = listing.split("\n")
-    if not found or lines[0]:
-        return None
-    title, _, abstract = front.partition("\n\n")
-    texts = [title] + ([abstract] if abstract != NO_ABSTRACT else [])
-    for number, line in enumerate(lines[1:]):
-        match = OUTLINE_SECTION.fullmatch(line)
-        if match is None or int(match["number"]) != number:
-            return None
-        texts += [match["name"]] if match["name"] != UNTITLED else []
-    return _Shown(texts, set())
-
-
-# The keys of a search hit and of an extracted sentence, and which of them hold paper text (not the
-# paper id, which is ours, nor the numbers: section, paragraph and score).
-HIT_FIELDS = {
-    "search": {"paper_id", "title", "section", "section_name", "paragraph", "score", "snippet"},
-    "extract": {"paper_id", "section", "section_name", "paragraph", "sentence", "score"},
-}
-HIT_TEXTS = {"search": ("title", "section_name", "snippet"), "extract": ("section_name", "sentence")}
-
-
-def _hits_shown(name: str, text: str, cut: bool) -> _Shown | None:
-    """Search and extract results: a JSON list of hits, each naming the paragraph it comes from. Of a
-    result cut at its cap, the hits that were kept whole."""
-    try:
-        hits = _whole_items(text) if cut else json.loads(text)
-    except ValueError:
-        return None
-    if not isinstance(hits, list) or not all(_is_hit(name, hit) for hit in hits):
-        return None
-    return _Shown(
-        [hit[field] for hit in hits for field in HIT_TEXTS[name]], {(hit["paper_id"], hit["section"], hit["paragraph"]) for hit in hits}
-    )
-
-
-def _is_hit(name: str, hit) -> bool:
-    return (
-        isinstance(hit, dict)
-        and set(hit) == HIT_FIELDS[name]
-        and isinstance(hit["paper_id"], str)
-        and all(type(hit[key]) is int for key in ("section", "paragraph"))
-        and all(isinstance(hit[key], str) for key in HIT_TEXTS[name])
-    )
-
-
-def _whole_items(text: str) -> list:
-    """The items of a JSON list cut short (as ``json.dumps`` writes it: "[a, b, ..."), up to the last
-    whole one."""
-    if not text.startswith("["):
-        raise ValueError("not a list")
-    decoder, items, at = json.JSONDecoder(), [], 1
-    while True:
-        try:
-            item, at = decoder.raw_decode(text, at)
-        except ValueError:
-            return items
-        items.append(item)
-        if not text.startswith(", ", at):
-            return items
-        at += 2
+    legacy = layout.legacy_shown(call.name, call.arguments, returned.text, cut=returned.cut is not None)
+    return None if legacy is None else _Shown(legacy.texts, legacy.places)
 
 
 def _observed(trajectory: Trajectory) -> str:
     """What the actions printed before answering (the submit's own confirmation echoes the answer).
     Worker-written: only trajectories that predate recorded tool results are judged from it."""
-    return "\n".join(step.observation for step in trajectory.steps if not any(call.name in ENDING_TOOLS for call in step.tool_calls))
+    ending = registry.ending_tools()
+    return "\n".join(step.observation for step in trajectory.steps if not any(call.name in ending for call in step.tool_calls))
 
 
 def _noted(text: str, note: str) -> str:

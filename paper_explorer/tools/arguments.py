@@ -8,9 +8,9 @@ survives into the tools. Anything that is not plain data is refused.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from paper_explorer.tools.errors import ToolError
 from paper_explorer.tools.wire import Marker
@@ -52,45 +52,10 @@ def plain(value: Any, depth: int = 0) -> Any:
 
 
 class Arguments(BaseModel):
+    """A tool's arguments (each tool's own subclass, in its module: ``tools.catalog``): exact types,
+    no extra fields; the tool page shows each field's description and bounds (``tools.page``)."""
+
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-
-class SearchArgs(Arguments):
-    query: Annotated[str, Field(min_length=1, max_length=500, description="words to look for")]
-    k: Annotated[int, Field(ge=1, le=50, description="number of hits")] = 5
-    paper_id: Annotated[str | None, Field(max_length=200, description="search only this paper")] = None
-
-
-class ReadArgs(Arguments):
-    paper_id: Annotated[str, Field(min_length=1, max_length=200, description="the paper to read")]
-    section: Annotated[
-        int | str | None,
-        Field(description="section number or name; omit it for the paper's outline"),
-    ] = None
-    page: Annotated[int, Field(ge=0, le=10_000, description="page of a long section")] = 0
-
-
-class ExtractArgs(Arguments):
-    paper_id: Annotated[str, Field(min_length=1, max_length=200, description="the paper to extract from")]
-    query: Annotated[str, Field(min_length=1, max_length=500, description="words to match, or a pattern if regex=True")]
-    k: Annotated[int, Field(ge=1, le=20, description="number of sentences")] = 5
-    regex: Annotated[bool, Field(description="treat query as a case-insensitive RE2 regular expression")] = False
-
-
-class SubmitArgs(Arguments):
-    answer: Annotated[str, Field(min_length=1, max_length=2000, description="the answer, as short as the question allows")]
-    evidence: Annotated[
-        list[Any],
-        Field(
-            max_length=20,
-            description="paragraphs that support the answer: hits from search/extract, "
-            "[paper_id, section, paragraph] triples, or exact quotes",
-        ),
-    ] = []
-
-
-class AbstainArgs(Arguments):
-    reason: Annotated[str, Field(min_length=1, max_length=1000, description="why the corpus does not answer the question")]
 
 
 def validate(model: type[Arguments], name: str, args: tuple, kwargs: dict) -> Arguments:

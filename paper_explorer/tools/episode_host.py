@@ -61,7 +61,7 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from paper_explorer.tools import process_caches, wire, worker
+from paper_explorer.tools import process_caches, registry, wire, worker
 from paper_explorer.tools.errors import ToolError
 from paper_explorer.tools.limits import Limits
 from paper_explorer.tools.paper_tools import RecordsFull
@@ -412,7 +412,7 @@ class EpisodeHost:
     def _serve(self, frame: dict, clocks: ActionClocks) -> bytes:
         """One tool call, executed and recorded here under the action's clocks; the reply frame."""
         name = frame.get("tool")
-        if name not in worker.TOOL_NAMES:
+        if not isinstance(name, str) or name not in self.tools.tool_names:
             raise wire.FrameMalformed("a call of no tool")
         if "oversize" in frame:
             size = frame["oversize"] if type(frame["oversize"]) is int else -1
@@ -511,8 +511,9 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
     try:
         from paper_explorer.tools.paper_tools import PaperTools
 
-        corpus, index = pickle.loads(_read_all(payload_fd))
+        corpus, index, tool_modules = pickle.loads(_read_all(payload_fd))
         os.close(payload_fd)
+        registry.load_external(tool_modules)  # tools registered from modules of the policy's process's own
         os.chdir("/")
         _touch(corpus, index)  # what a host's first calls import or compile lazily, imported before the fork
         process_caches.reset(corpus)  # every host starts from these caches, and a reset returns to them
@@ -594,25 +595,26 @@ def _episode(control: socket.socket, link_fd: int, host: EpisodeHost) -> None:
 
 # -- the policy's process: one fork server per corpus and index ------------------------------------
 
-_servers: dict[tuple[int, int], tuple[Zygote, IdleHosts]] = {}
+_servers: dict[tuple[int, int, int], tuple[Zygote, IdleHosts]] = {}
 _servers_lock = threading.Lock()
 
 
 def host_server(corpus, index) -> tuple[Zygote, IdleHosts]:
     """The fork server of episode hosts for this corpus and index, and its idle hosts (started on
     first use, closed when either is collected; a forked child of this process gets its own)."""
-    key = (id(corpus), id(index))
+    key = (id(corpus), id(index), registry.generation)  # a tool registered since needs a server that loads it
     with _servers_lock:
         entry = _servers.get(key)
         if entry is None or entry[0].owner_pid != os.getpid():
-            server = Zygote(kernel_fence=False, entry=__name__, payload=pickle.dumps((corpus, index), protocol=pickle.HIGHEST_PROTOCOL))
+            payload = pickle.dumps((corpus, index, registry.external_modules()), protocol=pickle.HIGHEST_PROTOCOL)
+            server = Zygote(kernel_fence=False, entry=__name__, payload=payload)
             entry = _servers[key] = (server, IdleHosts(server))
             weakref.finalize(corpus, _close_server, key, server)
             weakref.finalize(index, _close_server, key, server)
         return entry
 
 
-def _close_server(key: tuple[int, int], server: Zygote) -> None:
+def _close_server(key: tuple[int, int, int], server: Zygote) -> None:
     with _servers_lock:
         if key in _servers and _servers[key][0] is server:
             del _servers[key]

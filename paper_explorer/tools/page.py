@@ -1,4 +1,5 @@
-"""The one-page tool documentation shown to the policy, generated from ``tools.TOOLS``.
+"""The one-page tool documentation shown to the policy, generated from the registered tools
+(``tools.registry``).
 
 Signatures, defaults, bounds and descriptions come from the same pydantic argument models that
 validate every call, so the page cannot promise what the tools do not do.
@@ -9,7 +10,8 @@ from __future__ import annotations
 import annotated_types
 from pydantic.fields import FieldInfo
 
-from paper_explorer.tools.paper_tools import TOOLS, Tool
+from paper_explorer.tools import registry
+from paper_explorer.tools.registry import Tool
 
 
 def _default(field: FieldInfo) -> str:
@@ -39,7 +41,7 @@ def tool_page() -> str:
     """The reference of every tool: signature, contract, arguments with bounds, result, example.
     The instructions around it are the system prompt's (``agent/prompts/prompts.toml``)."""
     blocks = []
-    for tool in TOOLS:
+    for tool in registry.tools():
         lines = [f"{signature(tool)}", f"    {tool.summary}"]
         for name, field in tool.arguments.model_fields.items():
             lines.append(f"    {name}: {field.description}{_bounds(field)}")

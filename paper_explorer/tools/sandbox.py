@@ -102,11 +102,10 @@ import weakref
 from typing import Any
 
 from paper_explorer.corpus import BM25Index, Corpus
-from paper_explorer.tools import wire, worker
+from paper_explorer.tools import registry, wire, worker
 from paper_explorer.tools.episode_host import DEATH_GRACE_SECONDS, ActionResult, IdleHosts, host_server, with_text
 from paper_explorer.tools.limits import MAX_MEMORY_BYTES, Limits
 from paper_explorer.tools.modules import DEFAULT_MODULES, VETTED_MODULES
-from paper_explorer.tools.paper_tools import TOOLS
 from paper_explorer.tools.records import Outcome
 from paper_explorer.tools.zygote import Zygote, ZygoteError, shared_zygote
 
@@ -202,6 +201,7 @@ class Sandbox:
             "output_chars": self.limits.output_chars,
             "allowed_modules": list(self.limits.allowed_modules),
             "restricted": self.restricted,
+            "tool_names": list(registry.names()),
         }
         try:
             pid, sock = self.zygote.spawn(settings)
@@ -422,7 +422,6 @@ __all__ = [
     "MAX_MEMORY_BYTES",
     "Sandbox",
     "SandboxError",
-    "TOOLS",
     "VETTED_MODULES",
     "DEFAULT_MODULES",
     "observe_isolation",

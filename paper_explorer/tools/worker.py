@@ -1,9 +1,9 @@
 """The untrusted side of the sandbox: RestrictedPython running one episode's actions.
 
 This module runs inside the worker process that ``tools.zygote`` forks and ``tools.fence``
-walls in. It holds no corpus, no index, no log and no outcome: ``search``, ``read``,
-``extract``, ``submit`` and ``abstain`` here are stubs that send one request to the host and wait
-for its answer. Everything this process says is treated by the host as a claim, never as a fact
+walls in. It holds no corpus, no index, no log and no outcome: its tools (``search``, ``read``,
+``extract``, ``submit``, ``abstain`` and any other the host's registry declares, named by the host
+when it starts the worker) are stubs that send one request to the host and wait for its answer. Everything this process says is treated by the host as a claim, never as a fact
 (see ``tools.sandbox``), so the code below is the *first* wall, not the last.
 
 Output from every path lands in the current action's capture: RestrictedPython's ``print``,
@@ -45,7 +45,7 @@ from paper_explorer.tools.modules import MODULE_EXPORTS
 
 LAST_VALUE = "last_expression_value_"  # RestrictedPython forbids leading underscores, so not _
 ACTION_FILENAME = "<action>"
-TOOL_NAMES = ("search", "read", "extract", "submit", "abstain")
+TOOL_NAME_CHARS = 40  # tools.registry.NAME's bound, checked again here
 ERROR_CHARS = 2_000
 C_LEVEL_IMPORTS = ("time", "_strptime")  # what allowed modules' C code imports for itself
 THOROUGH_FROM = 16  # the first action whose collection also walks what earlier actions left
@@ -304,7 +304,13 @@ class Runtime:
     """One episode's namespace; runs one action at a time and asks the host for every tool call."""
 
     def __init__(
-        self, channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool = True, memory_bytes: int = 2 * 2**30
+        self,
+        channel: int,
+        output_chars: int,
+        allowed_modules: tuple[str, ...],
+        restricted: bool = True,
+        memory_bytes: int = 2 * 2**30,
+        tool_names: tuple[str, ...] = (),
     ) -> None:
         self.channel = channel
         self.memory_bytes = memory_bytes
@@ -335,8 +341,14 @@ class Runtime:
             "_print_": self.printer,
             "ToolError": ToolError,
             "__metaclass__": type,  # RestrictedPython's class statements need it (names with _ stay unreachable)
-            **{name: self._stub(name) for name in TOOL_NAMES},
         }
+        for name in tool_names:
+            # the host names the tools (tools.registry checks them); a stub never replaces a guard or a builtin
+            if not (name.isidentifier() and name.islower() and not name.startswith("_") and len(name) <= TOOL_NAME_CHARS):
+                raise ValueError(f"not a tool name: {name!r}")
+            if name in self.namespace or name in builtins:
+                raise ValueError(f"a tool may not shadow {name!r}")
+            self.namespace[name] = self._stub(name)
         if not restricted:  # the kernel-fence tests run plain Python here, as an escaped action would
             import builtins as all_builtins
 
@@ -448,10 +460,16 @@ class Runtime:
 
 
 def serve(
-    channel: int, output_chars: int, allowed_modules: tuple[str, ...], restricted: bool, fence_notes: list[str], memory_bytes: int
+    channel: int,
+    output_chars: int,
+    allowed_modules: tuple[str, ...],
+    restricted: bool,
+    fence_notes: list[str],
+    memory_bytes: int,
+    tool_names: tuple[str, ...],
 ) -> None:
     """The worker's loop: ready, then one action per request, until the host closes the channel."""
-    runtime = Runtime(channel, output_chars, allowed_modules, restricted, memory_bytes)
+    runtime = Runtime(channel, output_chars, allowed_modules, restricted, memory_bytes, tool_names)
     # The originals too: an action may reach them, and every byte it prints must pass the router's cap.
     sys.stdout = sys.stderr = sys.__stdout__ = sys.__stderr__ = runtime.router  # type: ignore[misc,assignment]
     wire.send_blocking(channel, wire.encode({"op": "ready", "notes": fence_notes}))

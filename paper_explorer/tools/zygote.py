@@ -211,6 +211,7 @@ def _worker(
             request["restricted"],
             notes,
             request["memory_bytes"],
+            tuple(request["tool_names"]),
         )
     finally:
         os._exit(worker.EXIT_PROTOCOL)

@@ -10,8 +10,8 @@ from paper_explorer.agent.prompt import CUT_MARKER, EMPTY_OBSERVATION, FORMAT_ER
 from paper_explorer.corpus import BM25Index
 from paper_explorer.corpus.demo import CORES, PREFIXES, TASKS
 from paper_explorer.corpus.plain_text import papers_from_text
+from paper_explorer.tools import registry
 from paper_explorer.tools.page import tool_page
-from paper_explorer.tools.paper_tools import TOOLS
 from paper_explorer.tools.sandbox import ActionResult, Sandbox
 
 EXAMPLE_PAPERS = Path(__file__).resolve().parents[2] / "docs" / "examples" / "papers"
@@ -105,7 +105,9 @@ def any_corpus(request, small_demo):
 def test_the_examples_run_in_order_on_the_demo_corpus_and_on_another(any_corpus, ending):
     """The format-error message's example, then the tool page's in the order shown (the later ones
     use the search's hits) as one episode's actions: each runs, every call succeeds, the last ends it."""
-    examples = [extract_code(FORMAT_ERROR)] + [tool.example for tool in TOOLS if tool.name not in {"submit", "abstain"} - {ending}]
+    examples = [extract_code(FORMAT_ERROR)] + [
+        tool.example for tool in registry.tools() if tool.name not in {"submit", "abstain"} - {ending}
+    ]
     with Sandbox(any_corpus, index=BM25Index.build(any_corpus)) as sandbox:
         for example in examples:
             result = sandbox.execute(example)

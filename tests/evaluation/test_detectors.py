@@ -16,8 +16,10 @@ from paper_explorer.corpus import BM25Index, Corpus
 from paper_explorer.corpus.schema import Answer, Paper, Question, Section
 from paper_explorer.evaluation.detectors import DETECTORS, FROM_OBSERVATIONS, detect, detector_rates, verdict
 from paper_explorer.evaluation.scoring import run_metrics, score_episode
+from paper_explorer.tools.layout import HIT_TEXTS
+from paper_explorer.tools.layout import hits as layout_hits
 from paper_explorer.tools.page import tool_page
-from paper_explorer.tools.paper_tools import ACTION_RETURNED_CHARS, HIT_TEXTS, RETURNED_CHARS, _hits, returned_record
+from paper_explorer.tools.paper_tools import ACTION_RETURNED_CHARS, RETURNED_CHARS, returned_record
 from paper_explorer.tools.records import Shown
 
 PARAGRAPH = "We train QuantLens with AdamW and a learning rate of 3e-5 for 11 epochs. The batch size is 128."
@@ -41,7 +43,7 @@ def recorded(name, result, budget_left=ACTION_RETURNED_CHARS):
     """What the host keeps of a result, with what it showed: hits written by the host's own writer;
     a hand-written read page taken as paper text whole (it shows no paragraph); anything else as is."""
     if name in HIT_TEXTS and isinstance(result, list):
-        rendered = _hits(result, HIT_TEXTS[name])
+        rendered = layout_hits(result, name)
         return returned_record(rendered.text, budget_left, rendered.shown)
     if name == "read" and isinstance(result, str):
         return returned_record(result, budget_left, Shown(form="text", pieces=[(0, len(result))] if result else []))
@@ -540,9 +542,11 @@ def test_a_kept_result_without_a_record_that_fits_it_grounds_nothing_and_says_so
     number = text.index("15.7")
     wrong = [
         hits.model_copy(update={"shown": None}),  # no record at all
-        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(0, len(text) + 1)]})}),  # past the text
-        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(number, number + 4)]})}),  # a number, not a string
-        hits.model_copy(update={"shown": hits.shown.model_copy(update={"pieces": [(1, 5)]})}),  # not a JSON literal
+        hits.model_copy(update={"shown": hits.shown.model_copy(update={"parts": None, "pieces": [(0, len(text) + 1)]})}),  # past the text
+        hits.model_copy(
+            update={"shown": hits.shown.model_copy(update={"parts": None, "pieces": [(number, number + 4)]})}
+        ),  # a number, not a string
+        hits.model_copy(update={"shown": hits.shown.model_copy(update={"parts": None, "pieces": [(1, 5)]})}),  # not a JSON literal
     ]
     for returned in wrong:
         research = ToolCallRecord(name="search", arguments={}, seconds=0.001, returned=returned)

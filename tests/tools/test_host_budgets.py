@@ -4,6 +4,7 @@ serves, in a process of the episode's own (tools.episode_host).
 Figures here are CPU seconds or limits hit, never wall-clock speeds: a loaded machine changes how
 long things take, not what the clocks charge."""
 
+import dataclasses
 import os
 import resource
 import signal
@@ -14,7 +15,7 @@ import time
 
 import pytest
 
-from paper_explorer.tools import wire
+from paper_explorer.tools import registry, wire
 from paper_explorer.tools.episode_host import _TIMERS, ActionClocks, EpisodeHost, HostLimit, WorkerClock
 from paper_explorer.tools.paper_tools import PaperTools
 from paper_explorer.tools.sandbox import Limits, Sandbox
@@ -107,12 +108,15 @@ def test_a_budget_that_runs_out_between_or_during_calls_leaves_every_call_record
     assert last.error is None or "host_time" in last.error  # between two calls, or stopped during the last
 
 
-class SlowTools(PaperTools):
+def never_returns(episode, args):
     """A tool that never returns on its own: only a budget's timer can stop it."""
+    while True:
+        pass
 
-    def _search(self, args):
-        while True:
-            pass
+
+def SlowTools(corpus, index):
+    tools = registry.by_name()
+    return PaperTools(corpus, index, tools={**tools, "search": dataclasses.replace(tools["search"], function=never_returns)})
 
 
 def test_a_call_a_budget_stops_mid_way_is_recorded_as_stopped(small_demo, index):

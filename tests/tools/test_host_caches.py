@@ -60,7 +60,7 @@ for i in range(len(ids) * 2):
 @pytest.fixture
 def census_hosts(small_demo, index, monkeypatch):
     """Episode hosts that also answer a census of their caches (tests.tools.host_census)."""
-    payload = pickle.dumps((small_demo, index), protocol=pickle.HIGHEST_PROTOCOL)
+    payload = pickle.dumps((small_demo, index, {}), protocol=pickle.HIGHEST_PROTOCOL)
     server = Zygote(kernel_fence=False, entry="tests.tools.host_census", payload=payload)
     idle = IdleHosts(server)
     monkeypatch.setattr(sandbox_module, "host_server", lambda corpus, index: (server, idle))

@@ -5,7 +5,8 @@ import pytest
 from pydantic import ValidationError
 
 from paper_explorer.corpus import BM25Index, Corpus, Paper, Section
-from paper_explorer.tools.paper_tools import HEADING_CHARS, PaperTools
+from paper_explorer.tools.layout import HEADING_CHARS
+from paper_explorer.tools.paper_tools import PaperTools
 
 
 def read(paper: Paper):

@@ -9,19 +9,13 @@ from hypothesis import strategies as st
 
 from paper_explorer.corpus import BM25Index, Corpus, Paper, Section
 from paper_explorer.corpus.index import quote_form
-from paper_explorer.tools import paper_tools
+from paper_explorer.tools import paper_tools, registry
+from paper_explorer.tools.catalog.submit import QUOTE_SCANS
 from paper_explorer.tools.errors import ToolError
+from paper_explorer.tools.layout import PAGE_CHARS
+from paper_explorer.tools.layout import pages as _pages
 from paper_explorer.tools.page import tool_page
-from paper_explorer.tools.paper_tools import (
-    PAGE_CHARS,
-    QUOTE_SCANS,
-    TOOLS,
-    PaperTools,
-    SentenceIndex,
-    SentenceIndexCache,
-    _close_matches,
-    _pages,
-)
+from paper_explorer.tools.paper_tools import PaperTools, SentenceIndex, SentenceIndexCache, _close_matches
 
 
 @pytest.fixture
@@ -200,7 +194,7 @@ def test_every_call_is_recorded_with_arguments_and_latency(tools, call):
 
 def test_tool_page_documents_every_tool_from_its_argument_model():
     page = tool_page()
-    for tool in TOOLS:
+    for tool in registry.tools():
         assert tool.summary in page and tool.example in page
         for name, field in tool.arguments.model_fields.items():
             assert f"{name}: {field.description}" in page

@@ -9,9 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paper_explorer.corpus import BM25Index
+from paper_explorer.tools import registry
 from paper_explorer.tools.paper_tools import PaperTools
 from paper_explorer.tools.sandbox import Limits, Sandbox
-from paper_explorer.tools.worker import TOOL_NAMES
 
 LIMITS = Limits(wall_seconds=2.0, cpu_seconds=1, memory_mb=512, output_chars=2_000)
 
@@ -94,7 +94,7 @@ def test_random_frames_from_the_worker_never_break_the_host(escaped, pieces, end
     data = b"".join(pieces)
     result = escaped.execute(f"import os\nos.write(3, {data!r})\n{ending}")
     assert result.limit_hit in (None, "output", "protocol", "wall_clock", "cpu_time", "crash"), result
-    assert len(result.stdout) <= 2_000 and all(call.name in TOOL_NAMES for call in result.tool_calls)
+    assert len(result.stdout) <= 2_000 and all(call.name in registry.names() for call in result.tool_calls)
     if escaped.outcome is not None:  # only a well-formed submit/abstain call frame can end the episode
         assert any(call.name in ("submit", "abstain") and call.error is None for call in result.tool_calls)
         escaped.close()

@@ -8,9 +8,11 @@ reports treat its episodes as any other. Each page a ``read`` returns is printed
 document is then the papers' title and abstract and their sections, each section's pages joined
 back (a paragraph the tool split across pages is joined whole again).
 
-What is parsed is the tool's own format (``tools.paper_tools``: the outline, and a page's heading,
-body and "... more:" line); a page that does not parse is an error naming the paper, never text
-guessed at.
+What is parsed is the tool's own format (``tools.layout``, whose notes and placeholders it imports:
+the outline, and a page's heading, body and "... more:" line); a page that does not parse is an
+error naming the paper, never text guessed at. Still text, not the host's records (issue 32 item 3
+leaves this open: the reader reads whole papers in one action, past the 100,000 characters of kept
+results an action's records hold, so it needs the records kept whole first).
 """
 
 from __future__ import annotations
@@ -22,12 +24,12 @@ from dataclasses import dataclass
 from paper_explorer.agent.memory_reader.paging import Section
 from paper_explorer.agent.policies.base import PolicyError, action
 from paper_explorer.agent.prompt import EMPTY_OBSERVATION
+from paper_explorer.tools.layout import CONTINUED, CONTINUES, NO_ABSTRACT
+from paper_explorer.tools.layout import NO_TEXT as EMPTY_SECTION
 
 SEARCH_HITS = 50  # search()'s most: enough hits to find K distinct papers
 QUERY_CHARS = 500  # search()'s longest query
 OUTLINE_SECTION = re.compile(r"^  (\d+)\. .* \(\d+ paragraphs?\)$")
-CONTINUES, CONTINUED = " [continues]", "[continued] "  # tools.paper_tools marks a paragraph split across pages so
-EMPTY_SECTION = "(this section has no text)"
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def parse_outline(text: str, paper_id: str) -> Outline:
     if not all(match is not None and int(match.group(1)) == n for n, match in enumerate(numbered)):
         raise PolicyError(f"paper {paper_id!r}: its outline's sections are not numbered 0 to {len(lines) - 1}, one a line")
     title, _, abstract = before[len(head) :].partition("\n\n")
-    return Outline(paper_id, title, "" if abstract == "(no abstract)" else abstract, len(lines))
+    return Outline(paper_id, title, "" if abstract == NO_ABSTRACT else abstract, len(lines))
 
 
 def parse_paper(observation: str, outline: Outline) -> list[Section]:

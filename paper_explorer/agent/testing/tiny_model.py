@@ -38,10 +38,10 @@ QWEN3_GENERATION_DEFAULTS = {"do_sample": True, "temperature": 0.6, "top_p": 0.9
 def tokenizer_texts(papers: int = 40) -> list[str]:
     from paper_explorer.agent.prompt import system_prompt
     from paper_explorer.corpus import DemoConfig, generate
-    from paper_explorer.tools.paper_tools import TOOLS
+    from paper_explorer.tools import registry
 
     corpus = generate(DemoConfig(papers=papers, seed=0))
-    actions = [f"```python\n{tool.example}\n```" for tool in TOOLS]
+    actions = [f"```python\n{tool.example}\n```" for tool in registry.tools()]
     return [system_prompt(), *actions, *(p.text for p in corpus.paragraphs()), *(q.text for q in corpus.questions)]
 
 
