@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.trajectory import EpisodeConfig
-from paper_explorer.corpus.splits import parse_shard
+from paper_explorer.corpus.splits import named_split, parse_shard
 
 PolicyName = Literal["scripted", "direct-submit", "single-shot-rag", "read-all", "replay", "hf", "openai", "memory-reader"]
 POLICY_NAMES: tuple[str, ...] = get_args(PolicyName)
@@ -256,9 +256,7 @@ class EvalConfig(RunConfig):
     @field_validator("split")
     @classmethod
     def _known(cls, split: str | None) -> str | None:
-        if split is not None and split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-        return split
+        return None if split is None else named_split(split, SPLITS)  # dev is validation, as QASPER names it
 
     @field_validator("shard")
     @classmethod
