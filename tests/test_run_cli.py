@@ -56,7 +56,7 @@ def test_run_a_question_of_my_own_with_another_policy(tmp_path, corpus_file):
         (["run", "--policy", "replay"], "needs --replay"),
         (["run", "--max-steps", "0"], "max-steps"),
         (["show", "missing.jsonl"], "no such trajectory file"),
-        (["eval", "--out", "{tmp}/r", "--split", "dev"], "unknown split 'dev'"),
+        (["eval", "--out", "{tmp}/r", "--split", "devel"], "unknown split 'devel'; did you mean validation?"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args, message):

@@ -50,7 +50,7 @@ from paper_explorer.agent.policy_registry import (
     union_adapter,
 )
 from paper_explorer.agent.trajectory import EpisodeConfig
-from paper_explorer.corpus.splits import parse_shard
+from paper_explorer.corpus.splits import named_split, parse_shard
 
 Split = Literal["train", "validation", "test", "all"]
 SPLITS: tuple[str, ...] = get_args(Split)
@@ -145,9 +145,7 @@ class EvalConfig(RunConfig):
     @field_validator("split")
     @classmethod
     def _known(cls, split: str | None) -> str | None:
-        if split is not None and split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-        return split
+        return None if split is None else named_split(split, SPLITS)  # dev is validation, as QASPER names it
 
     @field_validator("shard")
     @classmethod

@@ -1,5 +1,6 @@
 """How an episode looks in the terminal, live (``explorer run``) and afterwards (``explorer show``),
-and what a run says while it runs (``ConsoleReporter``: ``explorer eval``'s notes and progress bar).
+and what a run says while it runs (``ConsoleReporter``: ``explorer eval``'s notes and progress bar);
+``trajectories_file``: what ``explorer show`` was given instead of a trajectories file.
 
 Everything an episode holds came from a model, a worker or a questions file: it is shown through
 ``agent.terminal_text`` (rich ``Text``, controls made visible), never as markup. Only the
@@ -14,11 +15,12 @@ from pathlib import Path
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
 from rich.syntax import Syntax
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from paper_explorer.agent.terminal_text import untrusted, visible
 from paper_explorer.agent.trajectory import Reading, Step, Trajectory
+from paper_explorer.cli.errors import UsageError
 
 OBSERVATION_LINES = 12
 OBSERVATION_WIDTH = 300
@@ -32,6 +34,12 @@ def shorten(observation: str) -> str:
     if len(lines) > OBSERVATION_LINES:
         shown.append(f"... ({len(lines) - OBSERVATION_LINES} more lines)")
     return "\n".join(shown)
+
+
+def id_column(header: str = "episode") -> Column:
+    """A column of the ids the next command takes (``--episode ID``): whole on one line in any
+    terminal, never cut to ``demo-00007-q0:s…`` or folded; the table's other columns fold instead."""
+    return Column(header, no_wrap=True)
 
 
 def _short(value, width: int = 40) -> str:
@@ -197,3 +205,32 @@ class ConsoleReporter:
         with Progress(*columns, console=self.console, transient=False) as bar:
             task = bar.add_task("episodes", total=total, completed=done)
             yield lambda episodes: bar.advance(task, episodes)
+
+
+# A run directory's other files, as a user would call them.
+RUN_FILES = {
+    "manifest.json": "manifest (config, versions, hashes)",
+    "metrics.json": "metrics",
+    "scores.jsonl": "per-episode scores",
+    "calibrated.json": "calibrated probabilities",
+}
+
+
+def trajectories_file(path: Path) -> Path:
+    """``path``, a trajectories .jsonl file; a run directory or another file of a run is refused
+    with the command that reads it."""
+    from paper_explorer.evaluation.run_directory import EVAL_RUN, TRAJECTORIES, kind_of
+
+    if path.is_dir():
+        log = path / TRAJECTORIES
+        if log.is_file():
+            raise UsageError(f"{path}: a run directory; name its trajectories file: explorer show {log}")
+        raise UsageError(f"{path}: a directory without {TRAJECTORIES}; name a trajectories file (from explorer run or eval)")
+    what = RUN_FILES.get(path.name)
+    if what is not None and path.is_file():
+        run = path.parent
+        inspect = f"explorer inspect {run} summarises the run" if kind_of(run) is EVAL_RUN else "explorer inspect RUN reads it"
+        raise UsageError(
+            f"{path}: a run's {what}, not a trajectories file; explorer show {run / TRAJECTORIES} prints its episodes, {inspect}"
+        )
+    return path

@@ -128,6 +128,24 @@ PANEL_ORDER = (
     "Comparison",
 )
 
+
+def _switches_show_no_placeholder() -> None:
+    """typer's help prints a type placeholder beside every option, ``<bool>`` beside a switch too
+    (--help, --resume, --force), which takes no value. A switch shows none, as the generated flags'
+    empty metavar already does; every other option keeps typer's own."""
+    shown = typer.core.TyperOption.display_type_rich
+    if getattr(shown, "switch_aware", False):  # once, however often this module is imported afresh
+        return
+
+    def display_type_rich(option: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if option.is_bool_flag and option.metavar is None else shown(option, ctx)
+
+    display_type_rich.switch_aware = True  # type: ignore[attr-defined]
+    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_switches_show_no_placeholder()
+
 SCALARS = (bool, int, float, str, Path)
 
 

@@ -54,6 +54,7 @@ def inspect_command(
     worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes to list."),
 ) -> None:
     """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
+    from paper_explorer.cli.display import id_column
     from paper_explorer.evaluation.detectors import DETECTORS
     from paper_explorer.evaluation.run_directory import Run
     from paper_explorer.evaluation.summary import print_summary
@@ -81,7 +82,7 @@ def inspect_command(
         return
     if flag is not None:
         flagged = [s for s in run.scores if any(f.detector == flag for f in s.flags)]
-        table = Table("episode", "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
+        table = Table(id_column(), "question", "step", "evidence", title=f"{flag}: {len(flagged)} of {len(run.scores)} episodes")
         for score in flagged:
             for item in (f for f in score.flags if f.detector == flag):
                 table.add_row(
@@ -94,7 +95,7 @@ def inspect_command(
         return
     print_summary(console, run.metrics)
     ranked = sorted(run.scores, key=lambda s: (s.answer_f1 or 0.0, -len(s.flags)))[:worst]
-    table = Table("episode", "question", "status", "F1", "model tokens", "flags", title=f"worst {len(ranked)} episodes")
+    table = Table(id_column(), "question", "status", "F1", "model tokens", "flags", title=f"worst {len(ranked)} episodes")
     for score in ranked:
         flags = ", ".join(sorted({f.detector for f in score.flags}))
         table.add_row(

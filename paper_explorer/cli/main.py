@@ -87,6 +87,18 @@ class VisibleFormatter(logging.Formatter):
         return visible(super().format(record))
 
 
+def not_shown_by_its_library(record: logging.LogRecord) -> bool:
+    """Whether the root's handler should show ``record``: not when a logger on its way up holds a
+    handler of its own. huggingface_hub's does, and propagates too, so each retry it logs (offline,
+    five of them) came out twice, once from each."""
+    logger: logging.Logger | None = logging.getLogger(record.name)
+    while logger is not None and logger is not logging.root:
+        if logger.handlers:
+            return False
+        logger = logger.parent if logger.propagate else None
+    return True
+
+
 def _version(value: bool) -> None:
     if value:
         try:
@@ -103,6 +115,7 @@ def _root(
 ) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(VisibleFormatter("%(levelname)s: %(message)s"))
+    handler.addFilter(not_shown_by_its_library)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
 
 

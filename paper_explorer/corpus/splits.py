@@ -10,6 +10,7 @@ does not say with ``--split-of FILE=SPLIT``. A paper's own ``split`` field (our 
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import re
 from pathlib import Path
@@ -33,16 +34,30 @@ def split_from_name(file: Path) -> str | None:
     return ALIASES.get(word, word)
 
 
+def named_split(name: str, choices: tuple[str, ...] = (*SPLITS, "all")) -> str:
+    """The split a user named (``--split``, a config's ``split``), as the corpus calls it. QASPER
+    calls its validation files dev, so ``dev`` (and ``val``, ``valid``) is ``validation``; any other
+    unknown name is a ValueError that says the nearest choice."""
+    word = name.strip().lower()
+    word = ALIASES.get(word, word)
+    if word in choices:
+        return word
+    near = difflib.get_close_matches(word, [*choices, *ALIASES], n=1, cutoff=0.5)
+    hint = f"did you mean {ALIASES.get(near[0], near[0])}? " if near else ""
+    raise ValueError(f"unknown split {name!r}; {hint}choose one of {', '.join(choices)} (dev means validation)")
+
+
 def parse_split_of(values: list[str]) -> dict[str, str]:
     """``FILE=SPLIT`` pairs (``--split-of``) as {file path: split}; one clear line when malformed."""
     stated: dict[str, str] = {}
     for value in values:
         file, sep, split = value.rpartition("=")
-        split = ALIASES.get(split.strip().lower(), split.strip().lower())
         if not sep or not file:
             raise CorpusError(f"--split-of {value!r}: write FILE=SPLIT, e.g. --split-of my-papers.json=test")
-        if split not in SPLITS:
-            raise CorpusError(f"--split-of {value!r}: unknown split {split!r}; choose one of {', '.join(SPLITS)} (dev means validation)")
+        try:
+            split = named_split(split, SPLITS)
+        except ValueError as error:
+            raise CorpusError(f"--split-of {value!r}: {error}") from None
         key = str(Path(file).resolve())
         if stated.get(key, split) != split:
             raise CorpusError(f"--split-of names {file} twice, as {stated[key]} and as {split}; keep one")

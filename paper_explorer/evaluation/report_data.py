@@ -70,6 +70,11 @@ def check_corpus(run: Run, corpus: Corpus, where: str) -> None:
         ("papers", hashes.corpus_sha256, corpus.papers_sha256),
         ("questions", hashes.questions_sha256, corpus.questions_sha256),
     ):
+        if recorded != found and what == "questions" and not corpus.questions:  # not a hash of nothing: what is missing
+            raise EvaluationError(
+                f"{where}: holds no questions of its own, and run {run.directory} asked {len({s.question_id for s in run.scores})} "
+                "from a questions file; pass that file with --questions (as explorer eval --questions was given it)"
+            )
         if recorded != found:
             raise EvaluationError(
                 f"{where}: its {what} are not those of run {run.directory} (the sha256 hash differs: "

@@ -116,6 +116,16 @@ EXPORTED_DATASET = Kind(
 )
 
 
+def not_a_run_but_a_file(path: Path) -> str:
+    """What to name instead of a file where a run directory is wanted: the run that holds it, or,
+    for the log of ``explorer run`` or any other file, what reads it."""
+    if kind_of(path.parent) is EVAL_RUN:
+        return f"{path}: a file of the run {path.parent}; name the run directory itself: {path.parent}"
+    if path.name == TRAJECTORIES:
+        return f"{path}: a trajectories file, not a run directory of explorer eval; explorer show {path} prints its episodes"
+    return f"{path}: a file, not a run directory; name the directory explorer eval --out wrote"
+
+
 def kind_of(path: Path) -> Kind | None:
     """The kind of directory ``path`` is, by the files it holds; None for an empty, unknown or missing one.
 
@@ -258,6 +268,8 @@ class Run:
         disagree is refused in one line. False only for a reader of the manifest and the log alone
         (``explorer rescore``), which believes neither derived file."""
         directory = Path(path)
+        if directory.is_file():
+            raise EvaluationError(not_a_run_but_a_file(directory))
         if not directory.is_dir():
             raise EvaluationError(f"{directory}: no such run directory")
         kind = kind_of(directory)

@@ -96,6 +96,12 @@ def check_run_directory(data: Path, out: Path, resume: bool) -> None:
     other = kind_of(out)
     if other is not None and other is not TRAINING_RUN:
         raise TrainingError(f"{other.named(out)}, not a training run; {other.taken_by(out)}; choose another {setting('out')}")
+    foreign = sorted(child.name for child in out.iterdir() if not _written_by_training(child.name)) if out.is_dir() else []
+    if foreign:  # a source package, someone's data: a resume would write checkpoints among its files
+        raise TrainingError(
+            f"{out}: not a training run (it holds {foreign[0]}, which explorer train never writes); "
+            f"{setting('out')} names a new directory for the run, e.g. runs/sft"
+        )
     started = out.is_dir() and any(out.iterdir())
     if started and not resume:
         raise TrainingError(
@@ -103,6 +109,14 @@ def check_run_directory(data: Path, out: Path, resume: bool) -> None:
         )
     if resume and not started:
         raise TrainingError(f"{out}: no training run to resume; start training without {setting('resume', True)}")
+
+
+# What explorer train writes into OUT (validation's files, TensorBoard's runs/, checkpoints, the summary).
+TRAINING_FILES = {"training_summary.json", "validation.jsonl", "validation-episodes", "runs"}
+
+
+def _written_by_training(name: str) -> bool:
+    return name in TRAINING_FILES or name.startswith("checkpoint-") or name.startswith(".")
 
 
 def _validation_corpus(corpus, config: TrainConfig):
