@@ -115,6 +115,7 @@ def test_no_cycle_hides_in_a_function_level_import():
 SHARED_CLI_MODULES = {
     "paper_explorer.cli",
     "paper_explorer.cli.options",
+    "paper_explorer.cli.help_layout",
     "paper_explorer.cli.flags",
     "paper_explorer.cli.errors",
     "paper_explorer.cli.display",

@@ -23,9 +23,10 @@ wall_seconds = 20
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -52,8 +53,9 @@ from paper_explorer.agent.policy_registry import (
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.corpus.splits import named_split, parse_shard
 
-Split = Literal["train", "validation", "test", "all"]
-SPLITS: tuple[str, ...] = get_args(Split)
+SPLITS: tuple[str, ...] = ("train", "validation", "test", "all")
+# A split as a user names it: dev (QASPER's name), val and valid are validation; another name says the nearest.
+Split = Annotated[str, AfterValidator(lambda name: named_split(name, SPLITS))]
 
 
 class Config(BaseModel):
@@ -114,7 +116,7 @@ class RunConfig(Config):
 class EvalConfig(RunConfig):
     """``explorer eval``: every question of a split."""
 
-    split: str | None = Field(
+    split: Split | None = Field(
         None,
         description=f"Questions of which split: {', '.join(SPLITS)} (default test; the corpus's "
         "only split when it has one; all when no paper says its split).",
@@ -141,11 +143,6 @@ class EvalConfig(RunConfig):
     samples: int = Field(1, ge=1, le=1000, description="Episodes per question, each with its own seed (pass@k, majority vote).")
     max_consecutive_errors: int = Field(5, ge=1, description="Stop the run after this many episodes in a row end in policy_error.")
     preregistration: Path | None = Field(None, description="TOML with frozen hashes and a pass rule (explorer preregister writes one).")
-
-    @field_validator("split")
-    @classmethod
-    def _known(cls, split: str | None) -> str | None:
-        return None if split is None else named_split(split, SPLITS)  # dev is validation, as QASPER names it
 
     @field_validator("shard")
     @classmethod

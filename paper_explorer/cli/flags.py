@@ -48,12 +48,9 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.policy_registry import PolicyConfig, known_policy, policy_names, registered, said_list, setting_fields
-from paper_explorer.agent.trajectory import EpisodeBudgets, EpisodeConfig
+from paper_explorer.cli.help_layout import FIELD_PANELS, MODEL_PANELS, PANEL_ORDER, panel_rank
 from paper_explorer.corpus.setting_names import UNSET
-from paper_explorer.sft.config import BuildConfig
-from paper_explorer.tools.limits import SandboxSettings
 
 # Flags whose name is not the field's, or that have a short option too (dotted field -> names).
 FLAG_NAMES: dict[str, tuple[str, ...]] = {
@@ -73,78 +70,6 @@ NOT_FLAGS: dict[str, str] = {
     "gradient_checkpointing": "a memory trade of the recipe, set in the --config file: a --no-gradient-checkpointing "
     "switch beside it would not fit the help at 80 columns",
 }
-
-# Help panels: a field's own, else the panel of the model that declares it, else the command's.
-FIELD_PANELS: dict[str, str] = {
-    "policy.temperature": "Sampling",
-    "policy.top_p": "Sampling",
-    "policy.top_k": "Sampling",
-    "episode.record_prompt_ids": "Output",  # what the trajectory keeps (and --no-record-prompt-ids fits 80 columns alone)
-    # explorer train (sft.config.TrainConfig; its other fields are in the "Training" panel)
-    "model": "Model",
-    "quantization": "Model",
-    "lora_r": "LoRA",
-    "lora_alpha": "LoRA",
-    "lora_dropout": "LoRA",
-    "target_modules": "LoRA",
-    "eval_steps": "Checkpoints",
-    "save_steps": "Checkpoints",
-    "report_to": "Checkpoints",
-    "validation_examples": "Checkpoints",
-    "validation_episodes": "Checkpoints",
-    "validation_max_steps": "Checkpoints",
-    "validation_max_new_tokens": "Checkpoints",
-    "max_direct_submit_rate": "Checkpoints",
-    "selection_metric": "Checkpoints",
-    # explorer preregister (evaluation.preregister.PreregisterConfig)
-    "min_correct_abstentions": "Pass rule",
-    "max_false_abstentions": "Pass rule",
-    "comparison": "Comparison",
-    "alpha": "Comparison",
-}
-MODEL_PANELS: dict[type[BaseModel], str] = {
-    EpisodeBudgets: "Episode",
-    EpisodeConfig: "Episode",
-    SandboxSettings: "Sandbox limits",
-    EvalConfig: "Run",
-    BuildConfig: "Dataset",
-}
-# The order panels are shown in; a panel not named here follows them.
-PANEL_ORDER = (
-    "Run",
-    "Policy",
-    "Sampling",
-    "Memory reader",
-    "Episode",
-    "Sandbox limits",
-    "Output",
-    "Model",
-    "LoRA",
-    "Training",
-    "Checkpoints",
-    "Dataset",
-    "Checks",
-    "Pass rule",
-    "Comparison",
-)
-
-
-def _switches_show_no_placeholder() -> None:
-    """typer's help prints a type placeholder beside every option, ``<bool>`` beside a switch too
-    (--help, --resume, --force), which takes no value. A switch shows none, as the generated flags'
-    empty metavar already does; every other option keeps typer's own."""
-    shown = typer.core.TyperOption.display_type_rich
-    if getattr(shown, "switch_aware", False):  # once, however often this module is imported afresh
-        return
-
-    def display_type_rich(option: typer.core.TyperOption, ctx: Any) -> str | None:
-        return None if option.is_bool_flag and option.metavar is None else shown(option, ctx)
-
-    display_type_rich.switch_aware = True  # type: ignore[attr-defined]
-    typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
-
-
-_switches_show_no_placeholder()
 
 SCALARS = (bool, int, float, str, Path)
 
@@ -308,6 +233,8 @@ def flag_kind(annotation: Any, dotted: str) -> Any:
     """What a flag parses for a field of this type: a scalar (a Literal's choices as str, checked
     by the field), or list[str] for a list of strings (a repeated option)."""
     origin = get_origin(annotation)
+    if origin is Annotated:  # a type with its own validator (the field checks the value)
+        return flag_kind(get_args(annotation)[0], dotted)
     if origin in (Union, types.UnionType):
         members = [member for member in get_args(annotation) if member is not type(None)]
         if len(members) == 1:
@@ -386,14 +313,6 @@ def settings_help(owners: dict[str, FieldInfo]) -> str:
     for policy, field in owners.items():
         wordings.setdefault(field.description or "", []).append(policy)
     return "; ".join(f"{said_list(policies)}: {wording.rstrip('.')}" for wording, policies in wordings.items()) + "."
-
-
-def panel_rank(parameter: inspect.Parameter) -> int:
-    """Typer's own panel (Options, Arguments) first, then PANEL_ORDER, then any other."""
-    panel = getattr(parameter.default, "rich_help_panel", None)
-    if panel is None or panel == "Options":
-        return 0
-    return 1 + (PANEL_ORDER.index(panel) if panel in PANEL_ORDER else len(PANEL_ORDER))
 
 
 def config_flags(model: type[BaseModel], *, panel: str = "Options", into: str = "overrides") -> Callable:
