@@ -257,7 +257,7 @@ def docs_block(page: Path, file_name: str) -> str:
 
 def test_the_docs_example_is_a_whole_policy_in_one_file(registry, tmp_path, small_demo, monkeypatch):
     module = tmp_path / "first_hit.py"
-    module.write_text(docs_block(ROOT / "docs" / "extending.md", "first_hit.py"))
+    module.write_text(docs_block(ROOT / "docs" / "extending.md", "plugins/first_hit.py"))
     spec = importlib.util.spec_from_file_location("first_hit", module)
     assert spec and spec.loader
     loaded = importlib.util.module_from_spec(spec)

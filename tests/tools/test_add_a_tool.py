@@ -24,9 +24,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "sandbox.md"
 
 
 def doc_module() -> str:
-    """The ```python count_tool.py block of the page's "Add a tool" section."""
+    """The ```python plugins/count_tool.py block of the page's "Add a tool" section."""
     section = DOC.read_text(encoding="utf-8").split("## Add a tool", 1)[1]
-    found = re.search(r"```python count_tool\.py\n(.*?)\n```", section, re.DOTALL)
+    found = re.search(r"```python plugins/count_tool\.py\n(.*?)\n```", section, re.DOTALL)
     assert found, "docs/sandbox.md's Add a tool section lost its count_tool.py block"
     return found.group(1)
 
