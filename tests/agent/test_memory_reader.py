@@ -9,7 +9,7 @@ import pytest
 
 from paper_explorer.agent.memory_reader.parity import check_reading, reading_of
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
-from paper_explorer.agent.memory_reader.settings import plan_steps
+from paper_explorer.agent.memory_reader.settings import READS_PER_PAPER, plan_steps
 from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.base import last_value
 from paper_explorer.agent.renderer import ChatRenderer
@@ -213,7 +213,7 @@ def test_search_scope_reads_the_top_distinct_papers_in_rank_order(small_demo, in
     reading = reading_of(trajectory)
     ranked = list(dict.fromkeys(last_value([{"role": "user", "content": trajectory.steps[0].observation}])))  # the hits' paper ids
     assert reading.papers == ranked[:2] and len(set(reading.papers)) == 2
-    assert len(trajectory.steps) == 5  # search, outlines, one read per paper, submit
+    assert len(trajectory.steps) == 5  # search, outlines, one read step per (short) paper, submit
     assert check_reading(trajectory, renderer) is None
 
 

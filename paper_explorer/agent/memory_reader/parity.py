@@ -57,7 +57,7 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     if mismatch is not None:
         return mismatch
     try:
-        sections = _sections(trajectory, reading)
+        sections = sections_read(trajectory, reading)
     except PolicyError as error:
         return Mismatch(where, f"the read records no longer make the document: {error}")
     rebuilt = encode_document(sections, renderer, prompts)
@@ -86,7 +86,7 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     return _updates(where, trajectory, reading, rebuilt, paging, settings, renderer, prompts)
 
 
-def _sections(trajectory: Trajectory, reading: Reading):
+def sections_read(trajectory: Trajectory, reading: Reading):
     """The document's sections, built again from the tool records of the outline and paper reads,
     step by step as the reader took them (``document.Reads``: each step must be the plan's next action)."""
     if trajectory.schema_version < 8:

@@ -5,8 +5,9 @@ The control flow is fixed code; the model writes only memory updates and the fin
 
 1. search for the question (scope ``search:K``; the top K distinct papers, best first), or take
    the question's own paper (scope ``paper``: an oracle, recorded as such);
-2. read their outlines, then each paper whole, through the sandbox's ``read``
-   (``agent.memory_reader.document``: every page the tool returned, logged as any tool call);
+2. read their outlines, then each paper whole, through the sandbox's ``read``, and build the
+   document from the host's records of what each call returned (``agent.memory_reader.document``,
+   handed each step's records by ``Policy.observed``), never from an observation's text;
 3. page the document in the model's tokens (``agent.memory_reader.paging``) and, page by page,
    prompt the model with the problem, its memory so far and the page; what it writes is the new
    memory (cut at ``memory_tokens``), or the keep sentinel, which keeps the memory as it was;
