@@ -13,7 +13,9 @@ is in the paper.
 
 The document is each paper's title and abstract, then its sections, each headed by the title and
 the section's name and holding its paragraphs in order, each "[i] " and its whole text (a paragraph
-the tool split across pages is joined back by its pieces' offsets), separated by blank lines.
+the tool split across pages is joined back by its pieces' offsets), separated by blank lines. A
+title or section name is the words its record holds: one the tool cut at ``HEADING_CHARS`` is those
+characters (the tool's " ..." after them is scaffolding), and a section without a name is "(untitled)".
 
 An action keeps at most ``ACTION_RETURNED_CHARS`` of results (``tools.paper_tools``), records
 included; past that the host keeps a result's length and digest only. So a paper is read in

@@ -123,7 +123,9 @@ class MemoryReader(Policy):
         if self.episode.paper_id is None:
             raise PolicyError("--scope paper reads the question's own paper; a question given as text has none (use search:K)")
         self.reads = document.Reads([self.episode.paper_id])
-        return Reply(self.reads.next_action() or "")
+        outlines = self.reads.next_action()
+        assert outlines is not None  # a paper to read: its outline comes first
+        return Reply(outlines)
 
     def _answer(self) -> Reply:
         answer = Reader(self, self.reads.sections() if self.reads is not None else []).run()
