@@ -122,6 +122,7 @@ def run_episode(
         step.generation, step.policy_info = generation, info
         step.timings.policy_seconds = policy_seconds
         steps.append(step)
+        policy.observed(step)
         if on_step is not None:
             on_step(step)
         turn: dict[str, Any] = {"role": "assistant", "content": reply.text}

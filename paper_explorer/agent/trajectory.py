@@ -225,7 +225,7 @@ class PolicyInfo(Record):
 
 # Upper bounds of the budgets: past them a budget bounds nothing, and a forged manifest that a
 # resume reads would have an episode run for ever or hold more than its log can.
-MAX_STEPS = 10_000  # actions per episode: the memory reader's plan takes at most 54, a code agent tens
+MAX_STEPS = 10_000  # actions per episode: the memory reader's plan at most 1,004 by default (search:50), a code agent tens
 MAX_CONTEXT_CHARS = 1 << 30  # a conversation longer than a run's log may be (corpus.files.DATA_BYTES) could not be read back
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from paper_explorer.agent.memory_reader.parity import check_reading, reading_of
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
-from paper_explorer.agent.memory_reader.settings import READER_EPISODE, plan_steps
+from paper_explorer.agent.memory_reader.settings import READS_PER_PAPER, plan_steps
 from paper_explorer.agent.policies import make_config, make_policy
 from paper_explorer.agent.policies.base import last_value
 from paper_explorer.agent.renderer import ChatRenderer
@@ -88,7 +88,7 @@ def read(small_demo, index, server, tiny_tokenizer, question=0, **recipe):
     config = make_config("memory-reader", backend="openai", base_url=server.url, model="served", tokenizer=tiny_tokenizer, **settings)
     policy = make_policy(config)
     policy.preflight()
-    episode = EpisodeConfig(**READER_EPISODE, max_steps=plan_steps(settings["scope"]))  # the plan fits its own budget
+    episode = EpisodeConfig(max_steps=plan_steps(settings["scope"]))  # the plan fits its own budget
     asked = small_demo.questions[question]
     return EpisodeRunner(small_demo, index, policy, episode).run(asked.text, asked)
 
@@ -213,7 +213,7 @@ def test_search_scope_reads_the_top_distinct_papers_in_rank_order(small_demo, in
     reading = reading_of(trajectory)
     ranked = list(dict.fromkeys(last_value([{"role": "user", "content": trajectory.steps[0].observation}])))  # the hits' paper ids
     assert reading.papers == ranked[:2] and len(set(reading.papers)) == 2
-    assert len(trajectory.steps) == 5  # search, outlines, one read per paper, submit
+    assert len(trajectory.steps) == 5  # search, outlines, one read step per (short) paper, submit
     assert check_reading(trajectory, renderer) is None
 
 
@@ -246,7 +246,7 @@ def test_an_answer_or_question_holding_a_code_fence_is_submitted_whole(small_dem
     config = make_config(
         "memory-reader", backend="openai", base_url=serve().url, model="served", tokenizer=tiny_tokenizer, scope="search:1"
     )
-    episode = EpisodeConfig(**READER_EPISODE, max_steps=plan_steps("search:1"))
+    episode = EpisodeConfig(max_steps=plan_steps("search:1"))
     searched = EpisodeRunner(small_demo, index, make_policy(config), episode).run(asked.text, asked)
     assert searched.outcome.status == "submitted" and searched.steps[0].error is None
 
@@ -258,7 +258,8 @@ def test_a_preset_fills_what_was_not_given_and_the_plan_sets_the_steps():
     policy = config.policy
     assert (policy.passes, policy.memory_tokens, policy.keep_sentinel, policy.outline_sections) == (2, 1024, SENTINEL, 24)
     assert policy.page_tokens == 256 and config.episode.seed == 801  # a setting given wins; the recipe's seed
-    assert config.episode.max_steps == plan_steps("search:3") == 7  # search, outlines, 3 reads, submit, one spare
+    # search, outlines, READS_PER_PAPER read steps for each of the 3 papers, submit, one spare
+    assert config.episode.max_steps == plan_steps("search:3") == 4 + 3 * READS_PER_PAPER
     given = EvalConfig(policy={"name": "memory-reader", "backend": "hf", "scope": "paper"}, episode={"max_steps": 9})
-    assert given.episode.max_steps == 9 and plan_steps("paper") == 4
+    assert given.episode.max_steps == 9 and plan_steps("paper") == 3 + READS_PER_PAPER
     assert EvalConfig(policy={"name": "openai"}).episode.max_steps == EpisodeConfig().max_steps  # other policies untouched

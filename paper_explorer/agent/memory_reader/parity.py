@@ -1,8 +1,8 @@
 """The memory reader's prompts, rebuilt from its trajectory and checked against what it recorded.
 
 A reader's model never sees the conversation; it sees the prompts the reader builds. Each one can
-be rebuilt from the trajectory alone: the document from the read observations (the same parse
-the reader made), its pages from the recorded recipe, the memory each update held from the
+be rebuilt from the trajectory alone: the document from the read steps' tool records (taken as
+the reader took them, ``document.Reads``), its pages from the recorded recipe, the memory each update held from the
 update before it, and the problem from the question. The check rebuilds every update's prompt
 and the final one and compares them with the records: the digest and length of the ids sent,
 the server's own ids' digest and count where it returned them, the tokenizer, the page's range
@@ -21,7 +21,7 @@ from paper_explorer.agent.memory_reader.policy import capped, written_tokens
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
 from paper_explorer.agent.memory_reader.settings import parse_scope
 from paper_explorer.agent.mismatch import Mismatch
-from paper_explorer.agent.policies.base import PolicyError, last_value
+from paper_explorer.agent.policies.base import PolicyError
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.served import ids_sha256, reply_sha256
 from paper_explorer.agent.trajectory import Generation, Reading, Served, Trajectory
@@ -57,9 +57,9 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     if mismatch is not None:
         return mismatch
     try:
-        sections = _sections(trajectory, reading)
+        sections = sections_read(trajectory, reading)
     except PolicyError as error:
-        return Mismatch(where, f"the read observations no longer parse into the document: {error}")
+        return Mismatch(where, f"the read records no longer make the document: {error}")
     rebuilt = encode_document(sections, renderer, prompts)
     paging = page_document(
         rebuilt,
@@ -86,24 +86,26 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     return _updates(where, trajectory, reading, rebuilt, paging, settings, renderer, prompts)
 
 
-def _sections(trajectory: Trajectory, reading: Reading):
-    """The document's sections, parsed again from the observations of the outline and paper reads."""
+def sections_read(trajectory: Trajectory, reading: Reading):
+    """The document's sections, built again from the tool records of the outline and paper reads,
+    step by step as the reader took them (``document.Reads``: each step must be the plan's next action)."""
+    if trajectory.schema_version < 8:
+        raise PolicyError(
+            f"recorded in schema {trajectory.schema_version}, whose reads keep no typed record of the pages the reader read "
+            "(schema 8 on): its document cannot be built again"
+        )
     if not reading.papers:
         return []
-    outline_text = document.outlines_action(reading.papers)
-    position = next((i for i, step in enumerate(trajectory.steps) if step.action_text == outline_text), None)
-    if position is None:
-        raise PolicyError("no step read the recorded papers' outlines")
-    outlines = document.parse_outlines(trajectory.steps[position].observation, reading.papers)
-    reads = trajectory.steps[position + 1 : position + 1 + len(outlines)]
-    if len(reads) != len(outlines):
-        raise PolicyError(f"{len(outlines)} papers, {len(reads)} read steps")
-    sections = []
-    for outline, step in zip(outlines, reads):
-        if step.action_text != document.paper_action(outline.paper_id, outline.sections):
-            raise PolicyError(f"step {step.index + 1} is not the read of paper {outline.paper_id!r}")
-        sections += document.parse_paper(step.observation, outline)
-    return sections
+    reads = document.Reads(reading.papers)
+    first = 0 if trajectory.policy.settings.get("scope") == "paper" else 1  # else the search comes first
+    for step in trajectory.steps[first:]:
+        planned = reads.next_action()
+        if planned is None:
+            break
+        if step.action_text != planned:
+            raise PolicyError(f"step {step.index + 1} is not the reader's next read")
+        reads.take(step.tool_calls)
+    return reads.sections()
 
 
 def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, Any], renderer, prompts) -> Mismatch | None:
@@ -198,8 +200,10 @@ def _scope(where: str, trajectory: Trajectory, reading: Reading, settings: dict[
     if scope == "paper":
         expected = [trajectory.paper_id] if trajectory.paper_id is not None else None
     elif wanted is not None and trajectory.steps and trajectory.steps[0].action_text == document.search_action(trajectory.question):
-        found = last_value([{"role": "user", "content": trajectory.steps[0].observation}])
-        expected = document.top_papers(found, wanted) if isinstance(found, list) else None
+        try:
+            expected = document.top_papers(trajectory.steps[0].tool_calls, wanted)
+        except PolicyError:
+            expected = None
     else:
         expected = None
     if expected != reading.papers:

@@ -5,8 +5,9 @@ The control flow is fixed code; the model writes only memory updates and the fin
 
 1. search for the question (scope ``search:K``; the top K distinct papers, best first), or take
    the question's own paper (scope ``paper``: an oracle, recorded as such);
-2. read their outlines, then each paper whole, through the sandbox's ``read``
-   (``agent.memory_reader.document``: every page the tool returned, logged as any tool call);
+2. read their outlines, then each paper whole, through the sandbox's ``read``, and build the
+   document from the host's records of what each call returned (``agent.memory_reader.document``,
+   handed each step's records by ``Policy.observed``), never from an observation's text;
 3. page the document in the model's tokens (``agent.memory_reader.paging``) and, page by page,
    prompt the model with the problem, its memory so far and the page; what it writes is the new
    memory (cut at ``memory_tokens``), or the keep sentinel, which keeps the memory as it was;
@@ -37,9 +38,11 @@ from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import Paging, Section, encode_document, page_document
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
 from paper_explorer.agent.memory_reader.settings import ReaderRecipe, parse_scope
-from paper_explorer.agent.policies.base import EpisodeStart, NoAnswer, Policy, PolicyError, Reply, action, last_value, steps_taken
+from paper_explorer.agent.policies.base import EpisodeStart, NoAnswer, Policy, PolicyError, Reply, action, steps_taken
 from paper_explorer.agent.served import ids_sha256, reply_sha256, served_record
-from paper_explorer.agent.trajectory import MemoryAnswer, MemoryUpdate, Reading
+from paper_explorer.agent.trajectory import MemoryAnswer, MemoryUpdate, Reading, Step
+from paper_explorer.corpus.setting_names import setting
+from paper_explorer.tools.records import ToolCallRecord
 
 SUBMIT_CHARS = 2000  # submit()'s longest answer
 UNANSWERABLE = "unanswerable"  # the answer the final prompt asks for when the memory does not answer
@@ -48,13 +51,14 @@ UNANSWERABLE = "unanswerable"  # the answer the final prompt asks for when the m
 class MemoryReader(Policy):
     name = "memory-reader"
 
-    def __init__(self, backend: Policy, *, recipe: ReaderRecipe, prompts: ReaderPrompts | None = None) -> None:
+    def __init__(self, backend: Policy, *, recipe: ReaderRecipe, max_steps: int, prompts: ReaderPrompts | None = None) -> None:
         if backend.renderer is None:
             raise PolicyError("the memory reader's backend has no tokenizer")
         self.backend, self.recipe = backend, recipe
         self.prompts = prompts or ReaderPrompts.load()
         self.tokens = backend.renderer  # what pages and prompts are made of; the loop records no conversation prompt
         self.papers_wanted = parse_scope(recipe.scope)
+        self.max_steps = max_steps  # the episode's: a plan that needs more says so before it runs out
         self.reading: Reading | None = None
 
     def settings(self) -> dict[str, Any]:
@@ -80,48 +84,51 @@ class MemoryReader(Policy):
     def start(self, episode: EpisodeStart) -> None:
         super().start(episode)
         self.backend.start(episode)
-        self.papers: list[str] = []
-        self.outlines: list[document.Outline] = []
-        self.sections: list[Section] = []
+        self.reads: document.Reads | None = None  # set once the papers to read are known
+        self.calls: list[ToolCallRecord] = []  # the last step's tool calls, as the host recorded them
         self.reading = None
         self.submitted = False
+
+    def observed(self, step: Step) -> None:
+        self.calls = step.tool_calls
 
     def act(self, messages: list[dict[str, str]]) -> Reply:
         step = steps_taken(messages)
         if self.submitted:
-            raise NoAnswer(f"submit refused the answer: {messages[-1]['content'][-300:]}")
+            refused = next((call.error for call in reversed(self.calls) if call.error is not None), "no reason recorded")
+            raise NoAnswer(f"submit refused the answer: {refused}")
         if step == 0:
             return self._first()
-        if step == 1 and self.papers_wanted is not None:
-            self.papers = document.top_papers(last_value(messages), self.papers_wanted)
-            if not self.papers:
-                return self._answer()
-            return Reply(document.outlines_action(self.papers))
-        observation = messages[-1]["content"]
-        if not self.outlines:
-            self.outlines = document.parse_outlines(observation, self.papers)
+        if self.reads is None:  # the search's step: its hits name the papers
+            assert self.papers_wanted is not None
+            self.reads = document.Reads(document.top_papers(self.calls, self.papers_wanted))
         else:
-            self.sections += document.parse_paper(observation, self.outlines[len(self.sections_read)])
-            self.sections_read.append(self.outlines[len(self.sections_read)].paper_id)
-        if len(self.sections_read) < len(self.outlines):
-            outline = self.outlines[len(self.sections_read)]
-            return Reply(document.paper_action(outline.paper_id, outline.sections))
-        return self._answer()
+            self.reads.take(self.calls)
+        following = self.reads.next_action()
+        if following is None:
+            return self._answer()
+        if step + 2 > self.max_steps:  # this read, then the answer
+            raise PolicyError(
+                f"the papers are not read whole within the episode's {self.max_steps} steps; "
+                f"raise {setting('episode.max_steps')} (each read takes about {document.BATCH_CHARS:,} characters of a paper)"
+            )
+        return Reply(following)
 
     def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
         return {"reading": self.reading} if self.reading is not None else None
 
     def _first(self) -> Reply:
-        self.sections_read: list[str] = []
         if self.papers_wanted is not None:
             return Reply(document.search_action(self.episode.question))
         if self.episode.paper_id is None:
             raise PolicyError("--scope paper reads the question's own paper; a question given as text has none (use search:K)")
-        self.papers = [self.episode.paper_id]
-        return Reply(document.outlines_action(self.papers))
+        self.reads = document.Reads([self.episode.paper_id])
+        outlines = self.reads.next_action()
+        assert outlines is not None  # a paper to read: its outline comes first
+        return Reply(outlines)
 
     def _answer(self) -> Reply:
-        answer = Reader(self, self.sections).run()
+        answer = Reader(self, self.reads.sections() if self.reads is not None else []).run()
         if answer.strip().rstrip(".").lower() == UNANSWERABLE:
             # the final prompt asks for this when the memory holds no answer: it is the reader's
             # abstention, and counts as one (QASPER scores an abstention as this very answer)
@@ -151,7 +158,7 @@ class Reader:
         self.problem = self.tokens.text(policy.episode.question)
         self.reading = policy.reading = Reading(
             scope=self.recipe.scope,
-            papers=list(policy.sections_read),
+            papers=list(policy.reads.paper_ids) if policy.reads is not None else [],
             document_tokens=self.document.tokens,
             read_tokens=0,
             unread_tokens=self.document.tokens,

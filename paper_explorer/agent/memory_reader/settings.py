@@ -1,12 +1,11 @@
 """The memory reader's settings: its recipe (``ReaderRecipe``, the ``[policy]`` fields of how it
-reads), MemAgent's presets of it, and the episode budgets it reads under.
+reads), MemAgent's presets of it, and the steps its plan takes.
 
-The reader prints whole papers into its observations (one action per paper) and never shows the
-conversation to a model, so the code agent's episode budgets (an observation of 4,000 characters,
-a conversation of 100,000, ten steps) would cut what it reads. Unless a config or a flag gives
-them, its episodes get budgets that hold a paper whole and exactly the steps its fixed plan takes:
-a search, the outlines, one read per paper, the answer. The values are written into the config,
-so the manifest records them as they were used.
+The reader reads through tool records (``memory_reader.document``), not its observations, so the
+code agent's observation and conversation budgets hold it as they are; its steps do not: a paper
+takes one read step per ``document.BATCH_CHARS`` of its text. Unless a config or a flag gives
+``max_steps``, its episodes get the steps its plan takes for papers of up to ``READS_PER_PAPER``
+such steps; the value is written into the config, so the manifest records it as it was used.
 """
 
 from __future__ import annotations
@@ -20,15 +19,14 @@ from pydantic import Field, field_validator
 from paper_explorer.agent.policy_registry import PolicyConfig
 
 PRESETS_FILE = Path(__file__).parent / "presets.toml"
-READER_EPISODE = {
-    "observation_chars": 2_000_000,  # a paper's every page, printed one repr() line each
-    "output_chars": 2_000_000,
-    "context_chars": 50_000_000,  # the conversation is a log here: no model is shown it
-}
 # The outlines, the submit, and one step more: if submit() refused the answer, the reader's next
 # act() ends the episode saying why (no_answer), where a limit at the submit would say only
-# "no submit within N steps". The search (scope search:K) and one read per paper come on top.
+# "no submit within N steps". The search (scope search:K) and the reads of each paper come on top.
 PLAN_STEPS = 3
+# Read steps per paper the default steps allow: papers of up to about a million characters (a
+# QASPER paper is tens of thousands: one step). A longer paper ends the episode saying to raise
+# max_steps, before its steps run out.
+READS_PER_PAPER = 20
 
 
 def presets() -> dict[str, dict[str, Any]]:
@@ -36,12 +34,13 @@ def presets() -> dict[str, dict[str, Any]]:
 
 
 def plan_steps(scope: str) -> int:
-    """The steps the reader's plan takes at most (see PLAN_STEPS): scope paper searches for none and
-    reads one paper; search:K searches once and reads up to K."""
+    """The steps the reader's plan takes at most for papers of up to ``READS_PER_PAPER`` read steps
+    (see PLAN_STEPS): scope paper searches for none and reads one paper; search:K searches once and
+    reads up to K."""
     if scope == "paper":
-        return PLAN_STEPS + 1
+        return PLAN_STEPS + READS_PER_PAPER
     _, _, count = scope.partition(":")
-    return PLAN_STEPS + 1 + int(count) if count.isdigit() else PLAN_STEPS + 1
+    return PLAN_STEPS + 1 + READS_PER_PAPER * (int(count) if count.isdigit() else 1)
 
 
 MAX_SCOPE_PAPERS = 50  # search() returns at most 50 hits
@@ -105,12 +104,12 @@ class ReaderRecipe(PolicyConfig):
 
     @classmethod
     def run_defaults(cls, policy: dict[str, Any], episode: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The preset, then the reader's episode budgets, under what was given."""
+        """The preset, then the steps of the reader's plan, under what was given."""
         preset = policy.get("preset")
         if isinstance(preset, str) and preset in presets():
             chosen = presets()[preset]
             policy = {**chosen.get("policy", {}), **policy}
             episode = {**chosen.get("episode", {}), **episode}
         scope = policy.get("scope", "search:3")
-        episode = {**READER_EPISODE, "max_steps": plan_steps(scope if isinstance(scope, str) else ""), **episode}
+        episode = {"max_steps": plan_steps(scope if isinstance(scope, str) else ""), **episode}
         return policy, episode

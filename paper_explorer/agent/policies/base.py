@@ -8,7 +8,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from paper_explorer.agent.trajectory import Generation, StepPolicyInfo
+from paper_explorer.agent.trajectory import Generation, Step, StepPolicyInfo
 
 if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
     from paper_explorer.agent.renderer import ChatRenderer
@@ -116,6 +116,14 @@ class Policy(ABC):
 
     @abstractmethod
     def act(self, messages: list[dict[str, str]]) -> Reply: ...
+
+    def observed(self, step: Step) -> None:
+        """Called once each step's action has run, with the step as the trajectory records it: the
+        host's records of its tool calls (``Step.tool_calls``: what each returned and what that
+        showed of the papers) beside the observation the messages carry. A policy that acts on what
+        its tools returned reads it here, from the records, never parsed back from the observation's
+        text (the memory reader)."""
+        return None
 
     def complete(self, prompt: list[int], *, max_new_tokens: int) -> Reply:
         """One completion of ``prompt`` (token ids) by the model: for a policy that builds its own

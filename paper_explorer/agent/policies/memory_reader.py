@@ -60,4 +60,4 @@ def memory_reader(config: MemoryReaderConfig, max_steps: int) -> Policy:
     except AgentError as error:  # what the backend lacks, said as this policy's settings
         said = str(error).replace(f"--policy {config.backend}", f"--policy memory-reader --backend {config.backend}")
         raise AgentError(said) from None
-    return MemoryReader(backend, recipe=config)
+    return MemoryReader(backend, recipe=config, max_steps=max_steps)
