@@ -169,8 +169,9 @@ def _recorded(call: ToolCallRecord) -> _Shown | None:
     on, ``tools.records.Shown``): its paragraphs, and each piece of paper text cut out of the kept
     text where the host said it lies (``tools.layout.shown_texts``). Nothing in the text is parsed
     as layout. None when a kept result has no such record, or one that does not fit its text (the
-    host never writes either): it counts as nothing seen, and the flags say so. A result not kept
-    (over the action's budget) showed nothing we can see."""
+    host never writes either): it counts as nothing seen, and the flags say so (a catalog tool's
+    record that does not fit is refused before this, when the trajectory is read: ``tools.layout.misfit``).
+    A result not kept (over the action's budget) showed nothing we can see."""
     returned = call.returned
     if returned is None or returned.text is None:
         return _Shown([], set())

@@ -511,9 +511,9 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
     try:
         from paper_explorer.tools.paper_tools import PaperTools
 
-        corpus, index, tool_modules = pickle.loads(_read_all(payload_fd))
+        corpus, index, tool_modules, tool_names = pickle.loads(_read_all(payload_fd))
         os.close(payload_fd)
-        registry.load_external(tool_modules)  # tools registered from modules of the policy's process's own
+        registry.load_external(tool_modules, tool_names)  # tools registered from modules of the policy's process's own
         os.chdir("/")
         _touch(corpus, index)  # what a host's first calls import or compile lazily, imported before the fork
         process_caches.reset(corpus)  # every host starts from these caches, and a reset returns to them
@@ -606,7 +606,7 @@ def host_server(corpus, index) -> tuple[Zygote, IdleHosts]:
     with _servers_lock:
         entry = _servers.get(key)
         if entry is None or entry[0].owner_pid != os.getpid():
-            payload = pickle.dumps((corpus, index, registry.external_modules()), protocol=pickle.HIGHEST_PROTOCOL)
+            payload = pickle.dumps((corpus, index, registry.external_modules(), registry.names()), protocol=pickle.HIGHEST_PROTOCOL)
             server = Zygote(kernel_fence=False, entry=__name__, payload=payload)
             entry = _servers[key] = (server, IdleHosts(server))
             weakref.finalize(corpus, _close_server, key, server)

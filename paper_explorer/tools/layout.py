@@ -261,6 +261,64 @@ def shown_texts(text: str, shown: Shown) -> list[tuple[Piece | None, str]] | Non
     return found
 
 
+def misfit(name: str, arguments: dict, text: str, shown: Shown, whole: bool) -> str | None:
+    """Why a catalog research tool's record of what it showed cannot be the one this module wrote
+    for ``text`` (``whole``: the text is the whole result, not cut at its cap); None when it can.
+    A trajectory file is untrusted: a record edited to name a paragraph the result never showed, or
+    to pass a hit's id or score off as paper text, would otherwise ground an answer or clear a
+    direct submit. Hits are written again from their own JSON and must be the record exactly; a
+    read's page must show exactly the paragraphs whose first piece it holds, all of its paper and
+    section. Without the corpus a text rewritten together with its record and its sha256 still
+    passes: nothing here is a signature."""
+    if name in HIT_TEXTS:
+        return _hits_misfit(name, text, shown, whole)
+    if name == "read" and shown.parts is not None:
+        return _read_misfit(arguments, shown, whole)
+    return None
+
+
+def _hits_misfit(name: str, text: str, shown: Shown, whole: bool) -> str | None:
+    try:
+        found = json.loads(text) if whole else _whole_items(text)
+    except ValueError:
+        return "its text is not the JSON of hits"
+    if not isinstance(found, list) or not all(_is_hit(name, hit) for hit in found):
+        return "its text is not a list of hits"
+    again = hits(found, name).shown
+    typed = shown.parts is not None
+    if shown.form != "json" or shown.read is not None:
+        return "a list of hits recorded as another form"
+    if whole:
+        same = again.paragraphs == shown.paragraphs and again.spans() == shown.spans() and (not typed or again.parts == shown.parts)
+        return None if same else "its paragraphs or pieces of paper text are not those of its hits"
+    # cut at its cap: the whole hits kept must lead the record (what follows was not kept to check)
+    kept = len(again.paragraphs)
+    same = again.paragraphs == shown.paragraphs[:kept] and again.spans() == shown.spans()[: len(again.spans())]
+    return None if same and (not typed or again.parts == (shown.parts or [])[: len(again.spans())]) else "its kept hits are not its record"
+
+
+def _read_misfit(arguments: dict, shown: Shown, whole: bool) -> str | None:
+    page, parts = shown.read, shown.parts or []
+    if page is None or shown.form != "text":
+        return "a read without the page it showed"
+    if isinstance(arguments.get("paper_id"), str) and arguments["paper_id"] != page.paper_id:
+        return "a read of one paper recorded as another's"
+    if any(part.paper_id != page.paper_id for part in parts):
+        return "a read page holding another paper's text"
+    if page.section is None:
+        if shown.paragraphs or any(part.what not in ("title", "abstract", "section_name") for part in parts):
+            return "an outline recorded as showing paragraphs"
+        return None
+    if any(part.what not in ("section_name", "paragraph") or part.section != page.section for part in parts):
+        return "a section's page holding text of another section, or other than its paragraphs and name"
+    firsts = list(
+        dict.fromkeys((page.paper_id, page.section, part.paragraph) for part in parts if part.what == "paragraph" and not part.offset)
+    )
+    if whole and shown.paragraphs != firsts:
+        return "a page's paragraphs are not those whose first piece it holds"
+    return None
+
+
 # -- reading back the layout of schemas 4 to 6, which recorded no Shown ---------------------------
 
 

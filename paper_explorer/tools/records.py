@@ -4,9 +4,10 @@ trajectory keeps them as they are (``agent.trajectory``), so the two sides canno
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # no_answer: the policy ended without a valid answer of its own (the memory reader's final answer empty
 # or cut at its cap): scored zero, kept in the denominator
@@ -91,6 +92,20 @@ class Returned(Record):
     cut: str | None = None  # why text is not the whole result; None when it is
     shown: Shown | None = None  # research calls (schema 7 on): what the result showed of the papers; None with text None
 
+    @model_validator(mode="after")
+    def _described(self) -> Returned:
+        """A trajectory file is untrusted: a kept text edited after the host wrote it (a snippet made
+        to hold an answer) no longer has the length and sha256 the host recorded of it, and a result
+        not kept showed nothing anyone can check."""
+        if self.text is None:
+            if self.shown is not None:
+                raise ValueError("a result that was not kept cannot have a record of what it showed")
+        elif self.cut is None and (len(self.text) != self.chars or _sha256(self.text) != self.sha256):
+            raise ValueError("its text is not the one its chars and sha256 describe: it was changed after the host recorded it")
+        elif self.cut is not None and len(self.text) >= self.chars:
+            raise ValueError("a result said to be cut keeps all of its characters")
+        return self
+
 
 class ToolCallRecord(Record):
     """One call, as the host validated, ran and timed it (arguments as recorded: long ones cut)."""
@@ -101,6 +116,24 @@ class ToolCallRecord(Record):
     error: str | None = None  # the ToolError the policy saw, or "internal error: ..." for a bug of ours
     # What the tool returned (None: the call failed, or a trajectory of schema 3 or older, which did not keep it)
     returned: Returned | None = None
+
+    @model_validator(mode="after")
+    def _fits(self) -> ToolCallRecord:
+        """What a catalog research call showed must be a record its layout could have written for the
+        kept text (``tools.layout.misfit``): read back from a file, a record that names paragraphs or
+        paper text its result does not hold is refused, not believed."""
+        returned = self.returned
+        if returned is not None and returned.text is not None and returned.shown is not None:
+            from paper_explorer.tools.layout import misfit  # the layout imports these records
+
+            problem = misfit(self.name, self.arguments, returned.text, returned.shown, whole=returned.cut is None)
+            if problem is not None:
+                raise ValueError(f"{self.name}: its record of what it showed does not fit its result: {problem}")
+        return self
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Evidence(Record):

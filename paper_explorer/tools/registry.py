@@ -11,7 +11,11 @@ or as the episode's end.
 
 Tools run in the episode's host process, a fresh interpreter (``tools.episode_host``): a tool
 registered from a module outside the package is loaded there again from that module's file, so it
-must be declared at a module's top level, never in ``__main__``.
+must be declared at a module's top level, never in ``__main__``, in the module that defines its
+function. The host runs that file only as it was when its first tool was registered (its sha256),
+and serves exactly the tools the policy's process has registered: a file edited since, a tool its
+module does not register again there, or one unregistered since, cannot be served behind the
+registry's back.
 
 Only the standard library and the argument models are imported here; the catalog's modules are
 imported on first use, so ``agent.trajectory`` can ask which tools end an episode without loading
@@ -21,6 +25,7 @@ the corpus.
 from __future__ import annotations
 
 import builtins
+import hashlib
 import importlib
 import importlib.util
 import keyword
@@ -36,8 +41,10 @@ if TYPE_CHECKING:
     from paper_explorer.tools.arguments import Arguments
 
 NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
-# Names an action already has, which a tool must not shadow (tools.worker.Runtime's namespace).
-RESERVED = frozenset(vars(builtins)) | {"ToolError"}
+# Names an action already has, which a tool must not shadow (tools.worker.Runtime's namespace), and
+# names the sandbox takes for itself: RestrictedPython compiles "printed" to the print collector's
+# text, and the worker keeps an action's last value in tools.worker.LAST_VALUE.
+RESERVED = frozenset(vars(builtins)) | {"ToolError", "printed", "last_expression_value_"}
 
 
 class RegistryError(Exception):
@@ -75,7 +82,9 @@ class Tool:
 
 _lock = threading.Lock()
 _tools: dict[str, Tool] = {}
-_external: dict[str, str] = {}  # module name -> its file, for tools registered from outside the catalog
+# module name -> (its file, the file's sha256 when its first tool was registered), for tools registered
+# from outside the catalog
+_external: dict[str, tuple[str, str]] = {}
 _loaded = False
 generation = 0  # bumped by every registration after the catalog's: a host started before it lacks the tool
 
@@ -96,7 +105,8 @@ def register(tool: Tool) -> Tool:
             path = getattr(module, "__file__", None)
             if module is None or path is None or tool.function.__module__ == "__main__":
                 raise RegistryError(f"tool {tool.name!r}: declare it in a module of its own (a file), not in {tool.function.__module__}")
-            _external[tool.function.__module__] = path
+            if tool.function.__module__ not in _external:
+                _external[tool.function.__module__] = (path, _sha256(path, tool.name))
         _tools[tool.name] = tool
         generation += 1
     return tool
@@ -142,28 +152,60 @@ def ending_tools() -> frozenset[str]:
     return frozenset(tool.name for tool in tools() if tool.record == "outcome")
 
 
-def external_modules() -> dict[str, str]:
-    """Modules outside the catalog that registered tools, and their files: what an episode host loads."""
+def external_modules() -> dict[str, tuple[str, str]]:
+    """Modules outside the catalog that registered tools, with their files and those files' sha256:
+    what an episode host loads."""
     _load_catalog()
     with _lock:
         return dict(_external)
 
 
-def load_external(modules: dict[str, str]) -> None:
+def load_external(modules: dict[str, tuple[str, str]], names: tuple[str, ...]) -> None:
     """In an episode host: load the modules that registered tools in the policy's process (each
-    registers its tools again when it runs ``register``, or by its ``TOOL`` below)."""
-    for name, path in modules.items():
+    registers its tools again when it runs ``register``, or by its ``TOOL`` below), each from the
+    bytes its sha256 names, and keep exactly the tools ``names`` (the policy's registry) lists."""
+    for name, (path, digest) in modules.items():
         if name in sys.modules:
             continue
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
             raise RegistryError(f"tool module {name!r}: cannot load {path}")
+        source = _file_bytes(path, f"tool module {name!r}")
+        if hashlib.sha256(source).hexdigest() != digest:
+            raise RegistryError(
+                f"tool module {name!r}: {path} changed since its tools were registered; register them again "
+                f"from the file as it is now (in a new process), or restore it"
+            )
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
-        spec.loader.exec_module(module)
+        if path.endswith(".py"):  # the very bytes checked, not the file read again
+            exec(compile(source, path, "exec"), module.__dict__)
+        else:
+            spec.loader.exec_module(module)
         declared = getattr(module, "TOOL", None)
         if isinstance(declared, Tool):
             register(declared)
+    served = by_name()
+    for wanted in names:
+        if wanted not in served:
+            raise RegistryError(
+                f"tool {wanted!r}: the episode's host process loaded {', '.join(modules) or 'no module'} and it did not "
+                f"register it; declare the tool (TOOL = Tool(...)) in the module that defines its function"
+            )
+    for extra in set(served) - set(names):  # unregistered in the policy's process since its module registered it
+        unregister(extra)
+
+
+def _file_bytes(path: str, whose: str) -> bytes:
+    try:
+        with open(path, "rb") as file:
+            return file.read()
+    except OSError as error:
+        raise RegistryError(f"{whose}: cannot read {path} ({error.strerror})") from None
+
+
+def _sha256(path: str, tool: str) -> str:
+    return hashlib.sha256(_file_bytes(path, f"tool {tool!r}")).hexdigest()
 
 
 def _check(tool: Tool) -> None:

@@ -346,7 +346,7 @@ class Runtime:
             # the host names the tools (tools.registry checks them); a stub never replaces a guard or a builtin
             if not (name.isidentifier() and name.islower() and not name.startswith("_") and len(name) <= TOOL_NAME_CHARS):
                 raise ValueError(f"not a tool name: {name!r}")
-            if name in self.namespace or name in builtins:
+            if name in self.namespace or name in builtins or name in (LAST_VALUE, "printed"):  # "printed": RestrictedPython's
                 raise ValueError(f"a tool may not shadow {name!r}")
             self.namespace[name] = self._stub(name)
         if not restricted:  # the kernel-fence tests run plain Python here, as an escaped action would

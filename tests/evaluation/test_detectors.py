@@ -6,6 +6,7 @@ they printed; an answer a tool returned is grounded, printed or not."""
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from paper_explorer.agent.policies import Policy, Reply, make_config, make_policy
 from paper_explorer.agent.policies.base import action
@@ -522,8 +523,14 @@ def test_schemas_4_to_6_parse_results_and_a_form_the_host_did_not_write_grounds_
     # the old rule: what a change of the tools' output would look like must not be searched as text
     unknown = " tool result(s) were not in the form the host's tools write, and were searched for nothing"
     page = "demo-00000, section 6 (page 1/1)\n\n[0] " + PARAGRAPH
-    renamed = {**HIT, "text": HIT["snippet"]}
-    for tool in [("read", None, page), ("search", None, [renamed]), ("search", None, "3e-5")]:
+    renamed = {**HIT, "text": HIT["snippet"]}  # as a schema 6 host kept it: no record of what it showed
+    renamed_hits = ToolCallRecord(
+        name="search",
+        arguments={},
+        seconds=0.001,
+        returned=returned_record(json.dumps([renamed], ensure_ascii=False), ACTION_RETURNED_CHARS),
+    )
+    for tool in [("read", None, page), renamed_hits, ("search", None, "3e-5")]:
         changed = trajectory(
             [step(0, "research()", tools=[tool]), step(1, "submit('3e-5')", tools=[("submit", None)])],
             evidence=[EVIDENCE],
@@ -548,7 +555,10 @@ def test_a_kept_result_without_a_record_that_fits_it_grounds_nothing_and_says_so
         ),  # a number, not a string
         hits.model_copy(update={"shown": hits.shown.model_copy(update={"parts": None, "pieces": [(1, 5)]})}),  # not a JSON literal
     ]
-    for returned in wrong:
+    for returned in wrong[1:]:  # read back from a file, a record that does not fit its text is refused outright
+        with pytest.raises(ValidationError, match="does not fit its result"):
+            ToolCallRecord(name="search", arguments={}, seconds=0.001, returned=returned)
+    for returned in wrong[:1]:  # no record at all: read, but believed for nothing
         research = ToolCallRecord(name="search", arguments={}, seconds=0.001, returned=returned)
         changed = trajectory(
             [step(0, "research()", tools=[research]), step(1, "submit('3e-5')", tools=[("submit", None)])], evidence=[EVIDENCE]

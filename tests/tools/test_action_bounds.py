@@ -3,6 +3,7 @@ episode: tool-call records (arguments, errors, kept results) by their budgets in
 host's reply by ``Limits.reply_cap``, and the time to encode and read that reply by the action's
 wall limit. Each bound that cuts an action names itself."""
 
+import hashlib
 import time
 
 import pytest
@@ -167,7 +168,7 @@ def test_the_widest_reply_an_action_can_make_is_within_its_cap():
     records, used = [], 0
     while True:
         record = ToolCallRecord(name="search", arguments={"query": wide[:300]}, seconds=1.0, error=wide[:1000])
-        record.returned = Returned(text=ASTRAL * 200, chars=200, sha256="0" * 64, cut=None)
+        record.returned = Returned(text=ASTRAL * 200, chars=200, sha256=hashlib.sha256((ASTRAL * 200).encode()).hexdigest(), cut=None)
         size = wire.size(record.model_dump())
         if used + size > limits.record_bytes:
             break

@@ -6,7 +6,7 @@ import statistics
 
 import pytest
 
-from paper_explorer.tools import process_caches
+from paper_explorer.tools import process_caches, registry
 from paper_explorer.tools import sandbox as sandbox_module
 from paper_explorer.tools.episode_host import IdleHosts
 from paper_explorer.tools.sandbox import Limits, Sandbox
@@ -60,7 +60,7 @@ for i in range(len(ids) * 2):
 @pytest.fixture
 def census_hosts(small_demo, index, monkeypatch):
     """Episode hosts that also answer a census of their caches (tests.tools.host_census)."""
-    payload = pickle.dumps((small_demo, index, {}), protocol=pickle.HIGHEST_PROTOCOL)
+    payload = pickle.dumps((small_demo, index, {}, registry.names()), protocol=pickle.HIGHEST_PROTOCOL)
     server = Zygote(kernel_fence=False, entry="tests.tools.host_census", payload=payload)
     idle = IdleHosts(server)
     monkeypatch.setattr(sandbox_module, "host_server", lambda corpus, index: (server, idle))
