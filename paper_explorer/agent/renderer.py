@@ -482,10 +482,6 @@ class ChatRenderer:
             return [{"role": "user", "content": messages[0]["content"] + FOLD_SEPARATOR + first["content"]}, *messages[2:]]
         return messages
 
-    def settings(self) -> dict[str, Any]:
-        """What a run records about its renderer: the tokenizer's and the template's digests and the rules."""
-        return {"tokenizer_sha256": self.fingerprint, **self.check.record()}
-
 
 def split_thinking(text: str) -> tuple[str, str, bool]:
     """A thinking-mode generation -> (reasoning, action text, whether </think> closed the reasoning)."""

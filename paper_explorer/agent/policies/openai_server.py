@@ -58,6 +58,7 @@ from typing import Any
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
+from paper_explorer.agent.policies.records import EndpointRecord, Inline, PolicySettings, SamplingRecord, TemplateRecord, omitted_when_none
 from paper_explorer.agent.policies.servers import HTTPStatus, ServerPool, api_base, api_key, read_capped
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.trajectory import Generation
@@ -155,6 +156,26 @@ def last_prompt_logprob(response: Any, prompt_length: int, token: int) -> tuple[
     return logprob, None
 
 
+class OpenAISettings(PolicySettings):
+    """What a trajectory records of the openai policy (completions API): the server, the decoding,
+    the template that rendered its prompts, and what preflight found the server does."""
+
+    where: Inline[EndpointRecord]
+    model: str
+    prompt_format: str
+    tokenizer: str
+    sampling: Inline[SamplingRecord]
+    max_new_tokens: int
+    max_context: int  # the server's max_model_len once preflight has read it, unless given
+    timeout: float
+    retries: int
+    template: Inline[TemplateRecord]
+    thinking: bool
+    thinking_budget: int | None = omitted_when_none()
+    server_max_model_len: int | None  # read at preflight (the smallest of the replicas')
+    server_prompt_ids: bool  # every replica returns the prompt's ids when asked
+
+
 class ReplicaDown(Exception):
     """One of several replicas did not answer the preflight."""
 
@@ -213,28 +234,28 @@ class OpenAIPolicy(Policy):
     def backoff(self, seconds: float) -> None:
         self.servers.backoff = seconds
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> EndpointRecord:
         if len(self.servers) == 1:
-            return {"url": self.url}
-        return {"url": self.url, "replicas": [base + self.endpoint for base in self.servers.bases]}
+            return EndpointRecord(url=self.url)
+        return EndpointRecord(url=self.url, replicas=[base + self.endpoint for base in self.servers.bases])
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            **self._where(),
-            "model": self.model,
-            "prompt_format": self.prompt_format,
-            "tokenizer": str(self.tokenizer_path),
-            **self.sampling.settings(),
-            "max_new_tokens": self.max_new_tokens,
-            "max_context": self.max_context,
-            "timeout": self.timeout,
-            "retries": self.retries,
-            **self.renderer.settings(),
-            "thinking": self.thinking,
-            **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
-            "server_max_model_len": self.server_max_model_len,
-            "server_prompt_ids": self.server_prompt_ids,
-        }
+    def settings(self) -> PolicySettings:
+        return OpenAISettings(
+            where=self._where(),
+            model=self.model,
+            prompt_format=self.prompt_format,
+            tokenizer=str(self.tokenizer_path),
+            sampling=self.sampling.settings(),
+            max_new_tokens=self.max_new_tokens,
+            max_context=self.max_context,
+            timeout=self.timeout,
+            retries=self.retries,
+            template=TemplateRecord.of(self.renderer),
+            thinking=self.thinking,
+            thinking_budget=self.thinking_budget if self.thinking else None,
+            server_max_model_len=self.server_max_model_len,
+            server_prompt_ids=self.server_prompt_ids,
+        )
 
     def preflight(self) -> str | None:
         """GET /v1/models of each replica once: a server that serves no model of our name stops the

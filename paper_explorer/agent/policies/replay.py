@@ -10,6 +10,7 @@ from pydantic import Field
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import EpisodeStart, Policy, PolicyError, Reply
+from paper_explorer.agent.policies.records import PolicySettings
 from paper_explorer.agent.policies.settings import PromptRecording
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.trajectory import Drift, StepPolicyInfo, Trajectory
@@ -30,6 +31,11 @@ def replay(config: ReplayConfig, max_steps: int) -> Policy:
     return Replay(read_trajectories(config.replay), source=config.replay)
 
 
+class ReplaySettings(PolicySettings):
+    trajectories: str | None  # the recording's file
+    episodes: int  # the recorded episodes, one per question text
+
+
 class Replay(Policy):
     name = "replay"
 
@@ -43,8 +49,8 @@ class Replay(Policy):
                 self.by_question.setdefault(trajectory.question_id, trajectory)
             self.by_text.setdefault(trajectory.question, trajectory)
 
-    def settings(self) -> dict[str, Any]:
-        return {"trajectories": str(self.source) if self.source else None, "episodes": len(self.by_text)}
+    def settings(self) -> ReplaySettings:
+        return ReplaySettings(trajectories=str(self.source) if self.source else None, episodes=len(self.by_text))
 
     def corpus_hashes(self) -> set[str]:
         """The ``corpus_sha256`` the recorded episodes were made on (one, unless the recording mixes corpora)."""
