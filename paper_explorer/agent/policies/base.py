@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from paper_explorer.agent.policies.records import PolicySettings, SamplingRecord, SettingsRecord
 from paper_explorer.agent.trajectory import Generation, StepPolicyInfo
+from paper_explorer.corpus.setting_names import setting
 
 if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
     from paper_explorer.agent.renderer import ChatRenderer
@@ -126,7 +127,7 @@ class Policy(ABC):
 
     def probe_unavailable(self) -> str | None:
         """Why this policy cannot answer option probes (``agent.probes``), or None when it can."""
-        return f"the {self.name} policy has no model to probe (--probe is for --policy hf or openai)"
+        return f"the {self.name} policy has no model to probe ({setting('episode.probes')} is for {setting('policy.name')} hf or openai)"
 
     def probe(self, prompt_ids: list[int], option_ids: list[int]) -> ProbeReading:
         """The log-probability of each option token as the next token after ``prompt_ids``, read in

@@ -33,6 +33,7 @@ from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.served import common_prefix
 from paper_explorer.agent.trajectory import Generation
+from paper_explorer.corpus.setting_names import setting
 
 
 class HFConfig(LocalModelSettings, ThinkingSettings):
@@ -45,7 +46,9 @@ class HFConfig(LocalModelSettings, ThinkingSettings):
 @register_policy(HFConfig)
 def hf(config: HFConfig, max_steps: int) -> Policy:
     if config.model is None:
-        raise AgentError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
+        raise AgentError(
+            f"{setting('policy.name', 'hf')} needs {setting('policy.model')} (a model directory such as `explorer tiny-model` writes, or a hub id)"
+        )
     require_llm_extra()
     return HFPolicy.load(
         config.model,
@@ -177,7 +180,7 @@ class HFPolicy(Policy):
             raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
         renderer = load_renderer(resolve_model(model))  # the tokenizer and its template are checked before any weights load
         if thinking and not renderer.thinking_supported:
-            raise AgentError(f"{model}: this model's chat template has no thinking mode; drop --thinking")
+            raise AgentError(f"{model}: this model's chat template has no thinking mode; drop {setting('policy.thinking')}")
         loaded = load_causal_lm(model, quantization, device_map="auto" if torch.cuda.is_available() else "cpu", threads=threads)
         network = loaded.model
         if adapter is not None:

@@ -15,6 +15,7 @@ from paper_explorer.agent.policies.settings import PromptRecording
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.trajectory import Drift, StepPolicyInfo, Trajectory
 from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.corpus.setting_names import setting
 
 
 class ReplayConfig(PromptRecording):
@@ -27,7 +28,7 @@ class ReplayConfig(PromptRecording):
 @register_policy(ReplayConfig)
 def replay(config: ReplayConfig, max_steps: int) -> Policy:
     if config.replay is None:
-        raise AgentError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
+        raise AgentError(f"{setting('policy.name', 'replay')} needs {setting('policy.replay')} TRAJECTORIES.jsonl (the episodes to replay)")
     return Replay(read_trajectories(config.replay), source=config.replay)
 
 
