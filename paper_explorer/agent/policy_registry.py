@@ -17,9 +17,10 @@ is imported (docs/extending.md).
 
 The configs of the registered policies are a discriminated union on ``name``: a run config's
 ``[policy]`` table is validated by the model its name picks (``policy_config``). A setting that
-model lacks is refused in one line naming its flag and the policies it is for; one at the default
-of the policies that have it is dropped instead, so a manifest written when every policy shared
-one flat config (every setting recorded) still loads. The command line's flags are made from the
+model lacks is refused in one line naming it (``corpus.setting_names``: the CLI's flag, the API's
+argument) and the policies it is for; one at the default of the policies that have it is dropped
+instead, so a manifest written when every policy shared one flat config (every setting recorded)
+still loads. The command line's flags are made from the
 union of the models' fields (``cli.flags``).
 
 Nothing here imports a policy's implementation: a policy module imports torch or a server client
@@ -40,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from pydantic.fields import FieldInfo
 
 from paper_explorer.agent.errors import AgentError
+from paper_explorer.corpus import setting_names
 
 if TYPE_CHECKING:
     from paper_explorer.agent.policies.base import Policy
@@ -198,14 +200,16 @@ def said_list(names: list[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _refusal(setting: str, config: type[PolicyConfig], policy: str) -> str:
-    owners = setting_fields().get(setting)
+def _refusal(name: str, config: type[PolicyConfig], policy: str) -> str:
+    """Why ``name`` is refused for ``policy``, naming settings as the caller does (the CLI: flags)."""
+    owners = setting_fields().get(name)
     if owners is None:
-        near = difflib.get_close_matches(setting, list(setting_fields()), n=1)
-        hint = f" (did you mean {flag_of(near[0])}?)" if near else ""
-        return f"{flag_of(setting)} is no setting of any policy{hint}"
-    reason = config.refusals.get(setting)
-    return f"{flag_of(setting)} is for --policy {said_list(sorted(owners))}, not {policy!r}" + (f": {reason}" if reason else "")
+        near = difflib.get_close_matches(name, list(setting_fields()), n=1)
+        hint = f" (did you mean {setting_names.setting(f'policy.{near[0]}')}?)" if near else ""
+        return f"{setting_names.setting(f'policy.{name}')} is no setting of any policy{hint}"
+    reason = config.refusals.get(name)
+    owned_by = f"{setting_names.setting('policy.name')} {said_list(sorted(owners))}"
+    return f"{setting_names.setting(f'policy.{name}')} is for {owned_by}, not {policy!r}" + (f": {reason}" if reason else "")
 
 
 def at_default(setting: str, value: Any) -> bool:
@@ -218,7 +222,7 @@ def policy_config(data: Any) -> PolicyConfig:
     """The config of the policy ``data`` (a ``[policy]`` table, or a config already made) names.
 
     A setting the policy lacks is dropped where it is at the other policies' default (an older
-    manifest records every setting of every policy) and refused otherwise, naming its flag."""
+    manifest records every setting of every policy) and refused otherwise, naming it."""
     if isinstance(data, PolicyConfig):
         entry = policy_entry(data.name)
         if not isinstance(data, entry.config):

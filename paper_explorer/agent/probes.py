@@ -29,6 +29,7 @@ import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.agent.trajectory import ProbeResult
+from paper_explorer.corpus.setting_names import setting
 
 if TYPE_CHECKING:
     from paper_explorer.agent.policies.base import Policy, ProbeReading
@@ -59,7 +60,7 @@ class ProbeSet:
         unknown = [name for name in names if name not in self.probes]
         if unknown:
             raise AgentError(
-                f"--probe {unknown[0]}: no such probe in {self.path}; choose from {', '.join(self.probes) or 'none: the file names no probe'}"
+                f"{setting('episode.probes', [unknown[0]])}: no such probe in {self.path}; choose from {', '.join(self.probes) or 'none: the file names no probe'}"
             )
         return [self.probes[name] for name in names]
 
@@ -123,10 +124,10 @@ def check_probes(names: Sequence[str], policy: Policy, probes: ProbeSet | None =
     probes = probes or load_probes(path)
     asked = probes.named(names)
     if len(set(names)) != len(names):
-        raise AgentError("--probe: a probe is named twice")
+        raise AgentError(f"{setting('episode.probes')}: a probe is named twice")
     refusal = policy.probe_unavailable()
     if refusal is not None or policy.renderer is None:
-        raise AgentError(f"--probe: {refusal or 'the policy has no tokenizer to render a probe with'}")
+        raise AgentError(f"{setting('episode.probes')}: {refusal or 'the policy has no tokenizer to render a probe with'}")
     for probe in asked:
         option_ids(policy.renderer, probe)
     return asked
@@ -236,7 +237,7 @@ def after_episode(
     asked = [probe.name for probe in probes.named(names) if submitted or not probe.only_if_submitted]
     context = getattr(policy, "max_context", None)
     if policy.renderer is None or not isinstance(context, int):
-        raise AgentError(f"--probe: the {policy.name} policy has no tokenizer or context length to probe with")
+        raise AgentError(f"{setting('episode.probes')}: the {policy.name} policy has no tokenizer or context length to probe with")
     return measure(policy, messages, asked, policy.renderer, context, probes=probes)
 
 

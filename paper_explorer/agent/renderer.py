@@ -58,6 +58,7 @@ from paper_explorer.agent.chat_template import (
     split_at_placeholders,
 )
 from paper_explorer.agent.errors import AgentError
+from paper_explorer.corpus.setting_names import setting
 
 THINK, END_THINK = "<think>", "</think>"
 TEXT_CACHE = 4096  # texts whose ids a renderer remembers (8 bytes an id: at most ~35 MB for 1k-token texts)
@@ -341,7 +342,7 @@ class ChatRenderer:
 
     def _generation_units(self, thinking: bool) -> list:
         if thinking and not self.thinking_supported:
-            raise AgentError("this model's chat template has no thinking mode; drop --thinking")
+            raise AgentError(f"this model's chat template has no thinking mode; drop {setting('policy.thinking')}")
         return [*self._template_units(self.layout.generation[thinking], False), (BREAK, False)]
 
     def _head_units(self, messages: list[dict[str, str]], contents: list) -> list:
@@ -481,10 +482,6 @@ class ChatRenderer:
             first = messages[1]
             return [{"role": "user", "content": messages[0]["content"] + FOLD_SEPARATOR + first["content"]}, *messages[2:]]
         return messages
-
-    def settings(self) -> dict[str, Any]:
-        """What a run records about its renderer: the tokenizer's and the template's digests and the rules."""
-        return {"tokenizer_sha256": self.fingerprint, **self.check.record()}
 
 
 def split_thinking(text: str) -> tuple[str, str, bool]:

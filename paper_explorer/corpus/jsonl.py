@@ -48,6 +48,7 @@ from pydantic import BaseModel, ValidationError
 
 import paper_explorer.corpus.files as files
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.corpus.setting_names import setting
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,7 @@ def _cut_torn_line(fd: int, path: Path) -> int:
     if kind != "torn":
         raise files.FileRefused(
             f"{path}:{_line_count(fd, keep) + 1}: its last line is neither a record nor one torn by an interrupted run; "
-            "not a log written here (nothing was changed): choose another --out"
+            f"not a log written here (nothing was changed): choose another {setting('out')}"
         )
     os.ftruncate(fd, keep)
     os.fsync(fd)

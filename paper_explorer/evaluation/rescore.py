@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import load_renderer
+from paper_explorer.agent.policies.records import recorded
 from paper_explorer.agent.probes import from_logprobs, load_probes
 from paper_explorer.agent.served import common_prefix
 from paper_explorer.evaluation.errors import EvaluationError
@@ -314,7 +315,7 @@ def _setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str)
     """Where the reload differs from the recording in what sets the tolerance (device, dtype, quantization)."""
     if policy_name != "hf":
         return []
-    now = policy.settings()
+    now = recorded(policy.settings())
     differing = [key for key in ("device", "dtype", "quantization") if key in settings and settings[key] != now[key]]
     if not differing:
         return []

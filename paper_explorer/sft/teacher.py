@@ -13,12 +13,17 @@ gold answer at once - for reproducing the shortcut in tests and demos.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from paper_explorer.agent.policies.base import EpisodeStart, Policy, PolicyError, Reply, action, steps_taken
+from paper_explorer.agent.policies.records import PolicySettings
 from paper_explorer.agent.policies.scripted import key_terms
 from paper_explorer.corpus import Corpus
 from paper_explorer.corpus.schema import Question
+
+
+class TeacherSettings(PolicySettings):
+    direct: bool  # it submits the gold answer as its first action (the shortcut)
+    thinking: bool  # its actions carry their reasoning as think blocks
 
 
 class Teacher(Policy):
@@ -29,8 +34,8 @@ class Teacher(Policy):
         self.direct, self.thinking = direct, thinking
         self.questions = {question.id: question for question in corpus.questions}
 
-    def settings(self) -> dict[str, Any]:
-        return {"direct": self.direct, "thinking": self.thinking}
+    def settings(self) -> TeacherSettings:
+        return TeacherSettings(direct=self.direct, thinking=self.thinking)
 
     def start(self, episode: EpisodeStart) -> None:
         super().start(episode)

@@ -138,7 +138,7 @@ def test_a_template_that_adds_a_default_system_prompt_keeps_it(tmp_path):
 
 def test_thinking_is_refused_where_the_template_has_none(tmp_path):
     renderer = ChatRenderer.from_directory(make_tokenizer(tmp_path, "llama3"))
-    with pytest.raises(AgentError, match="no thinking mode; drop --thinking"):
+    with pytest.raises(AgentError, match="no thinking mode; drop policy.thinking"):
         renderer.prompt(PROBE[:2], thinking=True)
 
 

@@ -413,7 +413,7 @@ def test_the_servers_max_model_len_is_the_budget_and_a_larger_max_context_is_ref
     fake = FakeServer(models=["served"], max_model_len=2048)
     try:
         policy, _ = preflighted(fake, tiny_tokenizer)
-        assert policy.max_context == 2048 and policy.settings()["server_max_model_len"] == 2048
+        assert policy.max_context == 2048 and policy.settings().server_max_model_len == 2048
         run = tmp_path / "too-long"
         done = run_cli(*eval_flags(fake, tiny_tokenizer, run, "--max-context", "8192"))
         assert done.returncode == 2 and "--max-context 8192 is more than the server's max_model_len of 2048" in done.stderr

@@ -124,7 +124,7 @@ def test_a_setting_no_policy_has_says_the_nearest(tmp_path):
 
 def test_a_setting_at_its_default_counts_as_not_given():
     assert make_config("scripted", thinking=False, temperature=0.0).model_dump() == {"name": "scripted", "tokenizer": None}
-    with pytest.raises(AgentError, match="--thinking is for"):
+    with pytest.raises(AgentError, match=r"policy\.thinking is for policy\.name hf or openai"):
         make_config("scripted", thinking=True)
 
 

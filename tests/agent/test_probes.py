@@ -107,9 +107,9 @@ def test_a_probes_file_with_a_two_token_option_is_refused(tmp_path, qwen3):
 
 def test_unknown_probes_and_policies_without_a_model_are_refused(qwen3_tokenizer, small_demo, index):
     scripted = make_policy(make_config("scripted"))
-    with pytest.raises(AgentError, match="--probe: the scripted policy has no model to probe"):
+    with pytest.raises(AgentError, match="episode.probes: the scripted policy has no model to probe"):
         check_probes(["answerable"], scripted)
-    with pytest.raises(AgentError, match="--probe sure: no such probe"):
+    with pytest.raises(AgentError, match=r"episode\.probes=\['sure'\]: no such probe"):
         run(small_demo, index, scripted, ["sure"])
     chat = make_policy(make_config("openai", api="chat", base_url="http://127.0.0.1:9/v1", model="m", tokenizer=qwen3_tokenizer))
     with pytest.raises(AgentError, match="chat API returns no log-probabilities"):

@@ -328,7 +328,7 @@ def test_an_append_creates_a_file_and_cuts_its_torn_line(tmp_path):
 def test_an_append_never_cuts_a_last_line_that_is_not_a_torn_record(tmp_path, tail):
     path = tmp_path / "notes.txt"
     path.write_bytes(b"first line\n" + tail)
-    with pytest.raises(files.FileRefused, match=r"notes.txt:2: .*not a log written here .*choose another --out"):
+    with pytest.raises(files.FileRefused, match=r"notes.txt:2: .*not a log written here .*choose another out"):
         AppendOnlyLines(path)
     with pytest.raises(files.FileRefused, match="not a log written here"):
         repair(path)

@@ -34,11 +34,14 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from pydantic import SerializeAsAny
+
 from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import Paging, Section, encode_document, page_document
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
 from paper_explorer.agent.memory_reader.settings import ReaderRecipe, parse_scope
 from paper_explorer.agent.policies.base import EpisodeStart, NoAnswer, Policy, PolicyError, Reply, action, steps_taken
+from paper_explorer.agent.policies.records import Inline, PolicySettings, SettingsRecord
 from paper_explorer.agent.served import ids_sha256, reply_sha256, served_record
 from paper_explorer.agent.trajectory import MemoryAnswer, MemoryUpdate, Reading, Step
 from paper_explorer.corpus.setting_names import setting
@@ -46,6 +49,17 @@ from paper_explorer.tools.records import ToolCallRecord
 
 SUBMIT_CHARS = 2000  # submit()'s longest answer
 UNANSWERABLE = "unanswerable"  # the answer the final prompt asks for when the memory does not answer
+
+
+class MemoryReaderSettings(PolicySettings):
+    """What a trajectory records of the reader: its backend's own record and its recipe (the
+    config's ``ReaderRecipe`` fields), side by side, as ``memory_reader.parity`` reads them back."""
+
+    backend: str
+    backend_settings: Inline[SerializeAsAny[SettingsRecord]]
+    recipe: Inline[ReaderRecipe]  # the recipe's fields alone, not the backend's that its config holds too
+    oracle: bool  # scope paper: it reads the question's own paper
+    prompts_sha256: str
 
 
 class MemoryReader(Policy):
@@ -61,14 +75,14 @@ class MemoryReader(Policy):
         self.max_steps = max_steps  # the episode's: a plan that needs more says so before it runs out
         self.reading: Reading | None = None
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend.name,
-            **self.backend.settings(),
-            **self.recipe.recipe(),
-            "oracle": self.recipe.scope == "paper",
-            "prompts_sha256": self.prompts.sha256,
-        }
+    def settings(self) -> MemoryReaderSettings:
+        return MemoryReaderSettings(
+            backend=self.backend.name,
+            backend_settings=self.backend.settings(),
+            recipe=self.recipe,
+            oracle=self.recipe.scope == "paper",
+            prompts_sha256=self.prompts.sha256,
+        )
 
     def prompt_template_sha256(self) -> str:
         return self.prompts.sha256

@@ -98,10 +98,6 @@ class ReaderRecipe(PolicyConfig):
             raise ValueError(f"{sentinel!r}: write the keep sentinel without spaces around it and on one line (empty: none)")
         return sentinel
 
-    def recipe(self) -> dict[str, Any]:
-        """The recipe's settings alone, as a trajectory records them."""
-        return {name: getattr(self, name) for name in ReaderRecipe.model_fields if name != "name"}
-
     @classmethod
     def run_defaults(cls, policy: dict[str, Any], episode: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         """The preset, then the steps of the reader's plan, under what was given."""

@@ -38,6 +38,7 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes
 from paper_explorer.agent.policies.servers import REFUSED_DETAIL_BYTES, HTTPStatus, ServerPool, api_key, read_capped
 from paper_explorer.agent.terminal_text import visible
+from paper_explorer.corpus.setting_names import setting
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
 ALREADY_LOADED = "has already been loaded"  # vLLM's 400 for a name it holds
@@ -48,7 +49,7 @@ def adapter_sha256(directory: Path) -> str:
     """One SHA-256 over every file of an adapter directory (names and contents)."""
     if not (directory / "adapter_config.json").is_file():
         raise AgentError(
-            f"--adapter {directory}: not a LoRA adapter directory (no adapter_config.json); "
+            f"{setting('policy.adapter')} {directory}: not a LoRA adapter directory (no adapter_config.json); "
             "name a checkpoint directory that explorer train or improve wrote"
         )
     listing = json.dumps(file_hashes(directory), sort_keys=True)
@@ -72,11 +73,11 @@ def checked_adapter(directory: Path, recorded: ServedAdapter) -> ServedAdapter:
     """``recorded`` (a run's manifest), once the adapter's files and path are found unchanged."""
     path, sha256 = str(directory.resolve()), adapter_sha256(directory)
     if path != recorded.path:
-        raise AgentError(f"--adapter {directory} is {path}, but the run loaded {recorded.path}; give the same adapter")
+        raise AgentError(f"{setting('policy.adapter')} {directory} is {path}, but the run loaded {recorded.path}; give the same adapter")
     if sha256 != recorded.sha256:
         raise AgentError(
-            f"--adapter {directory}: its files changed since the run began (SHA-256 {recorded.sha256[:12]} "
-            f"then, {sha256[:12]} now); restore them, or start a new run with another --out"
+            f"{setting('policy.adapter')} {directory}: its files changed since the run began (SHA-256 {recorded.sha256[:12]} "
+            f"then, {sha256[:12]} now); restore them, or start a new run with another {setting('out')}"
         )
     return recorded
 
@@ -107,7 +108,7 @@ class ServerAdapters:
         if already and root != adapter.path:
             raise AgentError(
                 f"{base}: the adapter name {adapter.name!r} is already loaded from {root or 'a path it does not list'}, "
-                f"not from {adapter.path}; unload it (POST {base}/unload_lora_adapter with its lora_name) or use another --out"
+                f"not from {adapter.path}; unload it (POST {base}/unload_lora_adapter with its lora_name) or use another {setting('out')}"
             )
         if root != adapter.path:
             raise AgentError(
@@ -133,7 +134,9 @@ class ServerAdapters:
                 "use a vLLM server (it lists each adapter's path)"
             ) from None
         except (OSError, http.client.HTTPException) as error:
-            raise AgentError(f"no server answers at {url} ({type(error).__name__}: {error}); start it or fix --base-url") from None
+            raise AgentError(
+                f"no server answers at {url} ({type(error).__name__}: {error}); start it or fix {setting('policy.base_url')}"
+            ) from None
         except ValueError as error:
             raise AgentError(f"{url} did not answer a model list ({str(error)[:80]}); is it a vLLM server?") from None
         data = listing.get("data") if isinstance(listing, dict) else None
@@ -181,7 +184,7 @@ class ServerAdapters:
         success answers are plain text), the API key redacted."""
         parts = urllib.parse.urlsplit(base)
         if not parts.hostname:
-            raise AgentError(f"--base-url {base!r} names no host")
+            raise AgentError(f"{setting('policy.base_url')} {base!r} names no host")
         kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         connection = kind(parts.hostname, parts.port, timeout=self.timeout)
         headers = {"Authorization": f"Bearer {self.api_key}", "Content-Type": "application/json"}
@@ -192,7 +195,7 @@ class ServerAdapters:
         except (OSError, http.client.HTTPException, ValueError) as error:
             raise AgentError(
                 f"no server answers at {base + endpoint} ({self.pool._redact(f'{type(error).__name__}: {error}')}); "
-                "start it or fix --base-url"
+                f"start it or fix {setting('policy.base_url')}"
             ) from None
         finally:
             connection.close()

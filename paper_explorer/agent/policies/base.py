@@ -8,7 +8,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from paper_explorer.agent.policies.records import PolicySettings, SamplingRecord, SettingsRecord
 from paper_explorer.agent.trajectory import Generation, Step, StepPolicyInfo
+from paper_explorer.corpus.setting_names import setting
 
 if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
     from paper_explorer.agent.renderer import ChatRenderer
@@ -38,10 +40,10 @@ class Sampling:
     def greedy(self) -> bool:
         return self.temperature == 0
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> SamplingRecord:
         if self.greedy:
-            return {"decoding": "greedy", "do_sample": False, "temperature": 0}
-        return {"decoding": "sampling", "do_sample": True, "temperature": self.temperature, "top_p": self.top_p, "top_k": self.top_k}
+            return SamplingRecord(decoding="greedy", do_sample=False, temperature=0)
+        return SamplingRecord(decoding="sampling", do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
 
 
 @dataclass
@@ -95,8 +97,9 @@ class Policy(ABC):
     renderer: ChatRenderer | None = None  # the renderer whose prompts this policy is (or would be) served
     thinking: bool = False  # Qwen3 thinking mode: the generation prompt leaves the think block to the model
 
-    def settings(self) -> dict[str, Any]:
-        return {}
+    def settings(self) -> SettingsRecord:
+        """What every trajectory records of this policy (``records``): its config, when that is all, or its own record."""
+        return PolicySettings()
 
     def start(self, episode: EpisodeStart) -> None:
         self.episode = episode
@@ -132,7 +135,7 @@ class Policy(ABC):
 
     def probe_unavailable(self) -> str | None:
         """Why this policy cannot answer option probes (``agent.probes``), or None when it can."""
-        return f"the {self.name} policy has no model to probe (--probe is for --policy hf or openai)"
+        return f"the {self.name} policy has no model to probe ({setting('episode.probes')} is for {setting('policy.name')} hf or openai)"
 
     def probe(self, prompt_ids: list[int], option_ids: list[int]) -> ProbeReading:
         """The log-probability of each option token as the next token after ``prompt_ids``, read in

@@ -27,11 +27,13 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes, load_causal_lm, load_renderer, resolve_model, set_threads
 from paper_explorer.agent.policies import require_llm_extra
 from paper_explorer.agent.policies.base import ContextExceeded, EpisodeStart, Policy, ProbeReading, Reply, Sampling
+from paper_explorer.agent.policies.records import Inline, PolicySettings, SamplingRecord, TemplateRecord, omitted_when_none
 from paper_explorer.agent.policies.settings import LocalModelSettings, ThinkingSettings
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.served import common_prefix
 from paper_explorer.agent.trajectory import Generation
+from paper_explorer.corpus.setting_names import setting
 
 
 class HFConfig(LocalModelSettings, ThinkingSettings):
@@ -44,7 +46,9 @@ class HFConfig(LocalModelSettings, ThinkingSettings):
 @register_policy(HFConfig)
 def hf(config: HFConfig, max_steps: int) -> Policy:
     if config.model is None:
-        raise AgentError("--policy hf needs --model (a model directory such as `explorer tiny-model` writes, or a hub id)")
+        raise AgentError(
+            f"{setting('policy.name', 'hf')} needs {setting('policy.model')} (a model directory such as `explorer tiny-model` writes, or a hub id)"
+        )
     require_llm_extra()
     return HFPolicy.load(
         config.model,
@@ -57,6 +61,26 @@ def hf(config: HFConfig, max_steps: int) -> Policy:
         sampling=config.sampling,
         threads=config.threads,
     )
+
+
+class HFSettings(PolicySettings):
+    """What a trajectory records of the hf policy: the model as loaded, its decoding and its template."""
+
+    model: str
+    adapter: str | None
+    adapter_sha256: dict[str, str] | None  # every adapter file's, by relative path
+    quantization: str
+    dtype: str
+    device: str
+    threads: int
+    sampling: Inline[SamplingRecord]
+    overridden_generation_config: dict[str, Any]  # the model's own sampling defaults, which the decoding above replaced
+    max_new_tokens: int
+    max_context: int
+    reuse_cache: bool
+    template: Inline[TemplateRecord]
+    thinking: bool
+    thinking_budget: int | None = omitted_when_none()
 
 
 SAMPLING_FIELDS = ("do_sample", "temperature", "top_p", "top_k", "min_p", "repetition_penalty")
@@ -156,7 +180,7 @@ class HFPolicy(Policy):
             raise AgentError(f"{adapter}: no adapter_config.json; name a LoRA adapter directory (PeftModel.save_pretrained)")
         renderer = load_renderer(resolve_model(model))  # the tokenizer and its template are checked before any weights load
         if thinking and not renderer.thinking_supported:
-            raise AgentError(f"{model}: this model's chat template has no thinking mode; drop --thinking")
+            raise AgentError(f"{model}: this model's chat template has no thinking mode; drop {setting('policy.thinking')}")
         loaded = load_causal_lm(model, quantization, device_map="auto" if torch.cuda.is_available() else "cpu", threads=threads)
         network = loaded.model
         if adapter is not None:
@@ -181,24 +205,24 @@ class HFPolicy(Policy):
             threads=loaded.threads,
         )
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "model": self.model_name,
-            "adapter": str(self.adapter) if self.adapter else None,
-            "adapter_sha256": self.adapter_sha256,
-            "quantization": self.quantization,
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "device": str(self.device),
-            "threads": self.threads,
-            **self.sampling.settings(),
-            "overridden_generation_config": self.overridden,
-            "max_new_tokens": self.max_new_tokens,
-            "max_context": self.max_context,
-            "reuse_cache": self.reuse_cache,
-            **self.renderer.settings(),
-            "thinking": self.thinking,
-            **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
-        }
+    def settings(self) -> HFSettings:
+        return HFSettings(
+            model=self.model_name,
+            adapter=str(self.adapter) if self.adapter else None,
+            adapter_sha256=self.adapter_sha256,
+            quantization=self.quantization,
+            dtype=str(self.dtype).removeprefix("torch."),
+            device=str(self.device),
+            threads=self.threads,
+            sampling=self.sampling.settings(),
+            overridden_generation_config=self.overridden,
+            max_new_tokens=self.max_new_tokens,
+            max_context=self.max_context,
+            reuse_cache=self.reuse_cache,
+            template=TemplateRecord.of(self.renderer),
+            thinking=self.thinking,
+            thinking_budget=self.thinking_budget if self.thinking else None,
+        )
 
     def _reset(self) -> None:
         from transformers import DynamicCache

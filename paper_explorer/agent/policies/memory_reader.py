@@ -11,7 +11,8 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.memory_reader.settings import ReaderRecipe
 from paper_explorer.agent.policies.base import Policy
 from paper_explorer.agent.policies.settings import LocalModelSettings, ServerSettings
-from paper_explorer.agent.policy_registry import SettingRefused, flag_of, policy_entry, register_policy
+from paper_explorer.agent.policy_registry import SettingRefused, policy_entry, register_policy
+from paper_explorer.corpus.setting_names import setting
 
 # The settings only one backend has: given for the other, they are refused.
 BACKEND_SETTINGS = {
@@ -34,9 +35,14 @@ class MemoryReaderConfig(ReaderRecipe, LocalModelSettings, ServerSettings):
         for backend, settings in BACKEND_SETTINGS.items():
             given = sorted(name for name in settings if getattr(self, name) != type(self).model_fields[name].default)
             if given and self.backend != backend:
-                raise SettingRefused(f"{flag_of(given[0])} is for --backend {backend}, not {self.backend or 'none'}")
+                raise SettingRefused(
+                    f"{setting('policy.' + given[0])} is for {setting('policy.backend', backend)}, not {self.backend or 'none'}"
+                )
         if self.api == "chat":
-            raise SettingRefused("--api chat is not for --policy memory-reader: its prompts are token ids (use the completions API)")
+            raise SettingRefused(
+                f"{setting('policy.api', 'chat')} is not for {setting('policy.name', 'memory-reader')}: "
+                "its prompts are token ids (use the completions API)"
+            )
         return self
 
     @property
@@ -47,9 +53,15 @@ class MemoryReaderConfig(ReaderRecipe, LocalModelSettings, ServerSettings):
 @register_policy(MemoryReaderConfig)
 def memory_reader(config: MemoryReaderConfig, max_steps: int) -> Policy:
     if config.backend is None:
-        raise AgentError("--policy memory-reader needs --backend: hf (with --model) or openai (with --base-url, --model and --tokenizer)")
+        raise AgentError(
+            f"{setting('policy.name', 'memory-reader')} needs {setting('policy.backend')}: hf (with {setting('policy.model')}) or openai "
+            f"(with {setting('policy.base_url')}, {setting('policy.model')} and {setting('policy.tokenizer')})"
+        )
     if config.served_adapter is not None and (config.backend != "openai" or config.adapter is None):
-        raise AgentError("policy.served_adapter is set by explorer eval from --adapter with --backend openai; remove it from the config")
+        raise AgentError(
+            f"policy.served_adapter is set by explorer eval from {setting('policy.adapter')} with {setting('policy.backend', 'openai')}; "
+            "remove it from the config"
+        )
     # imported here: the reader reads through the tools' page layout, which loads the corpus index (numpy, scipy)
     from paper_explorer.agent.memory_reader.policy import MemoryReader
 
@@ -58,6 +70,7 @@ def memory_reader(config: MemoryReaderConfig, max_steps: int) -> Policy:
     try:
         backend = entry.factory(entry.config.model_validate(settings), max_steps)
     except AgentError as error:  # what the backend lacks, said as this policy's settings
-        said = str(error).replace(f"--policy {config.backend}", f"--policy memory-reader --backend {config.backend}")
+        reader = f"{setting('policy.name', 'memory-reader')} {setting('policy.backend', config.backend)}"
+        said = str(error).replace(setting("policy.name", config.backend), reader)
         raise AgentError(said) from None
     return MemoryReader(backend, recipe=config, max_steps=max_steps)

@@ -21,14 +21,32 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from paper_explorer.agent.actions import FENCED
 from paper_explorer.agent.policies.base import Reply, Sampling
 from paper_explorer.agent.policies.openai_server import OpenAIPolicy, count, label
+from paper_explorer.agent.policies.records import EndpointRecord, Inline, PolicySettings, SamplingRecord
 from paper_explorer.agent.policies.servers import ServerPool, api_key
 from paper_explorer.agent.renderer import ChatRenderer
 from paper_explorer.agent.trajectory import Generation
+
+
+class OpenAIChatSettings(PolicySettings):
+    """What a trajectory records of the openai policy with ``--api chat``: the teacher's server and
+    decoding, and the student's tokenizer that recorded the prompts it would be served."""
+
+    api: Literal["chat"] = "chat"
+    where: Inline[EndpointRecord]
+    model: str
+    sampling: Inline[SamplingRecord]
+    max_new_tokens: int
+    timeout: float
+    retries: int
+    student_tokenizer: str | None
+    tokenizer_sha256: str | None
+    teacher_tokenization: str = "the API's own; not what is trained (sft build renders the messages with the student's tokenizer)"
+    server_max_model_len: int | None
 
 
 class OpenAIChatPolicy(OpenAIPolicy):
@@ -57,20 +75,18 @@ class OpenAIChatPolicy(OpenAIPolicy):
         self.sampling, self.thinking = sampling, False
         self.server_max_model_len, self.server_prompt_ids = None, False
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            "api": "chat",
-            **self._where(),
-            "model": self.model,
-            **self.sampling.settings(),
-            "max_new_tokens": self.max_new_tokens,
-            "timeout": self.timeout,
-            "retries": self.retries,
-            "student_tokenizer": str(self.tokenizer_path) if self.tokenizer_path else None,
-            "tokenizer_sha256": self.renderer.fingerprint if self.renderer else None,
-            "teacher_tokenization": "the API's own; not what is trained (sft build renders the messages with the student's tokenizer)",
-            "server_max_model_len": self.server_max_model_len,
-        }
+    def settings(self) -> OpenAIChatSettings:
+        return OpenAIChatSettings(
+            where=self._where(),
+            model=self.model,
+            sampling=self.sampling.settings(),
+            max_new_tokens=self.max_new_tokens,
+            timeout=self.timeout,
+            retries=self.retries,
+            student_tokenizer=str(self.tokenizer_path) if self.tokenizer_path else None,
+            tokenizer_sha256=self.renderer.fingerprint if self.renderer else None,
+            server_max_model_len=self.server_max_model_len,
+        )
 
     answer_field = "message"
 

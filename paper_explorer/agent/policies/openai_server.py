@@ -58,9 +58,11 @@ from typing import Any
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
+from paper_explorer.agent.policies.records import EndpointRecord, Inline, PolicySettings, SamplingRecord, TemplateRecord, omitted_when_none
 from paper_explorer.agent.policies.servers import HTTPStatus, ServerPool, api_base, api_key, read_capped
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.trajectory import Generation
+from paper_explorer.corpus.setting_names import setting
 
 MODELS_LISTING_BYTES = 4 << 20  # a /v1/models answer larger than this is not a model list
 DEFAULT_MAX_CONTEXT = 32_768  # without --max-context: lowered to a server's max_model_len, where an explicit one above it is refused
@@ -155,6 +157,26 @@ def last_prompt_logprob(response: Any, prompt_length: int, token: int) -> tuple[
     return logprob, None
 
 
+class OpenAISettings(PolicySettings):
+    """What a trajectory records of the openai policy (completions API): the server, the decoding,
+    the template that rendered its prompts, and what preflight found the server does."""
+
+    where: Inline[EndpointRecord]
+    model: str
+    prompt_format: str
+    tokenizer: str
+    sampling: Inline[SamplingRecord]
+    max_new_tokens: int
+    max_context: int  # the server's max_model_len once preflight has read it, unless given
+    timeout: float
+    retries: int
+    template: Inline[TemplateRecord]
+    thinking: bool
+    thinking_budget: int | None = omitted_when_none()
+    server_max_model_len: int | None  # read at preflight (the smallest of the replicas')
+    server_prompt_ids: bool  # every replica returns the prompt's ids when asked
+
+
 class ReplicaDown(Exception):
     """One of several replicas did not answer the preflight."""
 
@@ -183,14 +205,14 @@ class OpenAIPolicy(Policy):
         """Keyword-only (the openai factory passes its config's fields by name): two numbers
         swapped by position would pass silently. ``max_context`` None: the server's max_model_len."""
         if prompt_format not in ("ids", "text"):
-            raise AgentError(f"unknown --prompt-format {prompt_format!r}; choose ids (vLLM) or text")
+            raise AgentError(f"unknown {setting('policy.prompt_format')} {prompt_format!r}; choose ids (vLLM) or text")
         self.api_key = api_key()
         self.servers = ServerPool(base_url, self.api_key, timeout, retries, backoff)
         self.endpoint = "/completions"
         self.model, self.prompt_format = model, prompt_format
         self.renderer = ChatRenderer.from_directory(tokenizer)
         if thinking and not self.renderer.thinking_supported:
-            raise AgentError(f"{tokenizer}: this model's chat template has no thinking mode; drop --thinking")
+            raise AgentError(f"{tokenizer}: this model's chat template has no thinking mode; drop {setting('policy.thinking')}")
         self.tokenizer_path = tokenizer
         # None: the server's max_model_len once preflight has read it (DEFAULT_MAX_CONTEXT until then)
         self.max_context_given = max_context is not None
@@ -213,28 +235,28 @@ class OpenAIPolicy(Policy):
     def backoff(self, seconds: float) -> None:
         self.servers.backoff = seconds
 
-    def _where(self) -> dict[str, Any]:
+    def _where(self) -> EndpointRecord:
         if len(self.servers) == 1:
-            return {"url": self.url}
-        return {"url": self.url, "replicas": [base + self.endpoint for base in self.servers.bases]}
+            return EndpointRecord(url=self.url)
+        return EndpointRecord(url=self.url, replicas=[base + self.endpoint for base in self.servers.bases])
 
-    def settings(self) -> dict[str, Any]:
-        return {
-            **self._where(),
-            "model": self.model,
-            "prompt_format": self.prompt_format,
-            "tokenizer": str(self.tokenizer_path),
-            **self.sampling.settings(),
-            "max_new_tokens": self.max_new_tokens,
-            "max_context": self.max_context,
-            "timeout": self.timeout,
-            "retries": self.retries,
-            **self.renderer.settings(),
-            "thinking": self.thinking,
-            **({"thinking_budget": self.thinking_budget} if self.thinking else {}),
-            "server_max_model_len": self.server_max_model_len,
-            "server_prompt_ids": self.server_prompt_ids,
-        }
+    def settings(self) -> PolicySettings:
+        return OpenAISettings(
+            where=self._where(),
+            model=self.model,
+            prompt_format=self.prompt_format,
+            tokenizer=str(self.tokenizer_path),
+            sampling=self.sampling.settings(),
+            max_new_tokens=self.max_new_tokens,
+            max_context=self.max_context,
+            timeout=self.timeout,
+            retries=self.retries,
+            template=TemplateRecord.of(self.renderer),
+            thinking=self.thinking,
+            thinking_budget=self.thinking_budget if self.thinking else None,
+            server_max_model_len=self.server_max_model_len,
+            server_prompt_ids=self.server_prompt_ids,
+        )
 
     def preflight(self) -> str | None:
         """GET /v1/models of each replica once: a server that serves no model of our name stops the
@@ -259,7 +281,7 @@ class OpenAIPolicy(Policy):
                 if note is not None:
                     notes.append(note)
         if len(down) == len(self.servers):
-            raise AgentError(f"--base-url: no replica answers ({'; '.join(down.values())}); start them or fix the URLs")
+            raise AgentError(f"{setting('policy.base_url')}: no replica answers ({'; '.join(down.values())}); start them or fix the URLs")
         for base, reason in down.items():
             self.servers.take_out(base, reason)
         notes = [
@@ -278,7 +300,7 @@ class OpenAIPolicy(Policy):
             return
         if self.max_context_given:
             raise AgentError(
-                f"--max-context {self.max_context} is more than the server's max_model_len of {limit}; "
+                f"{setting('policy.max_context', self.max_context)} is more than the server's max_model_len of {limit}; "
                 f"give at most {limit}, or leave it out to use {limit}"
             )
         self.max_context = limit
@@ -292,21 +314,21 @@ class OpenAIPolicy(Policy):
         except HTTPStatus as error:
             if error.status in (404, 405, 501):
                 return f"{url} answered HTTP {error.status}, so the served model's name was not checked", None
-            raise AgentError(f"--base-url: {url} answered HTTP {error.status}; check the URL and the API key") from None
+            raise AgentError(f"{setting('policy.base_url')}: {url} answered HTTP {error.status}; check the URL and the API key") from None
         except (OSError, http.client.HTTPException) as error:
             if len(self.servers) == 1:
-                raise AgentError(f"--base-url: no server answers at {url} ({error}); start it or fix the URL") from None
+                raise AgentError(f"{setting('policy.base_url')}: no server answers at {url} ({error}); start it or fix the URL") from None
             raise ReplicaDown(f"{type(error).__name__}: {error}") from None
         except ValueError as error:
             raise AgentError(
-                f"--base-url: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?"
+                f"{setting('policy.base_url')}: {url} did not answer a model list ({str(error)[:80]}); is it an OpenAI-compatible server?"
             ) from None
         data = listing.get("data") if isinstance(listing, dict) else None
         entries = [item for item in data if isinstance(item, dict)] if isinstance(data, list) else []
         models = [item.get("id") for item in entries]
         if self.model not in models:
             raise AgentError(
-                f"--model {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
+                f"{setting('policy.model')} {self.model!r}: the server at {url} serves {', '.join(map(str, models)) or 'no model'}; "
                 "pass one of those (vLLM: the --served-model-name)"
             )
         served = next(item for item in entries if item.get("id") == self.model)
@@ -330,18 +352,21 @@ class OpenAIPolicy(Policy):
                 return False, f"{url} refuses return_token_ids, so check-parity can compare prompt counts only"
         except HTTPStatus as error:
             if error.status in NO_COMPLETIONS_STATUS:
-                raise AgentError(f"--base-url: {url} answered HTTP {error.status} (no completions endpoint); use --api chat") from None
-            if error.status in REFUSED_PROMPT_STATUS:
-                other = "use --api chat, or --prompt-format text" if self.prompt_format == "ids" else "use --api chat"
                 raise AgentError(
-                    f"--prompt-format {self.prompt_format}: the server at {url} refuses a {self.prompt_format} prompt ({error}); {other}"
+                    f"{setting('policy.base_url')}: {url} answered HTTP {error.status} (no completions endpoint); use {setting('policy.api', 'chat')}"
+                ) from None
+            if error.status in REFUSED_PROMPT_STATUS:
+                chat = f"use {setting('policy.api', 'chat')}"
+                other = f"{chat}, or {setting('policy.prompt_format', 'text')}" if self.prompt_format == "ids" else chat
+                raise AgentError(
+                    f"{setting('policy.prompt_format', self.prompt_format)}: the server at {url} refuses a {self.prompt_format} prompt ({error}); {other}"
                 ) from None
             return False, f"the test prompt to {url} failed ({error}), so the prompt's ids are not asked for"
         except (OSError, http.client.HTTPException, ValueError) as error:
             return False, f"the test prompt to {url} failed ({type(error).__name__}: {error}), so the prompt's ids are not asked for"
         if answer_problem(answer, "text") is not None:
             raise AgentError(
-                f"--base-url: {url} answered a test prompt with no completion ({answer_problem(answer, 'text')}); "
+                f"{setting('policy.base_url')}: {url} answered a test prompt with no completion ({answer_problem(answer, 'text')}); "
                 "is it an OpenAI-compatible server?"
             )
         returned = answer["choices"][0].get("prompt_token_ids")
@@ -420,7 +445,7 @@ class OpenAIPolicy(Policy):
 
     def probe_unavailable(self) -> str | None:
         if self.endpoint != "/completions":
-            return "the chat API returns no log-probabilities of token ids; probe through the completions API (no --api chat)"
+            return f"the chat API returns no log-probabilities of token ids; probe through the completions API (no {setting('policy.api', 'chat')})"
         return None
 
     def probe(self, prompt_ids: list[int], option_ids: list[int]) -> ProbeReading:
@@ -509,7 +534,7 @@ class OpenAIPolicy(Policy):
             raise PolicyError(
                 f"refused to send a text prompt the server would read as other tokens (from token {position}, "
                 f"near {shown!r}): text spelling a control token, or a split the tokenizer does not make; "
-                "use --prompt-format ids"
+                f"use {setting('policy.prompt_format', 'ids')}"
             )
         return text
 

@@ -469,3 +469,10 @@ def _count_head(question: str) -> str | None:
         if word not in TRIM and word not in {"does", "do", "did"}:
             return stem(word)
     return None
+
+
+def sentences(text: str) -> list[str]:
+    """The tools' sentence splitter, imported when a policy reads (it brings the corpus index's numpy and scipy)."""
+    from paper_explorer.tools.paper_tools import sentences as split
+
+    return split(text)

@@ -10,10 +10,12 @@ from pydantic import Field
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import EpisodeStart, Policy, PolicyError, Reply
+from paper_explorer.agent.policies.records import PolicySettings
 from paper_explorer.agent.policies.settings import PromptRecording
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.trajectory import Drift, StepPolicyInfo, Trajectory
 from paper_explorer.agent.writer import read_trajectories
+from paper_explorer.corpus.setting_names import setting
 
 
 class ReplayConfig(PromptRecording):
@@ -26,8 +28,13 @@ class ReplayConfig(PromptRecording):
 @register_policy(ReplayConfig)
 def replay(config: ReplayConfig, max_steps: int) -> Policy:
     if config.replay is None:
-        raise AgentError("--policy replay needs --replay TRAJECTORIES.jsonl (the episodes to replay)")
+        raise AgentError(f"{setting('policy.name', 'replay')} needs {setting('policy.replay')} TRAJECTORIES.jsonl (the episodes to replay)")
     return Replay(read_trajectories(config.replay), source=config.replay)
+
+
+class ReplaySettings(PolicySettings):
+    trajectories: str | None  # the recording's file
+    episodes: int  # the recorded episodes, one per question text
 
 
 class Replay(Policy):
@@ -43,8 +50,8 @@ class Replay(Policy):
                 self.by_question.setdefault(trajectory.question_id, trajectory)
             self.by_text.setdefault(trajectory.question, trajectory)
 
-    def settings(self) -> dict[str, Any]:
-        return {"trajectories": str(self.source) if self.source else None, "episodes": len(self.by_text)}
+    def settings(self) -> ReplaySettings:
+        return ReplaySettings(trajectories=str(self.source) if self.source else None, episodes=len(self.by_text))
 
     def corpus_hashes(self) -> set[str]:
         """The ``corpus_sha256`` the recorded episodes were made on (one, unless the recording mixes corpora)."""

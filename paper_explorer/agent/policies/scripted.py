@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from paper_explorer.agent.policies.base import Plan, Policy, PolicyError, Reply, action, last_value
 from paper_explorer.agent.policies.reading import answer_type, decide, names_in
+from paper_explorer.agent.policies.records import PolicySettings
 from paper_explorer.agent.policies.settings import PromptRecording
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.corpus.tokenize import tokenize
@@ -49,6 +50,11 @@ def scripted(config: ScriptedConfig, max_steps: int) -> Policy:
     return Scripted()
 
 
+class ScriptedSettings(PolicySettings):
+    search_k: int  # hits its search asks for
+    extract_k: int  # sentences it extracts from the section it reads
+
+
 class Scripted(Plan):
     name = "scripted"
 
@@ -56,8 +62,8 @@ class Scripted(Plan):
         self.search_k = search_k
         self.extract_k = extract_k
 
-    def settings(self) -> dict[str, Any]:
-        return {"search_k": self.search_k, "extract_k": self.extract_k}
+    def settings(self) -> ScriptedSettings:
+        return ScriptedSettings(search_k=self.search_k, extract_k=self.extract_k)
 
     def next_step(self, messages: list[dict[str, str]], step: int) -> Reply:
         question = self.episode.question

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import PolicyError
 from paper_explorer.agent.terminal_text import visible
+from paper_explorer.corpus.setting_names import setting
 
 RETRIED_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 # Answers that say the replica, not the request, is wrong (a redirect, no such endpoint): with
@@ -73,7 +74,7 @@ def sends_key() -> bool:
 def api_base(base_url: str) -> str:
     """The server's ``.../v1`` root, from a --base-url given with or without it."""
     if not base_url.startswith(("http://", "https://")):
-        raise AgentError(f"--base-url {base_url!r} must start with http:// or https://")
+        raise AgentError(f"{setting('policy.base_url')} {base_url!r} must start with http:// or https://")
     base = base_url.rstrip("/")
     return base if base.endswith("/v1") else base + "/v1"
 
@@ -145,11 +146,11 @@ class ServerPool:
     ) -> None:
         urls = [base_urls] if isinstance(base_urls, str) else list(base_urls)
         if not urls:
-            raise AgentError("--base-url: give the server's URL")
+            raise AgentError(f"{setting('policy.base_url')}: give the server's URL")
         bases = [api_base(url) for url in urls]
         repeated = sorted({base for base in bases if bases.count(base) > 1})
         if repeated:
-            raise AgentError(f"--base-url {repeated[0]} is given twice; name each replica once")
+            raise AgentError(f"{setting('policy.base_url')} {repeated[0]} is given twice; name each replica once")
         self.replicas = [_replica(base) for base in bases]
         self.api_key, self.timeout, self.retries, self.backoff, self.cooldown = api_key, timeout, retries, backoff, cooldown
         self.events: list[ReplicaEvent] = []
@@ -360,13 +361,13 @@ def _replica(base: str) -> _Replica:
         parts = urllib.parse.urlsplit(base)
         port = parts.port
     except ValueError as error:
-        raise AgentError(f"--base-url {base!r} is not a URL ({error}); e.g. http://localhost:8000/v1") from None
+        raise AgentError(f"{setting('policy.base_url')} {base!r} is not a URL ({error}); e.g. http://localhost:8000/v1") from None
     if not parts.hostname:
-        raise AgentError(f"--base-url {base!r} names no host")
+        raise AgentError(f"{setting('policy.base_url')} {base!r} names no host")
     if parts.query or parts.fragment or "?" in base or "#" in base:
-        raise AgentError(f"--base-url {base!r}: give the server's root, without ?query or #fragment")
+        raise AgentError(f"{setting('policy.base_url')} {base!r}: give the server's root, without ?query or #fragment")
     if parts.username is not None or parts.password is not None:
-        raise AgentError(f"--base-url {base!r}: no user or password in the URL; the key comes from OPENAI_API_KEY")
+        raise AgentError(f"{setting('policy.base_url')} {base!r}: no user or password in the URL; the key comes from OPENAI_API_KEY")
     return _Replica(base, parts.scheme, parts.hostname, port, parts.path)  # IPv6 without its brackets: http.client wants it so
 
 
