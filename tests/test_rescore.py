@@ -15,8 +15,10 @@ from typer.testing import CliRunner
 from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.policies import make_config
 from paper_explorer.agent.trajectory import EpisodeConfig
+from paper_explorer.cli.flags import flag_spelling
 from paper_explorer.cli.main import INPUT_ERRORS
 from paper_explorer.cli.rescore_command import rescore_command
+from paper_explorer.corpus.setting_names import spelled
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.rescore import rescore
 from paper_explorer.evaluation.run import evaluate
@@ -28,12 +30,13 @@ TOLERANCE = 1e-5  # the tiny model reloads bit for bit: tighter than the default
 
 def rescore_cli(*args: str) -> tuple[int, str, str]:
     """`explorer rescore ARGS`: (exit status, stdout, stderr). The command in an app of its own,
-    an input error printed and its status set as cli.main.main does (one line, exit 2).
-    Once cli.main registers the command, tests.conftest.run_cli("rescore", ...) does the same."""
+    its settings named by their flags and an input error printed and its status set as
+    cli.main.main does (one line, exit 2)."""
     app = typer.Typer()
     app.command("rescore")(rescore_command)
     app.command("unused")(lambda: None)  # two commands, so the first argument names the command as in explorer
-    result = CliRunner().invoke(app, ["rescore", *args])
+    with spelled(flag_spelling):
+        result = CliRunner().invoke(app, ["rescore", *args])
     if isinstance(result.exception, INPUT_ERRORS):
         return 2, result.stdout, f"error: {result.exception}\n"
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -113,7 +116,7 @@ def test_a_run_with_an_adapter_agrees_after_reloading_it(adapter_run_dir, qwen3_
     assert report.holds and report.agreement == 1.0 and report.largest_difference <= TOLERANCE, report.mismatch
     plain = {c.question_id: c.recorded for c in rescore(run_dir, str(qwen3_model)).comparisons}
     assert any(c.recorded != plain[c.question_id] for c in report.comparisons)  # the adapter did change what was recorded
-    with pytest.raises(EvaluationError, match="the run's policy used the adapter .*; pass it as --adapter"):
+    with pytest.raises(EvaluationError, match="the run's policy used the adapter .*; pass it as adapter$"):
         rescore(adapter_run_dir, str(qwen3_model))
     with pytest.raises(EvaluationError, match="the run used no adapter"):
         rescore(run_dir, str(qwen3_model), adapter=adapter)

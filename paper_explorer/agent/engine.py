@@ -31,7 +31,7 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterable, Iterator, Sequence, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence, Sized
 from multiprocessing.connection import Connection, wait
 from typing import Any, Generic, TypeVar, cast
 
@@ -88,7 +88,7 @@ class EpisodeThreads(Generic[Unit, Result]):
         for finished in self.run_batches(units):
             yield from finished
 
-    def run_batches(self, units: Iterable[Unit]) -> Iterator[list[Result]]:
+    def run_batches(self, units: Iterable[Unit]) -> Generator[list[Result], None, None]:
         """As ``run``, but each time the results that have finished since the last batch (at
         least one): the caller can write them with one disk flush. Units are taken from
         ``units`` one at a time as threads come free, so it may be a lazy iterator."""
@@ -166,7 +166,7 @@ class EpisodeProcesses(Generic[Unit, Result]):
         for finished in self.run_batches(units):
             yield from finished
 
-    def run_batches(self, units: Sequence[Unit]) -> Iterator[list[Result]]:
+    def run_batches(self, units: Sequence[Unit]) -> Generator[list[Result], None, None]:
         """As ``EpisodeThreads.run_batches``. The processes are forked before this returns, so
         that a thread the caller starts next (a progress bar's) cannot hold a lock at the fork."""
         context = multiprocessing.get_context("fork")
@@ -180,7 +180,7 @@ class EpisodeProcesses(Generic[Unit, Result]):
             readers[reader] = process
         return self._collect(readers)
 
-    def _collect(self, readers: dict[Connection, Any]) -> Iterator[list[Result]]:
+    def _collect(self, readers: dict[Connection, Any]) -> Generator[list[Result], None, None]:
         processes = list(readers.values())
         try:
             while readers:

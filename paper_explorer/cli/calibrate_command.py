@@ -7,6 +7,7 @@ Paths and probe names come from the user or the run's files: printed through
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,6 +16,9 @@ from rich.text import Text
 
 from paper_explorer.agent.terminal_text import untrusted
 from paper_explorer.cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from paper_explorer.evaluation.prereg import Preregistered
 
 calibrate_app = typer.Typer(
     help="Calibrate an option probe's probabilities: fit a temperature and an abstention threshold on validation, apply them to a run.",
@@ -40,12 +44,12 @@ def _check_min_mass(value: float | None) -> None:
         raise UsageError(f"--min-mass {value}: give a share of the distribution, 0 to 1")
 
 
-def _prereg(path: Path | None):
+def _prereg(path: Path | None) -> Preregistered | None:
     if path is None:
         return None
-    from paper_explorer.evaluation.prereg import load
+    from paper_explorer.evaluation.prereg import Preregistered
 
-    return load(path), path
+    return Preregistered.read(path)
 
 
 @calibrate_app.command("fit")

@@ -301,7 +301,8 @@ def policy_flags(prefix: str) -> list[Flag]:
         field = copy.copy(first)
         field.description = settings_help(owners)
         declared_by = declaring_model(next(entry.config for name, entry in registered().items() if name in owners), setting)
-        panel = FIELD_PANELS.get(dotted) or getattr(declared_by, "panel", "Policy")
+        own_panel = declared_by.panel if issubclass(declared_by, PolicyConfig) else "Policy"  # declared by a plain BaseModel mixin
+        panel = FIELD_PANELS.get(dotted) or own_panel
         flags.append(Flag(dotted, field, flag_kind(field.annotation, dotted), panel))
     return flags
 

@@ -77,8 +77,8 @@ def _switches_show_no_placeholder() -> None:
     if getattr(shown, "switch_aware", False):  # once, however often this module is imported afresh
         return
 
-    def display_type_rich(option: typer.core.TyperOption, ctx: Any) -> str | None:
-        return None if option.is_bool_flag and option.metavar is None else shown(option, ctx)
+    def display_type_rich(self: typer.core.TyperOption, ctx: Any) -> str | None:  # named as the method it replaces
+        return None if self.is_bool_flag and self.metavar is None else shown(self, ctx)
 
     display_type_rich.switch_aware = True  # type: ignore[attr-defined]
     typer.core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]

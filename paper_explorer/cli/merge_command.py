@@ -22,7 +22,10 @@ from paper_explorer.cli.errors import UsageError, error_line
 from paper_explorer.cli.options import open_corpus, select_questions
 
 if TYPE_CHECKING:
+    from paper_explorer.agent.manifest import RecordedEvalConfig
+    from paper_explorer.corpus import Corpus, Question
     from paper_explorer.evaluation.merge import ShardRun
+    from paper_explorer.evaluation.prereg import Preregistered
 
 
 def merge_command(
@@ -97,25 +100,28 @@ def _check_out(out: Path) -> None:
         raise UsageError(f"{out}: already exists and is not empty; choose another --out (merge writes a new run)")
 
 
-def _replayed_questions(config) -> list[str] | None:
+def _replayed_questions(config: RecordedEvalConfig) -> list[str] | None:
     """--policy replay selects the questions its recording holds, as in explorer eval."""
     if config.policy.name != "replay":
         return None
     from paper_explorer.agent.policies import make_policy
+    from paper_explorer.agent.policies.replay import Replay
 
-    return make_policy(config.policy, config.episode.max_steps).questions()
+    policy = make_policy(config.policy, config.episode.max_steps)
+    assert isinstance(policy, Replay)  # what the policy named replay makes
+    return policy.questions()
 
 
-def _preregistration(config, corpus, questions):
+def _preregistration(config: RecordedEvalConfig, corpus: Corpus, questions: list[Question]) -> Preregistered | None:
     """The runs' preregistration, checked against the unsharded selection and judged as one run's would be."""
     if config.preregistration is None:
         return None
     from paper_explorer.corpus.collection import questions_sha256
     from paper_explorer.evaluation import prereg as preregistering
 
-    prereg = preregistering.load(config.preregistration)
-    preregistering.check_frozen(prereg, config.preregistration, corpus.papers_sha256, questions_sha256(questions), len(questions))
-    return prereg, config.preregistration
+    preregistered = preregistering.Preregistered.read(config.preregistration)
+    preregistering.check_frozen(*preregistered, corpus.papers_sha256, questions_sha256(questions), len(questions))
+    return preregistered
 
 
 @contextlib.contextmanager

@@ -18,9 +18,9 @@ from typer.core import TyperGroup
 try:
     from typer._click.exceptions import NoArgsIsHelpError, NoSuchOption
     from typer._click.exceptions import UsageError as ClickUsageError
-except ImportError:
-    from click.exceptions import NoArgsIsHelpError, NoSuchOption
-    from click.exceptions import UsageError as ClickUsageError
+except ImportError:  # the same classes, from click: mypy checks against the typer installed, which has its own copy
+    from click.exceptions import NoArgsIsHelpError, NoSuchOption  # type: ignore[assignment]
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment]
 
 from paper_explorer.cli.errors import UsageError
 

@@ -64,6 +64,7 @@ import paper_explorer.corpus.files as files
 from paper_explorer.agent.policies.settings import model_of
 from paper_explorer.agent.trajectory import DEFAULT_PROBE_MIN_MASS
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.calibration import (
     DEFAULT_BINS,
     TEMPERATURE_BOUNDS,
@@ -79,10 +80,10 @@ from paper_explorer.evaluation.calibration import (
 from paper_explorer.evaluation.calibration import brier as brier_score
 from paper_explorer.evaluation.compare import McNemarTest, mcnemar
 from paper_explorer.evaluation.errors import EvaluationError
-from paper_explorer.evaluation.prereg import Preregistration, Rule, check_frozen, ece_check
+from paper_explorer.evaluation.prereg import Preregistered, Rule, check_frozen, ece_check
 from paper_explorer.evaluation.records import PreregistrationResult, ProbeCalibration
 from paper_explorer.evaluation.run_directory import SCORES, TRAJECTORIES, Run
-from paper_explorer.evaluation.scoring import ENDED_BY_POLICY, probe_scores
+from paper_explorer.evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, probe_scores
 
 FORMAT: Final = "explorer-calibration/1"
 CALIBRATED = "calibrated.json"
@@ -267,13 +268,13 @@ def choose_threshold(calibrated: np.ndarray, answerable: np.ndarray, bounds: Rul
     )
 
 
-def checked_scores(run: Run, probe: str) -> list:
+def checked_scores(run: Run, probe: str) -> list[EpisodeScore]:
     """scores.jsonl's lines, each with ``probe`` as its trajectory recorded it: a line whose copy
     disagrees with the trajectory's (a scores.jsonl edited after the run) is refused, naming the
     episode, and so is a line without a trajectory, and a run that asked ``probe`` from more than one
     probes file."""
     recorded = {trajectory.episode_id: trajectory for trajectory in run.trajectories}
-    asked = {}  # probes file -> the first episode that asked the probe from it
+    asked: dict[str, str] = {}  # probes file -> the first episode that asked the probe from it
     for trajectory in run.trajectories:
         for result in trajectory.probes:
             if result.probe == probe and result.at_step is None:
@@ -285,12 +286,12 @@ def checked_scores(run: Run, probe: str) -> list:
             f"SHA-256 {first[:12]}; episode {other}: {second[:12]}): one temperature of two wordings calibrates neither; "
             "run the episodes of one file again with the other (explorer eval --resume after removing their lines)"
         )
-    scores = []
+    scores: list[EpisodeScore] = []
     for score in run.scores:
-        trajectory = recorded.get(score.episode_id)
-        if trajectory is None:
+        episode = recorded.get(score.episode_id)
+        if episode is None:
             raise EvaluationError(f"{run.directory / SCORES}: episode {score.episode_id} is not in {TRAJECTORIES}; rescore the run")
-        truth = probe_scores(trajectory)
+        truth = probe_scores(episode)
         if _named(score.probes, probe) != _named(truth, probe):
             raise EvaluationError(
                 f"{run.directory / SCORES}: episode {score.episode_id}'s probe {probe!r} disagrees with {TRAJECTORIES}; "
@@ -308,7 +309,7 @@ def _named(probes, probe: str):
 def question_keys(trajectories) -> list[str]:
     """Short digests of the questions episodes asked, two per question: its id, and its paper with
     its text (so that a copy with its ids renamed still asks the same questions). Sorted, unique."""
-    keys = set()
+    keys: set[str] = set()
     for trajectory in trajectories:
         asked = [f"text:{trajectory.paper_id or ''}\x00{trajectory.question}"]
         if trajectory.question_id is not None:
@@ -354,7 +355,7 @@ def refuse_low_mass(run: Run, found: Observations, doing: str) -> None:
         f"{run.directory}: probe {found.probe!r}'s options held less than {found.min_mass:g} of the model's next-token distribution "
         f"in {found.low_mass} of {found.low_mass + found.labels.size} episodes (see the options' mass in explorer inspect): "
         f"its probabilities there measure no belief, so calibrate will not {doing} on them; reword the probe so the model "
-        "answers with its options (docs/calibration.md, 'Check the mass'), or pass a lower --min-mass to include them"
+        f"answers with its options (docs/calibration.md, 'Check the mass'), or pass a lower {setting('min_mass')} to include them"
     )
 
 
@@ -364,7 +365,7 @@ def fit(
     out: Path,
     label: str | None = None,
     bins: int = DEFAULT_BINS,
-    prereg: tuple[Preregistration, Path] | None = None,
+    prereg: Preregistered | None = None,
     min_mass: float | None = None,
 ) -> CalibrationFile:
     """Fit ``probe``'s temperature on ``run`` (not of the test split) and write the calibration file.
@@ -387,8 +388,8 @@ def fit(
     threshold = None
     if probe == "answerable":
         answerable = observations(scores, probe, "gold-answerable", floor).labels
-        bounds = prereg[0].rule if prereg else None
-        threshold = choose_threshold(calibrated[:, 0], answerable, bounds, str(prereg[1]) if prereg else None)
+        bounds = prereg.prereg.rule if prereg else None
+        threshold = choose_threshold(calibrated[:, 0], answerable, bounds, str(prereg.path) if prereg else None)
     content = {
         "format": FORMAT,
         "probe": probe,
@@ -456,7 +457,7 @@ def run_min_mass(scores: list, probe: str) -> float:
     return max(recorded, default=DEFAULT_PROBE_MIN_MASS)
 
 
-def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = None, min_mass: float | None = None) -> Calibrated:
+def apply(run: Run, path: Path, prereg: Preregistered | None = None, min_mass: float | None = None) -> Calibrated:
     """Apply the calibration file at ``path`` to ``run`` and write RUN/calibrated.json; an episode
     whose options held less than ``min_mass`` (None: the run's own setting, or the file's when it is
     higher) is refused as in ``fit``."""
@@ -464,7 +465,7 @@ def apply(run: Run, path: Path, prereg: tuple[Preregistration, Path] | None = No
     refuse_the_fitted_run(run, calibration, path)
     if prereg is not None:
         config = run.manifest.config
-        check_frozen(prereg[0], prereg[1], run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
+        check_frozen(*prereg, run.manifest.hashes.corpus_sha256, config.selected_questions_sha256, config.questions)
     scores = checked_scores(run, calibration.probe)
     # by default the stricter of the run's minimum and the fit's: a temperature fitted only on
     # episodes whose options held 0.3 of the distribution says nothing of one that held 0.15
@@ -558,19 +559,19 @@ def other_policy_notes(run: Run, calibration: CalibrationFile, path: Path) -> li
     """A note when the run was made by another policy or model than the validation run (a
     temperature fitted on one model's probabilities need not fit another's): noted, not refused."""
     fitted, policy = calibration.validation, run.manifest.config.policy
-    notes = []
+    notes: list[str] = []
     if fitted.policy is None:  # a file from before they were recorded
         return notes
     for what, then, now in (("policy", fitted.policy, policy.name), ("model", fitted.model, model_of(policy))):
         if then != now:
-            notes.append(f"{path} was fitted on a run of {what} {then}; this run's {what} is {now}")
+            notes.append(f"{path} was fitted on a run of {what} {then or 'none'}; this run's {what} is {now or 'none'}")
     return notes
 
 
-def judge_calibrated(prereg: tuple[Preregistration, Path], calibration: CalibrationFile, after: Observations) -> PreregistrationResult:
+def judge_calibrated(prereg: Preregistered, calibration: CalibrationFile, after: Observations) -> PreregistrationResult:
     """The preregistration's [calibration] rule on the calibrated probabilities: the file is the
     pinned one (when it pins one), the probe and label are the rule's, and the ECE is within bounds."""
-    rule, path = prereg[0].calibration, prereg[1]
+    rule, path = prereg.prereg.calibration, prereg.path
     if rule is None:
         raise EvaluationError(f"{path}: has no [calibration] rule to judge")
     checks = []

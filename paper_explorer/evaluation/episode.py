@@ -76,6 +76,7 @@ def run(
     written). ``note`` hears the policy's preflight note (default: logged as a warning);
     ``on_start`` is called once the question is known, ``on_step`` after each step."""
     from paper_explorer.agent.policies import make_policy
+    from paper_explorer.agent.policies.memory_reader import MemoryReaderConfig
     from paper_explorer.agent.policies.replay import Replay
     from paper_explorer.agent.runner import EpisodeRunner
     from paper_explorer.agent.writer import TrajectoryLog
@@ -85,7 +86,7 @@ def run(
 
     text = _own_question(question, question_id)
     log_file = None if out is None else episode_log(Path(out))
-    if config.policy.name == "memory-reader" and config.policy.scope == "paper" and text is not None:
+    if isinstance(config.policy, MemoryReaderConfig) and config.policy.scope == "paper" and text is not None:
         raise EvaluationError(
             f"{setting('policy.scope', 'paper')} reads the question's own paper, and a question of your own has none; "
             f"use {setting('policy.scope', 'search:K')}"

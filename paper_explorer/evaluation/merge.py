@@ -32,9 +32,11 @@ from pydantic import BaseModel, ConfigDict
 
 from paper_explorer.agent.config import dotted
 from paper_explorer.agent.manifest import RecordedEvalConfig, RunManifest, acting_settings
-from paper_explorer.agent.trajectory import Hashes
+from paper_explorer.agent.trajectory import Hashes, Trajectory
 from paper_explorer.corpus.collection import questions_sha256
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.corpus.jsonl import Record
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.corpus.splits import parse_shard, shard_of
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import (
@@ -127,14 +129,11 @@ def read_run(directory: Path) -> ShardRun:
     if torn is not None:
         raise EvaluationError(f"{directory / TRAJECTORIES}:{torn.number}: unfinished: a torn last line (the run was interrupted); {resume}")
     for record in numbered:
-        if record.value.question_id is None:
-            raise EvaluationError(
-                f"{directory / TRAJECTORIES}:{record.number}: an episode without a question id is not one explorer eval writes"
-            )
+        _episode_key(directory, record)
     stranger = first_stranger(numbered, manifest)
     if stranger is not None:  # a line copied in from another run would change the merged metrics unseen
         raise EvaluationError(f"{directory / TRAJECTORIES}:{stranger[0]}: not an episode of this run: {stranger[1]}; rerun the shard")
-    lines: dict[Key, bytes] = {(record.value.question_id, record.value.sample): record.data + b"\n" for record in counted(numbered)}
+    lines = {_episode_key(directory, record): record.data + b"\n" for record in counted(numbered)}
     expected = manifest.config.questions * manifest.config.samples
     if len(lines) < expected:
         raise EvaluationError(
@@ -143,6 +142,15 @@ def read_run(directory: Path) -> ShardRun:
         )
     settings = acting_settings(numbered[0].value) if numbered else None
     return ShardRun(directory, manifest, index, count, lines, len(numbered) - len(lines), settings)
+
+
+def _episode_key(directory: Path, record: Record[Trajectory]) -> Key:
+    """The episode a log line holds, (question id, sample): what the shards are joined by."""
+    if record.value.question_id is None:
+        raise EvaluationError(
+            f"{directory / TRAJECTORIES}:{record.number}: an episode without a question id is not one explorer eval writes"
+        )
+    return record.value.question_id, record.value.sample
 
 
 def check_agreement(runs: list[ShardRun]) -> None:
@@ -184,10 +192,10 @@ def check_agreement(runs: list[ShardRun]) -> None:
                     f"{run.directory}: its {name} is {mine!r} but {first.directory}'s is {other!r}; the shards "
                     "of one run must run the same code in the same sandbox: rerun this shard so"
                 )
-        versions, other = run.manifest.versions, first.manifest.versions
-        changed = sorted(key for key in set(versions) | set(other) if versions.get(key) != other.get(key))
+        versions, first_versions = run.manifest.versions, first.manifest.versions
+        changed = sorted(key for key in set(versions) | set(first_versions) if versions.get(key) != first_versions.get(key))
         if changed:
-            shown = ", ".join(f"{key} {versions.get(key)} vs {other.get(key)}" for key in changed)
+            shown = ", ".join(f"{key} {versions.get(key)} vs {first_versions.get(key)}" for key in changed)
             raise EvaluationError(
                 f"{run.directory}: its package versions differ from {first.directory}'s ({shown}); the shards "
                 "of one run must run the same code: rerun this shard with the same packages"
@@ -221,7 +229,7 @@ def check_shards(runs: list[ShardRun]) -> int:
     return first.count
 
 
-def check_corpus(runs: list[ShardRun], loaded: Hashes, where: str) -> None:
+def check_corpus(runs: list[ShardRun], loaded: Hashes, where: str | Path) -> None:
     """The corpus loaded here is the one the shards ran on (checked by hash: paths differ between machines)."""
     recorded = runs[0].manifest.hashes.model_dump()
     now = loaded.model_dump()
@@ -229,7 +237,7 @@ def check_corpus(runs: list[ShardRun], loaded: Hashes, where: str) -> None:
     if changed:
         raise EvaluationError(
             f"{where}: its {', '.join(changed)} differs from the shards' (as {runs[0].directory} records it); "
-            "pass --corpus (and --questions) with what the shards ran on, from this checkout's code"
+            f"pass {setting('corpus')} (and {setting('questions')}) with what the shards ran on, from this checkout's code"
         )
 
 

@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -90,6 +90,18 @@ class Preregistration(Strict):
     rule: Rule
     comparison: Comparison | None = None
     calibration: CalibrationRule | None = None
+
+
+class Preregistered(NamedTuple):
+    """A preregistration and the file it was read from: the file names it in errors, and a
+    comparison run it names by a relative path (older files) lies beside it."""
+
+    prereg: Preregistration
+    path: Path
+
+    @classmethod
+    def read(cls, path: Path) -> Preregistered:
+        return cls(load(path), path)
 
 
 def load(path: Path) -> Preregistration:

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -63,6 +64,7 @@ from paper_explorer.agent.models import load_renderer
 from paper_explorer.agent.policies.records import recorded
 from paper_explorer.agent.probes import from_logprobs, load_probes
 from paper_explorer.agent.served import common_prefix
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.rescore_checks import (
     Recorded,
@@ -235,7 +237,7 @@ def _largest(differences) -> float:
     return max(values, default=0.0)
 
 
-def _values(values: list[float | None]) -> str:
+def _values(values: Sequence[float | None]) -> str:
     return "[" + ", ".join("None" if v is None else f"{v:.8f}" for v in values) + "]"
 
 
@@ -256,7 +258,7 @@ def rescore(
     check is the returned ``Rescore``'s ``mismatch``."""
     tolerance = DEFAULT_TOLERANCE if tolerance is None else tolerance
     if not (math.isfinite(tolerance) and tolerance >= 0):
-        raise EvaluationError(f"--tolerance {tolerance}: give a finite number of 0 or more")
+        raise EvaluationError(f"{setting('tolerance', tolerance)}: give a finite number of 0 or more")
     run = Run.load(run_dir, check=False)  # reads the manifest and the log alone, never the derived files
     recorded, unmeasured = recorded_probes(run)
     first = (recorded or unmeasured)[0].trajectory.policy
@@ -287,7 +289,7 @@ def rescore(
         raise nothing_to_rescore(run, len(unmeasured))
     if policy_name == "openai":
         report.notes.append(
-            f"recorded by --policy openai (served model {settings.get('model')}): rescored with the hf model {model}, the same "
+            f"recorded by {setting('policy.name', 'openai')} (served model {settings.get('model')}): rescored with the hf model {model}, the same "
             "weights; a server's log-probabilities come from its own kernels, so expect differences beyond CPU float32's"
         )
     prompts = []

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from paper_explorer.agent.models import file_hashes
-from paper_explorer.agent.policies.settings import adapter_of
+from paper_explorer.agent.policies.settings import adapter_of, served_adapter_of
 from paper_explorer.agent.probes import option_ids, probe_prompt
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.agent.trajectory import ProbeResult, Trajectory
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import Run
 
@@ -38,7 +39,8 @@ class Recorded:
 def recorded_probes(run: Run) -> tuple[list[Recorded], list[Recorded]]:
     """The counted episodes' probes: those that hold probabilities, and those recorded as not
     measured; a run with no probes at all is one EvaluationError line."""
-    measured, unmeasured = [], []
+    measured: list[Recorded] = []
+    unmeasured: list[Recorded] = []
     for trajectory in run.trajectories:
         for result in trajectory.probes:
             (unmeasured if result.probabilities is None else measured).append(Recorded(trajectory, result))
@@ -102,7 +104,7 @@ def check_tokenizer(renderer: ChatRenderer, recorded: list[Recorded], model: str
             unrecorded += 1
         elif fingerprint != renderer.fingerprint:
             raise EvaluationError(
-                f"--model {model}: its tokenizer ({renderer.fingerprint[:12]}) is not the one episode "
+                f"{setting('model', model)}: its tokenizer ({renderer.fingerprint[:12]}) is not the one episode "
                 f"{item.trajectory.episode_id} was served with ({fingerprint[:12]}); name the run's model"
             )
     return [f"{unrecorded} probes' episodes recorded no tokenizer digest: not checked"] if unrecorded else []
@@ -112,16 +114,16 @@ def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> N
     """The adapter given must be the one the run used, file for file (hf: each file's SHA-256 in the
     policy settings; openai: the one digest of the adapter eval loaded into the server)."""
     settings = recorded[0].trajectory.policy.settings
-    served = getattr(run.manifest.config.policy, "served_adapter", None)  # a served policy's (openai) only
+    served = served_adapter_of(run.manifest.config.policy)
     used = settings.get("adapter") or (served.path if served is not None else None) or adapter_of(run.manifest.config.policy)
     if adapter is None:
         if used is not None:
-            raise EvaluationError(f"the run's policy used the adapter {used}; pass it as --adapter")
+            raise EvaluationError(f"the run's policy used the adapter {used}; pass it as {setting('adapter')}")
         return
     if used is None:
-        raise EvaluationError(f"--adapter {adapter}: the run used no adapter; rescore it without one")
+        raise EvaluationError(f"{setting('adapter', adapter)}: the run used no adapter; rescore it without one")
     if not (adapter / "adapter_config.json").is_file():
-        raise EvaluationError(f"--adapter {adapter}: not a LoRA adapter directory (no adapter_config.json)")
+        raise EvaluationError(f"{setting('adapter', adapter)}: not a LoRA adapter directory (no adapter_config.json)")
     hashes = settings.get("adapter_sha256")
     if isinstance(hashes, dict):
         _same_files(adapter, hashes)
@@ -130,19 +132,21 @@ def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> N
 
         now = adapter_sha256(adapter)
         if now != served.sha256:
-            raise EvaluationError(f"--adapter {adapter}: its files are not the run's (SHA-256 {now[:12]}, the run's {served.sha256[:12]})")
+            raise EvaluationError(
+                f"{setting('adapter', adapter)}: its files are not the run's (SHA-256 {now[:12]}, the run's {served.sha256[:12]})"
+            )
 
 
 def _same_files(adapter: Path, recorded: dict[str, str]) -> None:
     now = file_hashes(adapter)
     for name in sorted(set(recorded) | set(now)):
         if name not in now:
-            raise EvaluationError(f"--adapter {adapter}: has no {name}, which the run's adapter had")
+            raise EvaluationError(f"{setting('adapter', adapter)}: has no {name}, which the run's adapter had")
         if name not in recorded:
-            raise EvaluationError(f"--adapter {adapter}: has {name}, which the run's adapter did not")
+            raise EvaluationError(f"{setting('adapter', adapter)}: has {name}, which the run's adapter did not")
         if now[name] != recorded[name]:
             raise EvaluationError(
-                f"--adapter {adapter}: {name} is not the run's (SHA-256 {now[name][:12]}, the run's {recorded[name][:12]})"
+                f"{setting('adapter', adapter)}: {name} is not the run's (SHA-256 {now[name][:12]}, the run's {recorded[name][:12]})"
             )
 
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.engine import EpisodeProcesses, EpisodeThreads, raise_descriptor_limit
@@ -35,7 +36,7 @@ from paper_explorer.agent.loop import corpus_hashes
 from paper_explorer.agent.manifest import RecordedEvalConfig
 from paper_explorer.agent.policies import Policy, make_policy
 from paper_explorer.agent.policies.replay import Replay
-from paper_explorer.agent.policies.settings import server_urls
+from paper_explorer.agent.policies.settings import ServerSettings, server_urls
 from paper_explorer.agent.probes import check_probes, load_probes
 from paper_explorer.agent.runner import EpisodeRunner, sandbox_isolation
 from paper_explorer.agent.trajectory import Trajectory
@@ -59,6 +60,9 @@ from paper_explorer.evaluation.run_directory import (
     write_metrics,
 )
 from paper_explorer.evaluation.run_events import EvaluationFailed, EvaluationInterrupted, LogReporter, Reporter
+
+if TYPE_CHECKING:
+    from paper_explorer.evaluation.prereg import Preregistered
 
 __all__ = [
     "EvaluationFailed",
@@ -181,19 +185,18 @@ def run_eval(
     resume command that errors quote."""
     reporter = reporter if reporter is not None else LogReporter()
     run = _Run(out, corpus, resume, retry_errors, replay_other_corpus, questions_file, reporter)
-    if config.policy.serving != "openai" or config.policy.adapter is None or config.policy.api == "chat":
+    policy = config.policy
+    if not isinstance(policy, ServerSettings) or policy.serving != "openai" or policy.adapter is None or policy.api == "chat":
         return run.start(config)  # make_policy refuses what does not fit
     from paper_explorer.agent.policies.adapters import ServerAdapters, checked_adapter, planned_adapter, run_id
 
-    given, recorded = config.policy.adapter, config.policy.served_adapter  # recorded: from the manifest, on resume
+    given, recorded = policy.adapter, policy.served_adapter  # recorded: from the manifest, on resume
     served = checked_adapter(given, recorded) if recorded is not None else planned_adapter(given, run_id(out))
-    config = config.model_copy(update={"policy": config.policy.model_copy(update={"served_adapter": served})})
-    if not config.policy.base_url:
+    config = config.model_copy(update={"policy": policy.model_copy(update={"served_adapter": served})})
+    if not policy.base_url:
         return run.start(config)  # make_policy says what is missing
-    with ServerAdapters(
-        config.policy.base_url, config.policy.timeout, say=lambda line: reporter.note(line.removeprefix("note: "))
-    ) as adapters:
-        return run.start(config, adapters)
+    with ServerAdapters(policy.base_url, policy.timeout, say=lambda line: reporter.note(line.removeprefix("note: "))) as adapters:
+        return run.start(config, load_adapter=lambda: adapters.load(served))
 
 
 class _Run:
@@ -213,7 +216,7 @@ class _Run:
         self.replay_other_corpus, self.reporter = replay_other_corpus, reporter
         self.again = resume_command(out, questions_file, retry_errors=True)  # what the failures advise
 
-    def start(self, config: EvalConfig, adapters=None) -> RunMetrics:
+    def start(self, config: EvalConfig, load_adapter: Callable[[], None] | None = None) -> RunMetrics:
         """Check, select, write the manifest, run what is missing, score."""
         out = self.out
         check_out(out, self.resume)
@@ -236,7 +239,7 @@ class _Run:
         _refuse_other_probes(out, config, latest.values())
         done = {key for key, t in latest.items() if not (self.retry_errors and t.outcome.status == "policy_error")}
         remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
-        self._ready(config, policy, remaining, adapters)
+        self._ready(config, policy, remaining, load_adapter)
         _make_run_directory(out)
         index = BM25Index.cached(self.corpus)
         if not (out / MANIFEST).exists():
@@ -290,22 +293,22 @@ class _Run:
         recorded = policy.questions() if isinstance(policy, Replay) else None
         return config, select_questions(self.corpus, config.split, config.limit, recorded, shard=config.shard, note=self.reporter.note)
 
-    def _checked_preregistration(self, prereg, config: EvalConfig, questions: list, policy: Policy):
+    def _checked_preregistration(self, prereg: Preregistered, config: EvalConfig, questions: list, policy: Policy) -> Preregistered | None:
         """The rule, frozen for the whole run: a shard checks the selection it is a slice of, and
         leaves the judging to the merged run (None)."""
         if config.shard is None:
-            _check_preregistration(prereg, config.preregistration, self.corpus, questions_sha256(questions), len(questions))
+            _check_preregistration(prereg, self.corpus, questions_sha256(questions), len(questions))
             return prereg
         recorded = policy.questions() if isinstance(policy, Replay) else None
         whole = select_questions(self.corpus, config.split, config.limit, recorded, note=_unsaid)
-        _check_preregistration(prereg, config.preregistration, self.corpus, questions_sha256(whole), len(whole))
+        _check_preregistration(prereg, self.corpus, questions_sha256(whole), len(whole))
         self.reporter.note(
             f"the preregistered rule is judged on the whole run, once explorer merge has joined the shards; "
             f"not on shard {config.shard} alone"
         )
         return None
 
-    def _ready(self, config: EvalConfig, policy: Policy, remaining: list, adapters) -> None:
+    def _ready(self, config: EvalConfig, policy: Policy, remaining: list, load_adapter: Callable[[], None] | None) -> None:
         """The policy's server asked once before any episode (a dead or wrong server is one line now,
         not a policy_error per episode, and writes nothing); not asked when nothing is left to run."""
         if config.concurrency > 1:
@@ -313,14 +316,14 @@ class _Run:
         if not remaining:
             self.reporter.note("every episode is written; the policy's server is not asked")  # rescoring needs no server
             return
-        if adapters is not None:  # before the preflight, which then finds the adapter's name served
-            adapters.load(config.policy.served_adapter)
+        if load_adapter is not None:  # before the preflight, which then finds the adapter's name served
+            load_adapter()
         preflight = policy.preflight()
         if preflight:
             self.reporter.note(preflight)
 
-    def _scored(self, out: Path, config: EvalConfig, questions: list, index: BM25Index, prereg) -> RunMetrics:
-        metrics = write_metrics(out, questions, index, (prereg, config.preregistration) if prereg else None)
+    def _scored(self, out: Path, config: EvalConfig, questions: list, index: BM25Index, prereg: Preregistered | None) -> RunMetrics:
+        metrics = write_metrics(out, questions, index, prereg)
         if metrics.episodes and metrics.status.get("policy_error", 0) == metrics.episodes:  # fewer than --max-consecutive-errors
             server = (  # only a served policy has a server to blame
                 f" or its server (a server that takes no token ids needs {setting('policy.api', 'chat')} "
@@ -350,6 +353,7 @@ class _Run:
         process alone writes the log. Ctrl-C raises ``EvaluationInterrupted`` with what was written."""
         errors, max_errors, written = 0, config.max_consecutive_errors, already
         run_one = _run_one_in_flight if config.concurrency > 1 else _run_one
+        batches: Generator[list[Trajectory], None, None]
         if len(units) <= 1 or (config.workers == 1 and config.concurrency == 1):
             batches = ([_run_one(unit)] for unit in units)
         elif config.workers == 1:
@@ -369,8 +373,7 @@ class _Run:
         except KeyboardInterrupt:
             raise EvaluationInterrupted(self.out, written, total) from None
         finally:
-            if hasattr(batches, "close"):
-                batches.close()  # stops the episode threads from starting more, kills the episode processes
+            batches.close()  # stops the episode threads from starting more, kills the episode processes
         return None
 
 
@@ -427,17 +430,18 @@ def _refuse_other_probes(out: Path, config: EvalConfig, logged) -> None:
         )
 
 
-def _load_preregistration(config: EvalConfig):
+def _load_preregistration(config: EvalConfig) -> Preregistered | None:
     if config.preregistration is None:
         return None
     from paper_explorer.evaluation import prereg as preregistering
 
-    return preregistering.load(config.preregistration)
+    return preregistering.Preregistered.read(config.preregistration)
 
 
-def _check_preregistration(prereg, path: Path, corpus: Corpus, selected_sha256: str, questions: int) -> None:
+def _check_preregistration(preregistered: Preregistered, corpus: Corpus, selected_sha256: str, questions: int) -> None:
     from paper_explorer.evaluation import prereg as preregistering
 
+    prereg, path = preregistered
     preregistering.check_frozen(prereg, path, corpus.papers_sha256, selected_sha256, questions)
     if prereg.comparison is not None:  # a missing or unreadable comparison fails now, not after the run
         comparison_run(prereg, path)

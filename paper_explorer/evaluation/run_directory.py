@@ -58,11 +58,13 @@ from paper_explorer.corpus.index import BM25Index
 from paper_explorer.corpus.jsonl import JsonLinesError, Record, TornLine, every_line, parse, read_bytes, read_numbered, write_lines
 from paper_explorer.evaluation import derived
 from paper_explorer.evaluation.errors import EvaluationError
-from paper_explorer.evaluation.records import RunMetrics
+from paper_explorer.evaluation.records import AbstentionTable, RunMetrics
 from paper_explorer.evaluation.scoring import EpisodeScore
 
 if TYPE_CHECKING:
     import pandas
+
+    from paper_explorer.evaluation.prereg import Preregistered, Preregistration
 
 MANIFEST = "manifest.json"
 TRAJECTORIES = "trajectories.jsonl"
@@ -399,9 +401,9 @@ def drop_superseded_errors(out: Path) -> int:
     return len(dropped)
 
 
-def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMetrics:
+def write_metrics(out: Path, questions: list, index: BM25Index, preregistered: Preregistered | None) -> RunMetrics:
     """scores.jsonl (one line per counted episode of the selected questions: metrics and flags)
-    and metrics.json, both written whole; ``prereg`` is (rule, its file) or None."""
+    and metrics.json, both written whole; ``preregistered``: the rule the run is judged by, if any."""
     from paper_explorer.evaluation.retrieval import retrieval_metrics, searched_episodes
     from paper_explorer.evaluation.scoring import model_metrics, run_metrics, score_episode
 
@@ -422,10 +424,11 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
             "derived_from": derived.derived_from(unique, scores),
         }
     )
-    if prereg is not None:
+    if preregistered is not None:
         from paper_explorer.evaluation.prereg import judge
 
-        verdict = judge(prereg[0], prereg[1], metrics.abstention, scores, comparison_run(prereg[0], prereg[1]))
+        prereg, path = preregistered
+        verdict = judge(prereg, path, metrics.abstention, scores, comparison_run(prereg, path))
         metrics = metrics.model_copy(update={"preregistration": verdict})
     with atomic_file(out / SCORES) as handle:
         handle.writelines(score.model_dump_json() + "\n" for score in scores)
@@ -434,7 +437,7 @@ def write_metrics(out: Path, questions: list, index: BM25Index, prereg) -> RunMe
     return metrics
 
 
-def comparison_run(prereg, path: Path) -> tuple[Path, Any] | None:
+def comparison_run(prereg: Preregistration, path: Path) -> tuple[Path, AbstentionTable] | None:
     """A preregistration's comparison run (its directory and abstention table), read as every run
     is (``Run.load``: its metrics.json checked against its trajectories): an edited comparison's
     table would otherwise set the Fisher tests of the verdict. None when the rule names none."""

@@ -187,7 +187,7 @@ def best_attempts(candidates: list, keep: int, dropped: Counter) -> list:
 def statistics(examples: list[Example]) -> DataStatistics:
     if not examples:
         return DataStatistics()
-    assistant = Counter()
+    assistant: Counter[str] = Counter()
     for example in examples:
         for turn in example.turns:
             assistant[turn.type] += turn.end - turn.start  # the action and its <|im_end|>
@@ -208,8 +208,9 @@ def split_check(built: Built, evaluation_papers: frozenset[str], evaluation_ques
     """No paper or question id may be shared between train, validation and evaluation."""
     train_papers = {e.paper_id for e in built.train}
     validation_papers = {e.paper_id for e in built.validation}
-    train_questions = {e.question_id for e in built.train}
-    validation_questions = {e.question_id for e in built.validation}
+    # a question of the user's own (no id) is no id to share
+    train_questions = {e.question_id for e in built.train if e.question_id is not None}
+    validation_questions = {e.question_id for e in built.validation if e.question_id is not None}
     overlaps = {
         "train_validation_papers": sorted(train_papers & validation_papers),
         "train_evaluation_papers": sorted(train_papers & evaluation_papers),

@@ -33,7 +33,9 @@ from pydantic import BaseModel, ConfigDict
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes, tokenizer_file
+from paper_explorer.agent.policies.settings import served_adapter_of
 from paper_explorer.corpus.files import atomic_file
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.run_directory import MANIFEST, METRICS, TRAJECTORIES
 from paper_explorer.sft.build import NothingToTrain, build_dataset
 from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
@@ -106,16 +108,18 @@ def _check_out(out: Path, settings: ImproveSettings) -> None:
     from paper_explorer.evaluation.run_directory import IMPROVE_RUN, kind_of
 
     if out.exists() and not out.is_dir():
-        raise TrainingError(f"{out}: is a file; --out names a directory")
+        raise TrainingError(f"{out}: is a file; {setting('out')} names a directory")
     other = kind_of(out)
     if other is not None and other is not IMPROVE_RUN:
-        raise TrainingError(f"{other.named(out)}, not an explorer improve run; {other.taken_by(out)}; choose another --out")
+        raise TrainingError(f"{other.named(out)}, not an explorer improve run; {other.taken_by(out)}; choose another {setting('out')}")
     recorded = out / SETTINGS_FILE
     if recorded.exists():
         then = _read(recorded, ImproveSettings, "improve run's settings", out)
         changed = sorted(k for k, v in settings.model_dump().items() if getattr(then, k) != v)
         if changed:
-            raise TrainingError(f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another --out")
+            raise TrainingError(
+                f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another {setting('out')}"
+            )
         return
     out.mkdir(parents=True, exist_ok=True)
     with atomic_file(recorded) as handle:
@@ -133,6 +137,7 @@ def run_round(
         return _read(record_path, RoundRecord, "round record", directory)
     directory.mkdir(parents=True, exist_ok=True)
     samples = Run.load(_sample(directory / "samples", number, settings, corpus, adapter, reporter))
+    served = served_adapter_of(samples.manifest.config.policy)  # as its sampling run served the adapter (openai)
     successful = sum(1 for score in samples.scores if score.status in ("submitted", "abstained") and (score.answer_f1 or 0) >= 0.5)
     record = partial(
         RoundRecord,
@@ -140,7 +145,8 @@ def run_round(
         sampled_with=adapter or "base",
         episodes=len(samples.scores),
         successful=successful,
-        **_served(samples.manifest),
+        served_name=served.name if served is not None else None,
+        served_path=served.path if served is not None else None,
     )
     data = directory / "data"
     if not (data / "build_report.json").exists():
@@ -159,7 +165,7 @@ def run_round(
                 record_path,
                 record(
                     reason="nothing to train on: no attempt succeeded with research; sample more "
-                    "(--samples, --limit), or add --seed-data (e.g. explorer sft teach's trajectories)"
+                    f"({setting('samples')}, {setting('limit')}), or add {setting('seed_data')} (e.g. explorer sft teach's trajectories)"
                 ),
             )
     from paper_explorer.sft.dataset import load_report
@@ -276,12 +282,6 @@ def _sample(run: Path, number: int, settings: ImproveSettings, corpus, adapter: 
     )
     run_eval(run, config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
     return run
-
-
-def _served(manifest) -> dict:
-    """The name and path the round's adapter was served under, as its sampling run recorded them."""
-    served = getattr(manifest.config.policy, "served_adapter", None)  # a served policy's (openai) only
-    return {"served_name": served.name, "served_path": served.path} if served is not None else {}
 
 
 def _train(run: Path, data: Path, settings: ImproveSettings, corpus) -> TrainingSummary:

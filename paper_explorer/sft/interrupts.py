@@ -13,7 +13,13 @@ import os
 import shlex
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import FrameType
+from typing import Any
+
+# What signal.signal takes and returns: a function, SIG_DFL or SIG_IGN, or None (set outside Python).
+SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 
 # torchrun (and accelerate launch) kill their workers this many seconds after forwarding a Ctrl-C,
 # unless TORCH_ELASTIC_SHUTDOWN_TIMEOUT (or torchrun --shutdown-timeout) says otherwise.
@@ -28,7 +34,7 @@ class Interrupt:
     def __init__(self, announce: bool) -> None:
         self.requested = False
         self.announce = announce
-        self.previous = None
+        self.previous: SignalHandler = None  # the handler ours replaced, restored on exit
 
     def __enter__(self) -> Interrupt:
         if threading.current_thread() is threading.main_thread():
@@ -39,7 +45,7 @@ class Interrupt:
         if self.previous is not None:
             signal.signal(signal.SIGINT, self.previous)
 
-    def handle(self, signum, frame) -> None:
+    def handle(self, signum: int, frame: FrameType | None) -> None:
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True

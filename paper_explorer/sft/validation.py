@@ -134,11 +134,18 @@ def behaviour(model, renderer, corpus, question_ids: list[str], config: TrainCon
 def select_checkpoint(records: list[ValidationRecord], config: TrainConfig) -> Selection:
     """The best checkpoint by behaviour, and the warnings a practitioner must see."""
     checkpoints = [r for r in records if r.checkpoint]
-    warnings = []
+    warnings: list[str] = []
     for previous, current in zip(checkpoints, checkpoints[1:]):
         loss_then, loss_now = previous.teacher_forced.loss_all, current.teacher_forced.loss_all
         rate_then, rate_now = previous.behaviour.direct_submit_rate, current.behaviour.direct_submit_rate
-        if None not in (loss_then, loss_now, rate_then, rate_now) and loss_now < loss_then and rate_now > rate_then:
+        if (
+            loss_then is not None
+            and loss_now is not None
+            and rate_then is not None
+            and rate_now is not None
+            and loss_now < loss_then
+            and rate_now > rate_then
+        ):
             warnings.append(
                 f"validation loss improved ({loss_then:.4f} -> {loss_now:.4f}) while the direct-submit rate rose "
                 f"({rate_then:.0%} -> {rate_now:.0%}) from {previous.checkpoint} to {current.checkpoint}: "

@@ -31,7 +31,7 @@ from paper_explorer.evaluation.calibration import (
     scaled,
 )
 from paper_explorer.evaluation.calibration_fit import at_bound, bound_note, content_sha256, file_sha256, judge_calibrated, load_calibration
-from paper_explorer.evaluation.prereg import CalibrationRule, Preregistration, judge
+from paper_explorer.evaluation.prereg import CalibrationRule, Preregistered, Preregistration, judge
 from paper_explorer.evaluation.records import RunMetrics
 from paper_explorer.evaluation.run_directory import Run
 from tests.conftest import rescored, run_cli
@@ -389,7 +389,7 @@ def test_forged_scores_are_refused_and_the_file_records_what_it_was_fitted_on(ru
     manifest = Run.load(runs / "validation").manifest
     assert validation["scores_sha256"] == file_sha256(runs / "validation" / "scores.jsonl")
     assert validation["probes_sha256"] == "1" * 64  # what with_probes recorded in the trajectories
-    assert (validation["policy"], validation["model"]) == (manifest.config.policy.name, manifest.config.policy.model)
+    assert (validation["policy"], validation["model"]) == (manifest.config.policy.name, None)  # scripted: a policy without a model
 
     copy = tmp_path / "forged-run"
     shutil.copytree(runs / "validation", copy)
@@ -426,7 +426,7 @@ def test_an_ece_rule_of_a_probe_not_calibrated_fails_as_not_measured(runs, tmp_p
             "calibration": {"probe": "correct", "max_ece": 1.0},
         }
     )
-    result = judge_calibrated((prereg, tmp_path / "p.toml"), calibration, found)
+    result = judge_calibrated(Preregistered(prereg, tmp_path / "p.toml"), calibration, found)
     ece_line = result.checks[-1]
     assert not result.passed and not ece_line.passed and ece_line.value is None and "no episode measured probe correct" in ece_line.check
 
@@ -456,18 +456,18 @@ def test_apply_refuses_the_fitted_run_notes_another_model_and_says_no_decided_ep
 
     copy = tmp_path / "other"
     shutil.copytree(runs / "test", copy)
-    manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["config"]["policy"]["model"] = "another-model"
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    another = tmp_path / "another-model.json"  # as if fitted on a model's run (the scripted policy has none)
+    forged(out, another, "validation.model", "another-model")
     episodes = [json.loads(line) for line in (copy / "trajectories.jsonl").read_text().splitlines()]
     for episode in episodes:  # no episode ended by the policy's own decision
         episode["outcome"] = {"status": "step_limit", "reason": "the step limit", "evidence": []}
     (copy / "trajectories.jsonl").write_text("".join(json.dumps(episode) + "\n" for episode in episodes))
     rescored(copy, load(runs / "small.jsonl"))
-    done = run_cli("calibrate", "apply", str(copy), "--calibration", str(out), env=WIDE)
+    done = run_cli("calibrate", "apply", str(copy), "--calibration", str(another), env=WIDE)
     assert done.returncode == 0, done.stderr
     assert "no decided episodes" in done.stdout and "p = 1.000" not in done.stdout
-    assert "this run's model is another-model" in done.stdout and json.loads((copy / "calibrated.json").read_text())["notes"]
+    assert "fitted on a run of model another-model; this run's model is none" in done.stdout
+    assert json.loads((copy / "calibrated.json").read_text())["notes"]
 
 
 def test_another_run_is_decided_by_its_episodes_not_its_bytes(runs, tmp_path):

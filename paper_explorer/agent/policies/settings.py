@@ -116,3 +116,8 @@ def model_of(config: PolicyConfig) -> str | None:
 def adapter_of(config: PolicyConfig) -> Path | None:
     """The adapter a policy's model runs with, as given (none: none, or no model)."""
     return config.adapter if isinstance(config, ModelSettings) else None
+
+
+def served_adapter_of(config: PolicyConfig) -> ServedAdapter | None:
+    """The adapter as eval loaded it into the policy's server (none: none, or no server)."""
+    return config.served_adapter if isinstance(config, ServerSettings) else None
