@@ -37,6 +37,15 @@ def imported(path: Path, module_level_only: bool = False) -> list[tuple[int, str
     """(line, module) for every import of one of our packages in ``path``."""
     tree = ast.parse(path.read_text(), filename=str(path))
     nodes = tree.body if module_level_only else ast.walk(tree)
+    # An import under ``if TYPE_CHECKING:`` names a type for mypy and never runs: no runtime tie.
+    type_only = {
+        id(child)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        for statement in node.body
+        for child in ast.walk(statement)
+    }
+    nodes = [node for node in nodes if id(node) not in type_only]
     names = []
     for node in nodes:
         if isinstance(node, ast.Import):

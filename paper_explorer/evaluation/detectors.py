@@ -28,7 +28,7 @@ rendered each result (``tools.records.Shown``: the paragraphs shown, and where i
 each piece of paper text lies), never the result's text as layout, so no paper text can make a
 paragraph count as shown (a blank line and "[4] " inside a paragraph, a fake heading, a line
 imitating a page). Schemas 4 to 6 kept no such record: they are scored as they always were, their
-results read back in the exact form the host's tools wrote them then (``tools.layout.legacy_shown``,
+results read back in the exact form the host's tools wrote them then (``tools.legacy_layout.legacy_shown``,
 the one module that owns the layout), which paper text imitating that form can mislead. Trajectories older than schema 4 did not record results: there the detectors
 fall back to the observations, and every flag they raise says so.
 
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass
 
 from paper_explorer.agent.trajectory import ENDING_STATUSES, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
 from paper_explorer.corpus.schema import Question
-from paper_explorer.tools import layout, registry
+from paper_explorer.tools import layout, legacy_layout, registry
 from paper_explorer.tools.page import tool_page
 
 POLAR = {"yes", "no"}
@@ -185,13 +185,13 @@ def _recorded(call: ToolCallRecord) -> _Shown | None:
 
 def _parsed(call: ToolCallRecord) -> _Shown | None:
     """Schemas 4 to 6 kept no ``Shown`` record: what one research call's kept result showed, read
-    back in the form the host's tools wrote then (``tools.layout.legacy_shown``), as those
+    back in the form the host's tools wrote then (``tools.legacy_layout.legacy_shown``), as those
     trajectories were always scored; paper text that imitates that form can mislead it. None when
     it is not in that form. A result not kept showed nothing we can see."""
     returned = call.returned
     if returned is None or returned.text is None:
         return _Shown([], set())
-    legacy = layout.legacy_shown(call.name, call.arguments, returned.text, cut=returned.cut is not None)
+    legacy = legacy_layout.legacy_shown(call.name, call.arguments, returned.text, cut=returned.cut is not None)
     return None if legacy is None else _Shown(legacy.texts, legacy.places)
 
 

@@ -166,7 +166,7 @@ def test_replay_without_a_recording_for_the_question_is_a_policy_error(run, smal
 def test_unknown_policy_is_a_usage_error():
     with pytest.raises(AgentError, match="unknown policy 'gpt'"):
         load_config(RunConfig, None, {"policy.name": "gpt"})
-    with pytest.raises(AgentError, match="needs --replay"):
+    with pytest.raises(AgentError, match=r"needs policy\.replay"):
         make_policy(make_config("replay"))
 
 

@@ -200,7 +200,7 @@ def test_a_corpus_without_splits_runs_everything_and_bad_splits_are_corpus_error
     plain = papers_only()
     assert resolve_split(plain, None, "test", notes.append) == "all" and "no paper of the corpus" in notes[0]
     assert "unknown split 'tset'; did you mean test?" in load_error(resolve_split, plain, "tset", "test", notes.append)
-    assert "--split-of" in load_error(resolve_split, plain, "test", "test", notes.append)
+    assert "split_of" in load_error(resolve_split, plain, "test", "test", notes.append)
 
 
 # --- papers from plain text --------------------------------------------------------------------
