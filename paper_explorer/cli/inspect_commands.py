@@ -112,7 +112,7 @@ def inspect_command(
 
 def _print_changed_observations(trajectory: Trajectory) -> None:
     """A replayed episode's observations that differ from its recording (nothing for other policies)."""
-    from paper_explorer.evaluation.scoring import compared_observations
+    from paper_explorer.evaluation.replay_drift import compared_observations
 
     for index, reproduced, drift in compared_observations(trajectory):
         if reproduced:
