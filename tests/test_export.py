@@ -84,7 +84,7 @@ def test_inspect_log_holds_every_step_score_and_flag(run, tmp_path, suffix):
             assert observation.tool_call_id == action.tool_calls[0].id
             assert [call["name"] for call in observation.metadata["tool_calls"]] == [call.name for call in step.tool_calls]
         assert sample.output.completion == score.prediction
-        assert {name: sample.scores[name].value for name in SCORES} == {name: getattr(score, name) for name in SCORES}
+        assert {name: sample.scores[name].value for name in SCORES} == {name: score.metric(name) for name in SCORES}
         assert sample.scores["status"].value == score.status == sample.metadata["status"]
         assert sample.metadata["flags"] == [flag.to_json() for flag in score.flags]
         assert (sample.metadata["steps"], sample.metadata["tool_calls"]) == (score.steps, score.tool_calls)
@@ -129,7 +129,7 @@ def test_run_as_hugging_face_dataset(run, tmp_path):
                 trajectory.question,
             )
             assert (row["status"], row["answer"], row["num_steps"]) == (score.status, score.prediction, score.steps)
-            assert {name: row[name] for name in SCORES} == {name: getattr(score, name) for name in SCORES}
+            assert {name: row[name] for name in SCORES} == {name: score.metric(name) for name in SCORES}
             assert [step["code"] for step in row["steps"]] == [step.code for step in trajectory.steps]
             assert [step["observation"] for step in row["steps"]] == [step.observation for step in trajectory.steps]
             assert [m["role"] for m in row["messages"]] == ["system", "user"] + ["assistant", "user"] * len(trajectory.steps)

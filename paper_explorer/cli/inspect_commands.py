@@ -55,6 +55,7 @@ def inspect_command(
 ) -> None:
     """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
     from paper_explorer.cli.display import id_column
+    from paper_explorer.evaluation.answer_metrics import answer_metrics
     from paper_explorer.evaluation.detectors import DETECTORS
     from paper_explorer.evaluation.run_directory import Run
     from paper_explorer.evaluation.summary import print_summary
@@ -72,7 +73,7 @@ def inspect_command(
         score = next((s for s in run.scores if s.episode_id == matches[-1].episode_id), None)
         if score is not None:
             if score.scored:
-                console.print(f"answer F1 {score.answer_f1:.3f}, exact match {score.exact_match:.0f}, evidence F1 {score.evidence_f1:.3f}")
+                console.print(", ".join(f"{metric.label} {metric.shown(score.metric(metric.name))}" for metric in answer_metrics()))
             if score.model_tokens is not None:
                 console.print(f"model tokens {score.model_tokens:,} (every prompt and generated token of its model calls)")
             for item in score.flags:
@@ -111,7 +112,7 @@ def inspect_command(
 
 def _print_changed_observations(trajectory: Trajectory) -> None:
     """A replayed episode's observations that differ from its recording (nothing for other policies)."""
-    from paper_explorer.evaluation.scoring import compared_observations
+    from paper_explorer.evaluation.replay_drift import compared_observations
 
     for index, reproduced, drift in compared_observations(trajectory):
         if reproduced:
@@ -154,37 +155,16 @@ def compare_command(
 def _compare_tables(result: RunComparison) -> list[Table | str]:
     """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves, calibration."""
     from paper_explorer.evaluation.report import CALIBRATION_HEADER, calibration_rows
+    from paper_explorer.evaluation.report_compare import figure_header, figure_rows
     from paper_explorer.evaluation.stats import format_p
 
     def number(value: float | None, signed: bool = False) -> str:
         return "-" if value is None else (f"{value:+.3f}" if signed else f"{value:.3f}")
 
-    f1, em, ci = result.answer_f1, result.exact_match, result.answer_f1.paired_difference_ci95
     n = result.paired_questions
-    figures = Table("figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A", title=f"paired questions (n = {n})")
-    figures.add_row(
-        "answer F1",
-        number(f1.a),
-        number(f1.b),
-        number(ci.mean, signed=True),
-        f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
-    )
-    figures.add_row("exact match", number(em.a), number(em.b), number(em.difference, signed=True), "-")
-    for label, sub in (
-        ("SubEM (whole tokens)", result.sub_exact_match),
-        ("SubEM (substring, LongBench)", result.sub_exact_match_substring),
-    ):
-        figures.add_row(label, number(sub.a), number(sub.b), number(sub.difference, signed=True), "-")
-    tokens, spent = result.model_tokens, result.model_tokens.paired_difference_ci95
-    figures.add_row(
-        f"model tokens per episode ({tokens.pairs} pairs)",
-        _tokens(tokens.a),
-        _tokens(tokens.b),
-        _tokens(spent.mean, signed=True),
-        f"{spent.low:+,.0f} to {spent.high:+,.0f} (paired bootstrap)" if spent.low is not None else "-",
-    )
-    rate = result.direct_submit_rate
-    figures.add_row("direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-")
+    figures = Table(*figure_header(result), title=f"paired questions (n = {n})")
+    for cells in figure_rows(result):
+        figures.add_row(*cells)
 
     abstention = Table(
         "gold \\ decision",
@@ -212,7 +192,7 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         "two-sided p",
         title="exact McNemar on the paired questions (primary test; only A-only and B-only pairs count)",
     )
-    for test in [result.mcnemar_exact_match, *result.mcnemar_sub_exact_match, *result.mcnemar_abstention]:
+    for test in [*result.mcnemar_answers, *result.mcnemar_abstention]:
         mcnemar.add_row(
             test.outcome, str(test.pairs), str(test.both), str(test.only_a), str(test.only_b), str(test.neither), format_p(test.p_value)
         )
@@ -228,16 +208,16 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         title="Fisher exact on unanswerable and answerable abstentions, paired questions' tables "
         "(unpaired-design test, as preregistered; secondary: it ignores the pairing)",
     )
-    for test in result.fisher_abstention:
-        (a_abstained, a_answered), (b_abstained, b_answered) = test.table
+    for fisher_test in result.fisher_abstention:
+        (a_abstained, a_answered), (b_abstained, b_answered) = fisher_test.table
         fisher.add_row(
-            test.row,
+            fisher_test.row,
             str(a_abstained),
             str(a_answered),
             str(b_abstained),
             str(b_answered),
-            "n/a" if test.odds_ratio is None else f"{test.odds_ratio:.3g}",
-            format_p(test.p_value),
+            "n/a" if fisher_test.odds_ratio is None else f"{fisher_test.odds_ratio:.3g}",
+            format_p(fisher_test.p_value),
         )
 
     unpaired = result.unpaired
@@ -251,8 +231,10 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
     moves: Table | str = "no paired question's F1 differs"
     if result.largest_differences:
         moves = Table("question", "A", "B", "F1 A", "F1 B", title="largest per-question differences")
-        for row in result.largest_differences:
-            moves.add_row(untrusted(row.question[:50]), untrusted(row.a[:30]), untrusted(row.b[:30]), f"{row.f1_a:.2f}", f"{row.f1_b:.2f}")
+        for moved in result.largest_differences:
+            moves.add_row(
+                untrusted(moved.question[:50]), untrusted(moved.a[:30]), untrusted(moved.b[:30]), f"{moved.f1_a:.2f}", f"{moved.f1_b:.2f}"
+            )
     calibration: list[Table] = []
     if result.calibration is not None:  # each run's figures per probe, on the paired questions
         paired = result.calibration
@@ -260,8 +242,8 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         calibration = [
             Table(*CALIBRATION_HEADER, title="calibration of the option probes on the paired questions (95% CI)", caption=caption)
         ]
-        for row in calibration_rows(paired.a, "A", paired.mass_a) + calibration_rows(paired.b, "B", paired.mass_b):
-            calibration[0].add_row(*(untrusted(cell) for cell in row))
+        for cells in calibration_rows(paired.a, "A", paired.mass_a) + calibration_rows(paired.b, "B", paired.mass_b):
+            calibration[0].add_row(*(untrusted(cell) for cell in cells))
     return [figures, abstention, mcnemar, fisher, rest, moves, *calibration]
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from collections.abc import Callable
 
-from paper_explorer.corpus.schema import Question
+from paper_explorer.corpus.schema import Answer, Question
 
 ABSTENTION = "Unanswerable"
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -42,7 +43,7 @@ def references(question: Question) -> list[str]:
     return [text for answer in question.answers if (text := answer.reference_text) is not None]
 
 
-def best_over_references(metric, prediction: str, question: Question) -> float:
+def best_over_references(metric: Callable[[str, str], float], prediction: str, question: Question) -> float:
     """The metric against every annotator's reference, keeping the maximum (0 when none exist)."""
     return max((metric(prediction, reference) for reference in references(question)), default=0.0)
 
@@ -79,7 +80,7 @@ def _contains(text: str, part: str) -> bool:
 FLOAT_SELECTED = "FLOAT SELECTED"
 
 
-def reference_evidence(answer, text_evidence_only: bool = False) -> list[str]:
+def reference_evidence(answer: Answer, text_evidence_only: bool = False) -> list[str]:
     """An annotator's gold evidence paragraphs; the official evaluator drops figure/table
     evidence ("FLOAT SELECTED") only in its text-evidence-only mode."""
     if answer.kind == "none":
@@ -98,14 +99,25 @@ def paragraph_f1(predicted: list[str], gold: list[str]) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
+def answer_evidence_f1(evidence: list[str], question: Question, text_evidence_only: bool = False) -> float:
+    """The best evidence F1 over the annotators who gave an answer (0 when none did), as the official evaluator."""
+    scored = [answer for answer in question.answers if answer.reference_text is not None]
+    return max((paragraph_f1(evidence, reference_evidence(a, text_evidence_only)) for a in scored), default=0.0)
+
+
+def answer_type(prediction: str, question: Question) -> str | None:
+    """The answer type of the annotator whose reference gives the best answer F1 (the first of
+    ties), as the official evaluator reports it; None when no annotator has a reference."""
+    scored = [(token_f1(prediction, text), answer.kind) for answer in question.answers if (text := answer.reference_text) is not None]
+    if not scored:
+        return None
+    return sorted(scored, key=lambda pair: pair[0], reverse=True)[0][1]
+
+
 def answer_and_evidence_f1(
     prediction: str, evidence: list[str], question: Question, text_evidence_only: bool = False
 ) -> tuple[float, float, str | None]:
     """As the official evaluator: the best answer F1 over annotators, with the answer type of the
     annotator that gives it (the first of ties), and - independently - the best evidence F1."""
-    references = [answer for answer in question.answers if answer.reference_text is not None]
-    if not references:
-        return 0.0, 0.0, None
-    answer_f1, kind = sorted(((token_f1(prediction, a.reference_text), a.kind) for a in references), key=lambda p: p[0], reverse=True)[0]
-    evidence_f1 = max(paragraph_f1(evidence, reference_evidence(a, text_evidence_only)) for a in references)
-    return answer_f1, evidence_f1, kind
+    answer_f1 = best_over_references(token_f1, prediction, question)
+    return answer_f1, answer_evidence_f1(evidence, question, text_evidence_only), answer_type(prediction, question)

@@ -1,13 +1,13 @@
 """Two runs on the same questions, compared on the questions both scored.
 
-Every headline figure - answer F1, exact match, the abstention tables, the direct-submit rate - is
+Every headline figure - the answer metrics, the abstention tables, the direct-submit rate - is
 computed on the *paired* questions (scored in both runs), never on each run's whole set: two runs
 of different question sets differ by their questions as much as by their policies. Questions only
 one run scored are counted and reported apart, marked as not comparable.
 
 The primary tests are paired: a bootstrap interval of the per-question F1 difference (B - A) and
-exact McNemar tests on per-question correctness (exact match and both SubEM variants: ours, whole
-tokens, and LongBench's, substring) and abstention. Fisher's exact test on the two abstention tables -
+exact McNemar tests on each yes/no answer metric (``evaluation.answer_metrics``: exact match and both
+SubEM variants, ours, whole tokens, and LongBench's, substring) and on abstention. Fisher's exact test on the two abstention tables -
 the unpaired design a preregistration uses - is kept as a secondary figure, on the paired
 questions' tables; it ignores the pairing, so it is conservative here. An episode that ended
 without a decision (a limit, a policy error, no_answer) is scored zero and counted in every
@@ -35,9 +35,10 @@ from collections.abc import Callable
 from statistics import fmean
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from paper_explorer.agent.policies.settings import adapter_of, model_of
+from paper_explorer.evaluation.answer_metrics import ANSWER_F1, EXACT_MATCH, answer_metric, answer_metrics, flattened, gathered
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval, ProbeCalibration, ProbeMass
@@ -57,12 +58,20 @@ class PairedFigure(Record):
     b: float | None
 
 
-class PairedF1(PairedFigure):
-    paired_difference_ci95: MeanInterval  # mean of B - A per question, seeded BCa bootstrap
+class PairedMetric(PairedFigure):
+    """An answer metric (``evaluation.answer_metrics``) in each run, on the paired questions: None in a
+    run scored before the metric existed."""
 
-
-class PairedExactMatch(PairedFigure):
     difference: float | None  # B - A
+    # mean of B - A per question, seeded BCa bootstrap: only for a metric that declares an interval (else not written)
+    paired_difference_ci95: MeanInterval | None = None
+
+    @model_serializer(mode="wrap")
+    def _interval_if_declared(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        if dumped["paired_difference_ci95"] is None:
+            del dumped["paired_difference_ci95"]
+        return dumped
 
 
 class PairedTokens(PairedFigure):
@@ -156,10 +165,8 @@ class RunComparison(Record):
     run_b: str
     same_corpus: bool | None  # None: a manifest does not record its corpus hash
     paired_questions: int
-    answer_f1: PairedF1
-    exact_match: PairedExactMatch
-    sub_exact_match: PairedExactMatch  # SubEM (whole tokens), ours
-    sub_exact_match_substring: PairedExactMatch  # SubEM (substring, LongBench)
+    # each compared answer metric by name, written flat here (each under its own key, in the registry's order)
+    answer_metrics: dict[str, PairedMetric] = {}
     model_tokens: PairedTokens
     setting_a: RunSetting
     setting_b: RunSetting
@@ -167,13 +174,44 @@ class RunComparison(Record):
     setting_differs: list[str]  # what else differs ("seed", "question selection", "max_steps", "temperature", ...)
     abstention: PairedAbstention
     direct_submit_rate: PairedFigure
-    mcnemar_exact_match: McNemarTest
-    mcnemar_sub_exact_match: list[McNemarTest]  # SubEM (whole tokens), then SubEM (substring, LongBench)
+    mcnemar_answers: list[McNemarTest]  # each compared yes/no answer metric both runs hold, in the registry's order
     mcnemar_abstention: list[McNemarTest]  # all paired questions, then by gold answerable / unanswerable
     fisher_abstention: list[FisherTest]
     unpaired: Unpaired
     largest_differences: list[QuestionDifference]
     calibration: PairedCalibration | None = None  # None: neither run measured an option probe
+
+    def metric(self, name: str) -> PairedMetric | None:
+        """A compared answer metric on the paired questions (None: it is not compared)."""
+        return self.answer_metrics.get(name)
+
+    def mcnemar(self, name: str) -> McNemarTest | None:
+        """The McNemar test of a yes/no answer metric (None: not compared, or a run lacks it)."""
+        outcome = answer_metric(name).label
+        return next((test for test in self.mcnemar_answers if test.outcome == outcome), None)
+
+    @property
+    def answer_f1(self) -> PairedMetric:
+        return self.answer_metrics[ANSWER_F1]
+
+    @property
+    def mcnemar_exact_match(self) -> McNemarTest:
+        """The primary test of correctness: exact match, held by every scored episode."""
+        test = self.mcnemar(EXACT_MATCH)
+        if test is None:
+            raise ValueError("the comparison holds no McNemar test of exact match")
+        return test
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_metrics(cls, data: Any) -> Any:
+        return gathered(data, "answer_metrics", {metric.name: metric.name for metric in answer_metrics()}, cls.__name__)
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        values = dumped["answer_metrics"]
+        return flattened(dumped, "answer_metrics", {m.name: values[m.name] for m in answer_metrics() if m.name in values})
 
 
 def scored_by_question(run: Run) -> dict[str, EpisodeScore]:
@@ -277,29 +315,37 @@ def setting_differences(a: RunSetting, b: RunSetting) -> list[str]:
     return found
 
 
-def _paired_exact(pa: list[EpisodeScore], pb: list[EpisodeScore], metric: str) -> PairedExactMatch:
-    """A 0/1 metric's mean in each run (None for a run scored before the metric existed), and B - A."""
-    a, b = (_metric_mean(scores, metric) for scores in (pa, pb))
-    return PairedExactMatch(a=a, b=b, difference=None if a is None or b is None else b - a)
+def paired_metrics(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> dict[str, PairedMetric]:
+    """Each compared answer metric in both runs on the paired questions (``pa[i]`` and ``pb[i]`` answer
+    one question): its figure in each run, B - A, and a paired interval where the metric declares one."""
+    paired = {}
+    for metric in answer_metrics():
+        if not metric.compared:
+            continue
+        values_a, values_b = _values(pa, metric.name), _values(pb, metric.name)
+        a = None if values_a is None or not values_a else metric.aggregate(values_a)
+        b = None if values_b is None or not values_b else metric.aggregate(values_b)
+        interval = None
+        if metric.interval and values_a is not None and values_b is not None:
+            interval = bootstrap_mean_ci([y - x for x, y in zip(values_a, values_b)])
+        paired[metric.name] = PairedMetric(a=a, b=b, difference=None if a is None or b is None else b - a, paired_difference_ci95=interval)
+    return paired
 
 
-def _metric_mean(scores: list[EpisodeScore], metric: str) -> float | None:
-    values = [getattr(s, metric) for s in scores]
-    return None if not values or any(v is None for v in values) else fmean(values)
+def _values(scores: list[EpisodeScore], name: str) -> list[float] | None:
+    """A metric's value per episode; None when an episode was scored before the metric existed."""
+    values = [score.metric(name) for score in scores]
+    present = [value for value in values if value is not None]
+    return present if len(present) == len(values) else None
 
 
-def _correct(scores: list[EpisodeScore], metric: str) -> list[bool] | None:
-    """Per question, whether the metric scored 1; None when a run was scored before the metric existed."""
-    values = [getattr(s, metric) for s in scores]
-    return None if any(v is None for v in values) else [v >= 1 for v in values]
-
-
-def _sub_exact_mcnemar(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> list[McNemarTest]:
+def answer_mcnemar(pa: list[EpisodeScore], pb: list[EpisodeScore]) -> list[McNemarTest]:
+    """Exact McNemar on each compared yes/no answer metric that both runs hold (1: yes)."""
     tests = []
-    for outcome, metric in (("SubEM (whole tokens)", "sub_exact_match"), ("SubEM (substring, LongBench)", "sub_exact_match_substring")):
-        yes_a, yes_b = _correct(pa, metric), _correct(pb, metric)
-        if yes_a is not None and yes_b is not None:
-            tests.append(mcnemar(outcome, yes_a, yes_b))
+    for metric in answer_metrics():
+        values_a, values_b = _values(pa, metric.name), _values(pb, metric.name)
+        if metric.compared and metric.yes_no and values_a is not None and values_b is not None:
+            tests.append(mcnemar(metric.label, [v >= 1 for v in values_a], [v >= 1 for v in values_b]))
     return tests
 
 
@@ -354,36 +400,28 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
     only_a = [s for q, s in by_a.items() if q not in by_b]
     only_b = [s for q, s in by_b.items() if q not in by_a]
 
-    f1_a, f1_b = _mean(pa, lambda s: s.answer_f1), _mean(pb, lambda s: s.answer_f1)
-    em_a, em_b = _mean(pa, lambda s: s.exact_match), _mean(pb, lambda s: s.exact_match)
     table_a, table_b = abstention_table(pa), abstention_table(pb)
 
     # an abstention is a decision only where both episodes made one: a pair in which either ended at
     # a limit or in a policy error is left out, as the abstention tables and Fisher leave it out
     decided = [i for i, (x, y) in enumerate(zip(pa, pb)) if x.status in ENDED_BY_POLICY and y.status in ENDED_BY_POLICY]
-    abstention_tests = [mcnemar("abstained", [pa[i].abstained for i in decided], [pb[i].abstained for i in decided])]
+    abstained_a, abstained_b = [s.status == "abstained" for s in pa], [s.status == "abstained" for s in pb]
+    abstention_tests = [mcnemar("abstained", [abstained_a[i] for i in decided], [abstained_b[i] for i in decided])]
     for gold, answerable in (("answerable", True), ("unanswerable", False)):
         rows = [i for i in decided if bool(pa[i].answerable) is answerable]  # A's gold: the same question in B
-        abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [pa[i].abstained for i in rows], [pb[i].abstained for i in rows]))
+        abstention_tests.append(mcnemar(f"abstained ({gold} gold)", [abstained_a[i] for i in rows], [abstained_b[i] for i in rows]))
 
     calibration_a, calibration_b = run_calibration(pa), run_calibration(pb)
     mass_a, mass_b = probe_mass(pa), probe_mass(pb)
     corpus_a, corpus_b = _corpus_hash(a), _corpus_hash(b)
-    moved = sorted(shared, key=lambda q: -abs(by_b[q].answer_f1 - by_a[q].answer_f1))[:top]
+    moved = sorted(shared, key=lambda q: -abs(by_b[q].value(ANSWER_F1) - by_a[q].value(ANSWER_F1)))[:top]
     setting_a, setting_b = run_setting(a), run_setting(b)
     return RunComparison(
         run_a=str(a.directory),
         run_b=str(b.directory),
         same_corpus=None if corpus_a is None or corpus_b is None else corpus_a == corpus_b,
         paired_questions=len(shared),
-        answer_f1=PairedF1(
-            a=f1_a,
-            b=f1_b,
-            paired_difference_ci95=bootstrap_mean_ci([y.answer_f1 - x.answer_f1 for x, y in zip(pa, pb)]),
-        ),
-        exact_match=PairedExactMatch(a=em_a, b=em_b, difference=None if em_a is None else em_b - em_a),
-        sub_exact_match=_paired_exact(pa, pb, "sub_exact_match"),
-        sub_exact_match_substring=_paired_exact(pa, pb, "sub_exact_match_substring"),
+        answer_metrics=paired_metrics(pa, pb),
         model_tokens=paired_tokens(pa, pb),
         setting_a=setting_a,
         setting_b=setting_b,
@@ -391,15 +429,14 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         setting_differs=setting_differences(setting_a, setting_b),
         abstention=PairedAbstention(a=table_a, b=table_b),
         direct_submit_rate=PairedFigure(a=_mean(pa, _direct_submit), b=_mean(pb, _direct_submit)),
-        mcnemar_exact_match=mcnemar("exact match", [s.exact_match >= 1 for s in pa], [s.exact_match >= 1 for s in pb]),
-        mcnemar_sub_exact_match=_sub_exact_mcnemar(pa, pb),
+        mcnemar_answers=answer_mcnemar(pa, pb),
         mcnemar_abstention=abstention_tests,
         fisher_abstention=[abstention_fisher(table_a, table_b, "unanswerable"), abstention_fisher(table_a, table_b, "answerable")],
         unpaired=Unpaired(
             only_in_a=len(only_a),
             only_in_b=len(only_b),
-            answer_f1_a=_mean(only_a, lambda s: s.answer_f1),
-            answer_f1_b=_mean(only_b, lambda s: s.answer_f1),
+            answer_f1_a=_mean(only_a, lambda s: s.value(ANSWER_F1)),
+            answer_f1_b=_mean(only_b, lambda s: s.value(ANSWER_F1)),
             unscored_a=sum(1 for s in a.scores if not s.scored),
             unscored_b=sum(1 for s in b.scores if not s.scored),
         ),
@@ -409,11 +446,11 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
                 question=by_a[q].question,
                 a=by_a[q].prediction,
                 b=by_b[q].prediction,
-                f1_a=by_a[q].answer_f1,
-                f1_b=by_b[q].answer_f1,
+                f1_a=by_a[q].value(ANSWER_F1),
+                f1_b=by_b[q].value(ANSWER_F1),
             )
             for q in moved
-            if by_a[q].answer_f1 != by_b[q].answer_f1
+            if by_a[q].value(ANSWER_F1) != by_b[q].value(ANSWER_F1)
         ],
         calibration=None
         if all(figures is None for figures in (calibration_a, calibration_b, mass_a, mass_b))

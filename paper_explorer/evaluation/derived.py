@@ -68,6 +68,7 @@ from paper_explorer.agent.trajectory import Trajectory, without_timings
 from paper_explorer.corpus.collection import Corpus, questions_sha256
 from paper_explorer.corpus.jsonl import Record
 from paper_explorer.corpus.schema import Question
+from paper_explorer.evaluation.answer_metrics import EVIDENCE_F1, EVIDENCE_F1_STRICT, answer_metrics
 from paper_explorer.evaluation.calibration import probability_problem, reading_problem
 from paper_explorer.evaluation.detectors import false_abstention, missed_abstention
 from paper_explorer.evaluation.errors import EvaluationError
@@ -92,19 +93,9 @@ TRAJECTORY_FIELDS = (
     "unread_tokens",
     "probes",
 )
-# The fields the gold question decides: all set on a scored line, none on another.
-GOLD_FIELDS = (
-    "type",
-    "answerable",
-    "answer_f1",
-    "exact_match",
-    "sub_exact_match",
-    "sub_exact_match_substring",
-    "evidence_f1",
-    "evidence_f1_text_only",
-    "evidence_f1_strict",
-    "abstained",
-)
+# The fields the gold question decides besides the answer metrics: all set on a scored line, none on
+# another (with every answer metric a scored line must hold: gold_fields).
+GOLD_FIELDS = ("type", "answerable", "abstained")
 # metrics.json's figures that need more than the run's own files: checked apart.
 NOT_RECOMPUTED = ("retrieval", "preregistration", "derived_from")
 
@@ -202,13 +193,14 @@ def check(
         expected = recomputed(values, trajectories, log_lines)
     except EvaluationError as error:  # probes whose options differ between episodes: no figure can be computed from them
         raise run.refuse(TRAJECTORIES, str(error), "the episodes were edited or damaged: run them again") from None
-    for name in RunMetrics.model_fields:
+    written, computed = metrics.model_dump(by_alias=True), expected.model_dump(by_alias=True)
+    for name in dict.fromkeys([*written, *computed]):  # as metrics.json holds them: each answer metric under its key
         if name in NOT_RECOMPUTED:
             continue
-        if not _same(getattr(metrics, name), getattr(expected, name)):
+        if not _same(written.get(name), computed.get(name)):
             raise run.refuse(
                 METRICS,
-                f"{name} is {_shown(getattr(metrics, name))}, but {SCORES} and {TRAJECTORIES} give {_shown(getattr(expected, name))}",
+                f"{name} is {_shown(written.get(name))}, but {SCORES} and {TRAJECTORIES} give {_shown(computed.get(name))}",
             )
     _check_retrieval(run, metrics.retrieval)
     _check_preregistration(run, manifest, metrics, expected)
@@ -308,19 +300,21 @@ def _check_line(run: _Check, number: int, score: EpisodeScore, record: Record[Tr
     if sorted(map(_flag, score.flags)) != sorted(map(_flag, flags)):
         theirs, ours = sorted({f.detector for f in score.flags}), sorted({f.detector for f in flags})
         raise run.refuse(where, f"episode {score.episode_id}'s flags are {_shown(theirs)}, but {source} gives {_shown(ours)}")
-    given = [name for name in GOLD_FIELDS if getattr(score, name) is not None]
-    if given and len(given) != len(GOLD_FIELDS):
-        missing = next(name for name in GOLD_FIELDS if getattr(score, name) is None)
+    scored = {name: getattr(score, name) for name in GOLD_FIELDS} | {m.name: score.metric(m.name) for m in answer_metrics() if m.required}
+    given = [name for name, value in scored.items() if value is not None]
+    if given and len(given) != len(scored):
+        missing = next(name for name, value in scored.items() if value is None)
         raise run.refuse(where, f"episode {score.episode_id} is scored ({given[0]} is set) but has no {missing}")
     if not given:
         return
     if score.abstained != (score.status == "abstained"):
         raise run.refuse(where, f"episode {score.episode_id}'s abstained is {score.abstained}, but its status is {score.status}")
-    strict = score.evidence_f1 if score.status in ENDED_BY_POLICY else 0.0
-    if score.evidence_f1_strict != strict:
+    strict = score.metric(EVIDENCE_F1) if score.status in ENDED_BY_POLICY else 0.0
+    if score.metric(EVIDENCE_F1_STRICT) != strict:
         raise run.refuse(
             where,
-            f"episode {score.episode_id}'s evidence_f1_strict is {score.evidence_f1_strict}, but its status and evidence_f1 give {strict}",
+            f"episode {score.episode_id}'s {EVIDENCE_F1_STRICT} is {score.metric(EVIDENCE_F1_STRICT)}, but its status and "
+            f"{EVIDENCE_F1} give {strict}",
         )
 
 
@@ -371,7 +365,9 @@ def _check_preregistration(run: _Check, manifest: RunManifest, metrics: RunMetri
     if result.passed != all(check.passed for check in result.checks):
         raise run.refuse(METRICS, f"the preregistration verdict is {'pass' if result.passed else 'fail'}, but its checks say otherwise")
     comparison = result.comparison
-    for test in comparison.fisher if comparison is not None else []:
+    if comparison is None:
+        return
+    for test in comparison.fisher:
         if not 0 <= test.p_value <= 1 or test.significant != (test.p_value < comparison.alpha):
             raise run.refuse(
                 METRICS, f"the preregistered comparison's p-value {_shown(test.p_value)} is not a p-value, or its significance is wrong"
@@ -413,13 +409,13 @@ def check_with_corpus(
             raise run.refuse(
                 SCORES, f"episode {trajectory.episode_id} asks question {trajectory.question_id}, which the corpus does not hold"
             )
-        expected = score_episode(trajectory, question)
-        for name in EpisodeScore.model_fields:
-            if not _same(getattr(score, name), getattr(expected, name)):
+        written, computed = score.model_dump(), score_episode(trajectory, question).model_dump()
+        for name in dict.fromkeys([*written, *computed]):  # as scores.jsonl holds them: each answer metric under its key
+            if not _same(written.get(name), computed.get(name)):
                 raise run.refuse(
                     SCORES,
-                    f"episode {score.episode_id} (score {position})'s {name} is {_shown(getattr(score, name))}, but its trajectory "
-                    f"and gold question give {_shown(getattr(expected, name))}",
+                    f"episode {score.episode_id} (score {position})'s {name} is {_shown(written.get(name))}, but its trajectory "
+                    f"and gold question give {_shown(computed.get(name))}",
                 )
     asked = list(dict.fromkeys(t.question_id for t in trajectories if t.question_id is not None))
     retrieval = retrieval_metrics(BM25Index.cached(corpus), [by_id[q] for q in asked])

@@ -81,8 +81,8 @@ def run(
     from paper_explorer.agent.runner import EpisodeRunner
     from paper_explorer.agent.writer import TrajectoryLog
     from paper_explorer.corpus import BM25Index
+    from paper_explorer.evaluation.replay_drift import replay_drift
     from paper_explorer.evaluation.run import load_corpus, loaded_state_frozen, refuse_other_corpus
-    from paper_explorer.evaluation.scoring import replay_drift
 
     text = _own_question(question, question_id)
     log_file = None if out is None else episode_log(Path(out))

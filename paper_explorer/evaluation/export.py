@@ -37,6 +37,7 @@ from paper_explorer.agent.policies.settings import model_of
 from paper_explorer.agent.prompt import question_message
 from paper_explorer.agent.trajectory import Step, Trajectory
 from paper_explorer.corpus import Corpus
+from paper_explorer.evaluation.answer_metrics import answer_metrics
 from paper_explorer.evaluation.answers import references
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.records import RunMetrics
@@ -50,8 +51,6 @@ if TYPE_CHECKING:
 
 INSTALL = "pip install -e '.[export]'"
 TASK = "explorer-eval"
-# The scores each sample carries, in this order; None in scores.jsonl (no gold) leaves one out.
-SCORES = ("answer_f1", "exact_match", "sub_exact_match", "sub_exact_match_substring", "evidence_f1", "evidence_f1_strict")
 DATASET_MARKERS = ("dataset_dict.json", "state.json")  # what save_to_disk leaves at a dataset's top
 PARQUET = "parquet"  # the folder of an exported dataset that holds its parquet files, one per split
 
@@ -186,7 +185,12 @@ def _sample(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[st
     from inspect_ai.model import ModelOutput
     from inspect_ai.scorer import Score
 
-    scores = {name: Score(value=value, answer=score.prediction) for name in SCORES if (value := getattr(score, name)) is not None}
+    # each answer metric (evaluation.answer_metrics) the line holds: an unscored line (no gold) has none
+    scores = {
+        metric.name: Score(value=value, answer=score.prediction)
+        for metric in answer_metrics()
+        if (value := score.metric(metric.name)) is not None
+    }
     scores["status"] = Score(value=score.status, answer=score.prediction, explanation=trajectory.outcome.reason)
     limit = None
     if trajectory.outcome.status == "step_limit":
@@ -230,7 +234,10 @@ def _messages(trajectory: Trajectory, model: str) -> list[ChatMessage]:
     one without (a format error) is answered by a user message, as the policy was."""
     from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageTool, ChatMessageUser
 
-    messages = [ChatMessageSystem(content=trajectory.system_prompt), ChatMessageUser(content=question_message(trajectory.question))]
+    messages: list[ChatMessage] = [
+        ChatMessageSystem(content=trajectory.system_prompt),
+        ChatMessageUser(content=question_message(trajectory.question)),
+    ]
     for step in trajectory.steps:
         call = _tool_call(step)
         messages.append(ChatMessageAssistant(content=_action_content(step), tool_calls=[call] if call else None, model=model))
@@ -338,18 +345,18 @@ def _completed_at(trajectories: list[Trajectory]) -> str | None:
 
 
 def _results(metrics: RunMetrics, samples: int):
-    """The run's headline figures as inspect scores (a mean each, answer F1 with its bootstrap
-    interval), and the whole of metrics.json in the results' metadata."""
+    """The run's answer metrics as inspect scores (a mean each, with its bootstrap interval where the
+    metric declares one), and the whole of metrics.json in the results' metadata."""
     from inspect_ai.log import EvalMetric, EvalResults, EvalScore
 
     scores = []
-    for name in SCORES:
-        value = getattr(metrics, name)
+    for metric in answer_metrics():
+        name, value = metric.name, metrics.metric(metric.name)
         if value is None:
             continue
         figures = {"mean": EvalMetric(name="mean", value=value)}
-        interval = metrics.answer_f1_ci95
-        if name == "answer_f1" and interval.low is not None:
+        interval = metrics.interval(name)
+        if interval is not None and interval.low is not None and interval.high is not None:
             figures["ci95_low"] = EvalMetric(name="ci95_low", value=interval.low)
             figures["ci95_high"] = EvalMetric(name="ci95_high", value=interval.high)
         scores.append(
@@ -407,7 +414,7 @@ def trajectory_features():
             "tool_calls_before_end": integer,
             "type": text,
             "answerable": Value("bool"),
-            **{name: number for name in SCORES},
+            **{metric.name: number for metric in answer_metrics()},
             "model_tokens": Value("int64"),  # evaluation.tokens.model_tokens; None for policies without a model
             "flags": List({"detector": text, "step": integer, "text": text}),
             "trajectory": text,  # the whole record: Trajectory.model_validate_json(row["trajectory"])
@@ -457,7 +464,7 @@ def _row(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[str]]
         "tool_calls_before_end": score.tool_calls_before_end,
         "type": score.type,
         "answerable": score.answerable,
-        **{name: getattr(score, name) for name in SCORES},
+        **{metric.name: score.metric(metric.name) for metric in answer_metrics()},
         "model_tokens": score.model_tokens,
         "flags": [flag.to_json() for flag in score.flags],
         "trajectory": trajectory.model_dump_json(),

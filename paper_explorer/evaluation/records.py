@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+
+from paper_explorer.evaluation.answer_metrics import MetricValues, answer_metrics, flat_schema, flattened, gathered, registered_only
 
 
 class Record(BaseModel):
@@ -186,20 +197,32 @@ class DerivedFrom(Record):
     scores_sha256: str  # evaluation.derived.scores_sha256: scores.jsonl's records, in order
 
 
-class RunMetrics(Record):
+def _without_intervals(schema: dict[str, Any]) -> None:
+    """metrics.json's schema: its answer metrics flat, each interval after its metric (``answer_metrics.flat_schema``)."""
+    interval = schema["properties"].pop("answer_intervals")["additionalProperties"]
+    flat_schema(schema, "answer_metrics", {"anyOf": [{"type": "number"}, {"type": "null"}]}, interval)
+
+
+FIGURE: TypeAdapter[float] = TypeAdapter(float)
+INTERVAL: TypeAdapter[MeanInterval] = TypeAdapter(MeanInterval)
+
+
+class RunMetrics(MetricValues, Record):
     """What ``explorer eval`` measured over a run's episodes (QASPER's metrics on the scored ones)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        populate_by_name=True,
+        json_schema_extra=lambda schema, _: _without_intervals(schema),
+    )
 
     episodes: int
     scored: int
-    answer_f1: float | None
-    answer_f1_ci95: MeanInterval
-    exact_match: float | None
-    sub_exact_match: float | None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
-    # SubEM (substring, LongBench): evaluation.answers.substring_exact_match; None in runs scored before it
-    sub_exact_match_substring: float | None = None
-    evidence_f1: float | None  # QASPER's official rule: empty predicted and gold evidence count 1.0
-    evidence_f1_text_only: float | None
-    evidence_f1_strict: float | None = None  # ours: an episode that never submitted nor abstained earns 0, not that 1.0
+    # each answer metric (evaluation.answer_metrics) over the scored episodes, by name: None when
+    # none was scored, or when the run was scored before the metric existed. Written flat, here,
+    # each followed by NAME_ci95 where the metric declares an interval (answer_intervals).
+    answer_metrics: dict[str, float | None] = Field(default_factory=dict)
+    answer_intervals: dict[str, MeanInterval] = Field(default_factory=dict)
     answer_f1_by_type: dict[str, float]
     abstention: AbstentionTable
     false_abstention_rate: float | None
@@ -228,18 +251,10 @@ class RunMetrics(Record):
     probe_mass: dict[str, ProbeMass] | None = None  # per probe, the options' share of the distribution; None: none recorded
     derived_from: DerivedFrom | None = None  # None only in files written before it was recorded (refused by Run.load)
 
-    # What the terminal summary and the HTML report lead with, in this order.
+    # What the terminal summary and the HTML report lead with, in this order (the answer metrics first).
     HEADLINE: ClassVar[tuple[str, ...]] = (
-        "episodes",
-        "answer_f1",
-        "exact_match",
-        "sub_exact_match",
-        "sub_exact_match_substring",
         "mean_model_tokens",
         "median_model_tokens",
-        "evidence_f1",
-        "evidence_f1_text_only",
-        "evidence_f1_strict",
         "false_abstention_rate",
         "missed_abstention_rate",
         "mean_steps",
@@ -252,18 +267,45 @@ class RunMetrics(Record):
     READER_FIGURES: ClassVar[tuple[str, ...]] = ("mean_document_tokens", "mean_unread_tokens")
 
     def headline(self) -> list[tuple[str, float | int | None]]:
-        figures = [(name, getattr(self, name)) for name in self.HEADLINE]
+        figures: list[tuple[str, float | int | None]] = [("episodes", self.episodes)]
+        figures += [(metric.name, self.metric(metric.name)) for metric in answer_metrics()]
+        figures += [(name, getattr(self, name)) for name in self.HEADLINE]
         return [(name, value) for name, value in figures if value is not None or name not in self.READER_FIGURES]
+
+    def interval(self, name: str) -> MeanInterval | None:
+        """The bootstrap interval of a metric that declares one (None: it declares none, or has no figure)."""
+        return self.answer_intervals.get(name)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_metrics(cls, data: Any) -> Any:
+        metrics = answer_metrics()
+        data = gathered(data, "answer_metrics", {metric.name: metric.name for metric in metrics}, cls.__name__, FIGURE)
+        return gathered(data, "answer_intervals", {f"{m.name}_ci95": m.name for m in metrics if m.interval}, cls.__name__, INTERVAL)
+
+    @field_validator("answer_metrics", "answer_intervals")
+    @classmethod
+    def _registered(cls, values: dict[str, Any]) -> dict[str, Any]:
+        return registered_only(values)
+
+    @model_serializer(mode="wrap")
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        intervals = dumped.pop("answer_intervals")
+        flat: dict[str, Any] = {}
+        for metric in answer_metrics():
+            flat[metric.name] = dumped["answer_metrics"].get(metric.name)
+            if metric.name in intervals:
+                flat[f"{metric.name}_ci95"] = intervals[metric.name]
+        return flattened(dumped, "answer_metrics", flat)
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2, by_alias=True)
 
 
 # What the summary and the reports call a figure besides its metrics.json key, where the key alone
-# would not say which variant it is.
+# would not say which variant it is (an answer metric's is its declared label).
 FIGURE_LABELS = {
-    "sub_exact_match": "SubEM (whole tokens)",
-    "sub_exact_match_substring": "SubEM (substring, LongBench)",
     "mean_model_tokens": "model tokens per episode, mean",
     "median_model_tokens": "model tokens per episode, median",
     "mean_document_tokens": "memory reader: document tokens, mean",
@@ -272,9 +314,13 @@ FIGURE_LABELS = {
 
 
 def figure_label(name: str) -> str:
-    """A metrics.json key as the summary and the reports show it: the key, then what it means."""
-    label = FIGURE_LABELS.get(name)
-    return f"{name}: {label}" if label else name
+    """A metrics.json key as the summary and the reports show it: the key, then what it means
+    where the key does not say it (an answer metric's label that is more than its key spelled out)."""
+    known = {metric.name: metric for metric in answer_metrics()}
+    label = known[name].heading if name in known else FIGURE_LABELS.get(name)
+    if label is None or label.lower() == name.replace("_", " "):
+        return name
+    return f"{name}: {label}"
 
 
 def figure_text(name: str, value: float | int | None) -> str:

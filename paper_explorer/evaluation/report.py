@@ -14,8 +14,10 @@ import json
 import re
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from paper_explorer.corpus.collection import Corpus
+from paper_explorer.evaluation.answer_metrics import ANSWER_F1, answer_metrics
 from paper_explorer.evaluation.detectors import DETECTORS
 from paper_explorer.evaluation.records import Interval, ProbeCalibration, ProbeMass, ReplayDrift, RunMetrics, figure_label, figure_text
 from paper_explorer.evaluation.report_data import ReportEpisode, report_episodes
@@ -23,10 +25,12 @@ from paper_explorer.evaluation.report_plots import bar_chart, count_histogram, f
 from paper_explorer.evaluation.run_directory import Run
 
 
-def page_data(payload: dict) -> str:
+def page_data(payload: dict[str, Any]) -> str:
     """JSON for a <script type="application/json"> block: every "<" escaped, so no "</script>" or
-    "<!--" inside model-written text can change how the page parses."""
-    return json.dumps(payload).replace("<", "\\u003c")
+    "<!--" inside model-written text can change how the page parses. The answer metrics' names,
+    labels and decimals go with it, for the episode script (``EPISODE_JS``) to show each."""
+    metrics = [{"name": m.name, "label": m.heading, "digits": m.digits} for m in answer_metrics()]
+    return json.dumps({**payload, "metrics": metrics}).replace("<", "\\u003c")
 
 
 def run_plots(run: Run) -> list[str]:
@@ -36,7 +40,7 @@ def run_plots(run: Run) -> list[str]:
     return [
         count_histogram("steps per episode", "steps", [s.steps for s in scores]),
         count_histogram("searches, reads and extracts before submit or abstain", "calls", [s.tool_calls_before_end for s in scores]),
-        f1_histogram("answer F1 per episode", [s.answer_f1 for s in scores if s.scored]),
+        f1_histogram("answer F1 per episode", [s.value(ANSWER_F1) for s in scores if s.scored]),
         bar_chart(
             "detector flags",
             "share of episodes flagged",
@@ -281,10 +285,9 @@ function predictionBox(episode, heading) {
   const box = el("div", null, "prediction"); box.appendChild(el("h3", heading));
   const said = episode.status === "submitted" ? episode.answer ?? "" : episode.status === "abstained" ? "abstained" : "no answer";
   box.appendChild(el("div", said, "answer-text"));
-  const substring = episode.sub_exact_match_substring === undefined ? "" : " | SubEM (substring, LongBench) " + episode.sub_exact_match_substring.toFixed(0);
+  // DATA.metrics: the answer metrics as evaluation.answer_metrics declares them (a line scored before one existed lacks it)
   const scores = episode.answer_f1 === undefined ? "not scored" :
-    "F1 " + f1Text(episode) + " | exact match " + episode.exact_match.toFixed(0) + " | SubEM (whole tokens) " + episode.sub_exact_match.toFixed(0) +
-    substring + " | evidence F1 " + episode.evidence_f1.toFixed(2);
+    DATA.metrics.filter(m => episode[m.name] !== undefined).map(m => m.label + " " + episode[m.name].toFixed(m.digits)).join(" | ");
   const tokens = episode.model_tokens === undefined ? "" : " | model tokens " + tokensText(episode) +
     (episode.document_tokens === undefined ? "" : " (document " + episode.document_tokens.toLocaleString("en-US") + ", unread " + episode.unread_tokens.toLocaleString("en-US") + ")");
   box.appendChild(el("div", "status: " + episode.status + " | " + scores + tokens + (episode.reason ? " | " + episode.reason : ""), "muted"));

@@ -14,7 +14,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from paper_explorer.corpus.collection import Corpus
-from paper_explorer.evaluation.compare import RunComparison, confound_note, scored_by_question
+from paper_explorer.evaluation.answer_metrics import ANSWER_F1, answer_metrics
+from paper_explorer.evaluation.compare import PairedFigure, RunComparison, confound_note, scored_by_question
 from paper_explorer.evaluation.report import calibration_section, page, page_data, write_html
 from paper_explorer.evaluation.report_data import report_episodes
 from paper_explorer.evaluation.report_plots import bar_chart, column_chart
@@ -49,9 +50,9 @@ def paired_questions(a: Run, b: Run, comparison: RunComparison) -> list[PairedQu
             question=by_a[q].question,
             episode_a=by_a[q].episode_id,
             episode_b=by_b[q].episode_id,
-            f1_a=by_a[q].answer_f1,
-            f1_b=by_b[q].answer_f1,
-            change=by_b[q].answer_f1 - by_a[q].answer_f1,
+            f1_a=by_a[q].value(ANSWER_F1),
+            f1_b=by_b[q].value(ANSWER_F1),
+            change=by_b[q].value(ANSWER_F1) - by_a[q].value(ANSWER_F1),
             tokens_a=by_a[q].model_tokens,
             tokens_b=by_b[q].model_tokens,
         )
@@ -71,12 +72,10 @@ CHANGE_BINS = [
 def comparison_plots(comparison: RunComparison, pairs: list[PairedQuestion]) -> list[str]:
     changes = Counter(next(label for label, holds in CHANGE_BINS if holds(p.change)) for p in pairs)
     figures = []
-    for name, figure in (
-        ("answer F1", comparison.answer_f1),
-        ("exact match", comparison.exact_match),
-        ("direct-submit rate", comparison.direct_submit_rate),
-    ):
-        figures += [(f"{name} A", figure.a or 0.0, _number(figure.a)), (f"{name} B", figure.b or 0.0, _number(figure.b))]
+    paired: list[tuple[str, PairedFigure | None]] = [(m.label, comparison.metric(m.name)) for m in answer_metrics()]
+    for name, figure in [*paired, ("direct-submit rate", comparison.direct_submit_rate)]:
+        if figure is not None:
+            figures += [(f"{name} A", figure.a or 0.0, _number(figure.a)), (f"{name} B", figure.b or 0.0, _number(figure.b))]
     return [
         column_chart(
             "change of answer F1 per question (B - A)",
@@ -104,50 +103,55 @@ def _tokens(value: float | None, signed: bool = False) -> str:
     return "-" if value is None else (f"{value:+,.0f}" if signed else f"{value:,.0f}")
 
 
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _percent_change(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{b - a:+.1%}"
+
+
 def _table(table_id: str, header: list[str], rows: list[list[str]]) -> str:
     head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
     return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
 
 
+def figure_header(comparison: RunComparison) -> list[str]:
+    """The paired figures' columns, the interval's named by its confidence (every paired interval has the tokens')."""
+    return ["figure", "A", "B", "B - A", f"{comparison.model_tokens.paired_difference_ci95.confidence:.0%} CI of B - A"]
+
+
+def figure_rows(comparison: RunComparison) -> list[list[str]]:
+    """compare's paired figures, one row each (``figure_header``), as the terminal and the page show
+    them: every compared answer metric, in the registry's order, then tokens and the direct-submit rate."""
+    rows = []
+    for metric in answer_metrics():
+        paired = comparison.metric(metric.name)
+        if paired is None:
+            continue
+        ci = paired.paired_difference_ci95
+        interval = (
+            f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci is not None and ci.low is not None and ci.high is not None else "-"
+        )
+        rows.append([metric.heading, _number(paired.a), _number(paired.b), _number(paired.difference, signed=True), interval])
+    tokens, spent, rate = comparison.model_tokens, comparison.model_tokens.paired_difference_ci95, comparison.direct_submit_rate
+    rows.append(
+        [
+            f"model tokens per episode ({tokens.pairs} pairs)",
+            _tokens(tokens.a),
+            _tokens(tokens.b),
+            _tokens(spent.mean, signed=True),
+            f"{spent.low:+,.0f} to {spent.high:+,.0f} (paired bootstrap)" if spent.low is not None and spent.high is not None else "-",
+        ]
+    )
+    rows.append(["direct-submit rate", _percent(rate.a), _percent(rate.b), _percent_change(rate.a, rate.b), "-"])
+    return rows
+
+
 def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
     """compare's figures, then its tests and tables, as ``explorer compare`` prints them, in HTML."""
-    f1, em, ci, rate = (
-        comparison.answer_f1,
-        comparison.exact_match,
-        comparison.answer_f1.paired_difference_ci95,
-        comparison.direct_submit_rate,
-    )
-    tokens, spent = comparison.model_tokens, comparison.model_tokens.paired_difference_ci95
-    figures = _table(
-        "figures",
-        ["figure", "A", "B", "B - A", f"{ci.confidence:.0%} CI of B - A"],
-        [
-            [
-                "answer F1",
-                _number(f1.a),
-                _number(f1.b),
-                _number(ci.mean, signed=True),
-                f"{ci.low:+.3f} to {ci.high:+.3f} (paired bootstrap)" if ci.low is not None else "-",
-            ],
-            ["exact match", _number(em.a), _number(em.b), _number(em.difference, signed=True), "-"],
-            *(
-                [label, _number(sub.a), _number(sub.b), _number(sub.difference, signed=True), "-"]
-                for label, sub in (
-                    ("SubEM (whole tokens)", comparison.sub_exact_match),
-                    ("SubEM (substring, LongBench)", comparison.sub_exact_match_substring),
-                )
-            ),
-            [
-                f"model tokens per episode ({tokens.pairs} pairs)",
-                _tokens(tokens.a),
-                _tokens(tokens.b),
-                _tokens(spent.mean, signed=True),
-                f"{spent.low:+,.0f} to {spent.high:+,.0f} (paired bootstrap)" if spent.low is not None else "-",
-            ],
-            ["direct-submit rate", f"{rate.a:.1%}", f"{rate.b:.1%}", f"{rate.b - rate.a:+.1%}", "-"],
-        ],
-    )
+    figures = _table("figures", figure_header(comparison), figure_rows(comparison))
     abstention = _table(
         "paired-abstention",
         ["gold \\ decision", "A answered", "A abstained", "A neither", "B answered", "B abstained", "B neither"],
@@ -161,7 +165,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
         ["outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both", "two-sided p"],
         [
             [t.outcome, str(t.pairs), str(t.both), str(t.only_a), str(t.only_b), str(t.neither), format_p(t.p_value)]
-            for t in [comparison.mcnemar_exact_match, *comparison.mcnemar_sub_exact_match, *comparison.mcnemar_abstention]
+            for t in [*comparison.mcnemar_answers, *comparison.mcnemar_abstention]
         ],
     )
     fisher = _table(

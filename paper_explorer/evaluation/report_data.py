@@ -13,8 +13,9 @@ from paper_explorer.corpus.schema import Question
 from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.derived import check_with_corpus
 from paper_explorer.evaluation.errors import EvaluationError
+from paper_explorer.evaluation.replay_drift import compared_observations
 from paper_explorer.evaluation.run_directory import Run
-from paper_explorer.evaluation.scoring import EpisodeScore, compared_observations
+from paper_explorer.evaluation.scoring import EpisodeScore
 
 
 class Record(BaseModel):

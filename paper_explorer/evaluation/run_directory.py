@@ -339,7 +339,7 @@ class Run:
 
     def _row(self, score: EpisodeScore, trajectory: Trajectory | None) -> dict[str, Any]:
         row: dict[str, Any] = {"run": self.directory.name}
-        row |= {name: getattr(score, name) for name in EpisodeScore.model_fields}
+        row |= score.fields()
         row["flags"] = sorted({flag.detector for flag in score.flags})
         row |= {
             "paper_id": trajectory.paper_id if trajectory else None,

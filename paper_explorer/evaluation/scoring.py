@@ -5,24 +5,43 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from statistics import fmean, median
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_serializer
-
-from paper_explorer.agent.trajectory import Drift, Status, Trajectory, research_before_end
-from paper_explorer.corpus.schema import Question
-from paper_explorer.evaluation.answers import (
-    ABSTENTION,
-    answer_and_evidence_f1,
-    best_over_references,
-    exact_match,
-    normalize_answer,
-    sub_exact_match,
-    substring_exact_match,
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    field_validator,
+    model_serializer,
+    model_validator,
 )
+
+from paper_explorer.agent.trajectory import Status, Trajectory, research_before_end
+from paper_explorer.corpus.schema import Question
+from paper_explorer.evaluation.answer_metrics import (
+    ANSWER_F1,
+    EXACT_MATCH,
+    Answered,
+    MetricValues,
+    answer_metrics,
+    flat_schema,
+    flattened,
+    gathered,
+    registered_only,
+)
+from paper_explorer.evaluation.answers import ABSTENTION, answer_type, normalize_answer
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
-from paper_explorer.evaluation.records import AbstentionTable, FirstChange, ReplayDrift, RunMetrics, SampleMetrics
+from paper_explorer.evaluation.records import (
+    AbstentionRow,
+    AbstentionTable,
+    MeanInterval,
+    RunMetrics,
+    SampleMetrics,
+)
+from paper_explorer.evaluation.replay_drift import replay_drift
 from paper_explorer.evaluation.stats import bootstrap_mean_ci
 from paper_explorer.evaluation.tokens import model_tokens, readings
 
@@ -44,7 +63,8 @@ def question_type(question: Question) -> str:
 
 
 # A figure in [0, 1] (an F1, a match): finite, never NaN (a line read back is bounded like one written).
-Share = Annotated[float | None, Field(ge=0, le=1, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+SHARE: TypeAdapter[float] = TypeAdapter(Share)
 
 
 class ProbeScore(BaseModel):
@@ -66,7 +86,7 @@ class ProbeScore(BaseModel):
         return self.probabilities is not None and self.mass is not None and self.min_mass is not None and self.mass < self.min_mass
 
     @model_serializer(mode="wrap")
-    def _without_nones(self, handler):
+    def _without_nones(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         return {key: value for key, value in handler(self).items() if value is not None}
 
 
@@ -92,11 +112,14 @@ def probe_scores(trajectory: Trajectory) -> list[ProbeScore] | None:
     ]
 
 
-class EpisodeScore(BaseModel):
+class EpisodeScore(MetricValues, BaseModel):
     """One line of scores.jsonl: an episode's outcome, its detector flags and, when the question has
-    gold answers, QASPER's metrics (None, and left out of the JSON, when it has none)."""
+    gold answers, the answer metrics (``evaluation.answer_metrics``; absent when it has none)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra=lambda schema, _: flat_schema(schema, "answer_metrics", {"type": "number", "minimum": 0, "maximum": 1}),
+    )
 
     episode_id: str
     question_id: str | None
@@ -112,13 +135,8 @@ class EpisodeScore(BaseModel):
     flags: list[Flag]
     type: str | None = None
     answerable: bool | None = None
-    answer_f1: Share = None
-    exact_match: Share = None
-    sub_exact_match: Share = None  # SubEM (whole tokens): evaluation.answers.sub_exact_match
-    sub_exact_match_substring: Share = None  # SubEM (substring, LongBench): substring_exact_match
-    evidence_f1: Share = None
-    evidence_f1_text_only: Share = None
-    evidence_f1_strict: Share = None  # 0 for an episode that ended without submitting or abstaining
+    # by metric name; written flat (each under its own key, in the registry's order), here in the line
+    answer_metrics: dict[str, Share] = Field(default_factory=dict)
     abstained: bool | None = None
     model_tokens: int | None = Field(None, ge=0)  # evaluation.tokens.model_tokens: None when the episode made no model call
     document_tokens: int | None = Field(None, ge=0)  # the memory reader's document (None for other policies)
@@ -127,29 +145,59 @@ class EpisodeScore(BaseModel):
 
     @property
     def scored(self) -> bool:
-        return self.answer_f1 is not None
+        return ANSWER_F1 in self.answer_metrics
+
+    def value(self, name: str) -> float:
+        """A scored episode's value of a metric every scored line holds (``Metric.required``;
+        ``evaluation.derived`` refuses a line without one)."""
+        value = self.answer_metrics.get(name)
+        if value is None:
+            raise ValueError(f"episode {self.episode_id} has no {name}: it is not scored")
+        return value
+
+    def fields(self) -> dict[str, Any]:
+        """Every field as its value, the answer metrics under their own names (None where absent), in
+        the order of a line of scores.jsonl: a row of ``Run.to_pandas``."""
+        row: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            if name == "answer_metrics":
+                row |= {metric.name: self.metric(metric.name) for metric in answer_metrics()}
+            else:
+                row[name] = getattr(self, name)
+        return row
+
+    @model_validator(mode="before")
+    @classmethod
+    def _gather_metrics(cls, data: Any) -> Any:
+        return gathered(data, "answer_metrics", {metric.name: metric.name for metric in answer_metrics()}, cls.__name__, SHARE)
+
+    @field_validator("answer_metrics")
+    @classmethod
+    def _registered(cls, values: dict[str, float]) -> dict[str, float]:
+        return registered_only(values)
 
     @model_serializer(mode="wrap")
-    def _without_nones(self, handler):
-        return {key: value for key, value in handler(self).items() if value is not None}
+    def _flat(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped = handler(self)
+        values = dumped["answer_metrics"]
+        written = flattened(dumped, "answer_metrics", {m.name: values[m.name] for m in answer_metrics() if m.name in values})
+        return {key: value for key, value in written.items() if value is not None}
 
 
 def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeScore:
     predicted = prediction(trajectory)
-    gold = {}
+    gold: dict[str, Any] = {}
     if question is not None:
-        evidence = [item.text for item in trajectory.outcome.evidence]
-        f1, evidence_f1, kind = answer_and_evidence_f1(predicted, evidence, question)
+        answered = Answered(
+            prediction=predicted,
+            evidence=[item.text for item in trajectory.outcome.evidence],
+            question=question,
+            decided=trajectory.outcome.status in ENDED_BY_POLICY,
+        )
         gold = {
-            "type": kind or question_type(question),
+            "type": answer_type(predicted, question) or question_type(question),
             "answerable": question.answerable,
-            "answer_f1": f1,
-            "exact_match": best_over_references(exact_match, predicted, question),
-            "sub_exact_match": best_over_references(sub_exact_match, predicted, question),
-            "sub_exact_match_substring": best_over_references(substring_exact_match, predicted, question),
-            "evidence_f1": evidence_f1,
-            "evidence_f1_text_only": answer_and_evidence_f1(predicted, evidence, question, text_evidence_only=True)[1],
-            "evidence_f1_strict": evidence_f1 if trajectory.outcome.status in ENDED_BY_POLICY else 0.0,
+            "answer_metrics": {metric.name: metric.score(answered) for metric in answer_metrics()},
             "abstained": trajectory.outcome.status == "abstained",
         }
     return EpisodeScore(
@@ -193,14 +241,28 @@ def abstention_table(scores: list[EpisodeScore]) -> AbstentionTable:
     return table
 
 
-def _per_question_f1(scored: list) -> list[float]:
-    """The unit the interval resamples: a question, not an episode. K samples of one question are
+def per_question_means(scored: list[EpisodeScore], name: str) -> list[float]:
+    """The unit an interval resamples: a question, not an episode. K samples of one question are
     not K independent draws, so with --samples they are averaged first (one sample each: the
-    episodes' own F1, unchanged)."""
+    episodes' own values, unchanged)."""
     by_question: dict[str, list[float]] = defaultdict(list)
     for position, score in enumerate(scored):
-        by_question[score.question_id or f"episode-{position}"].append(score.answer_f1)
+        by_question[score.question_id or f"episode-{position}"].append(score.value(name))
     return [fmean(values) for values in by_question.values()]
+
+
+def answer_figures(scored: list[EpisodeScore]) -> tuple[dict[str, float | None], dict[str, MeanInterval]]:
+    """Each answer metric over the scored episodes (None when there are none, or when one was
+    scored before the metric existed), and the bootstrap interval of those declared with one."""
+    figures: dict[str, float | None] = {}
+    intervals: dict[str, MeanInterval] = {}
+    for metric in answer_metrics():
+        values = [score.metric(metric.name) for score in scored]
+        present = [value for value in values if value is not None]
+        figures[metric.name] = metric.aggregate(present) if present and len(present) == len(values) else None
+        if metric.interval and (figures[metric.name] is not None or not scored):
+            intervals[metric.name] = bootstrap_mean_ci(per_question_means(scored, metric.name))
+    return figures, intervals
 
 
 def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT_COLLAPSE_RATE) -> RunMetrics:
@@ -208,45 +270,32 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
     table = abstention_table(scores)
     by_type: dict[str, list[float]] = defaultdict(list)
     for s in scored:
-        by_type[s.type].append(s.answer_f1)
+        by_type[s.type or "empty"].append(s.value(ANSWER_F1))
 
-    def mean(values: list[float]) -> float | None:
-        return fmean(values) if values else None
-
-    def rate(row: str, column: str) -> float | None:
-        counts = getattr(table, row)
+    def rate(counts: AbstentionRow, column: str) -> float | None:
         total = counts.answered + counts.abstained + counts.undecided()
         return getattr(counts, column) / total if total else None
 
-    substring = [s.sub_exact_match_substring for s in scored]
+    figures, intervals = answer_figures(scored)
     rates = detector_rates([s.flags for s in scores])
-    return RunMetrics.model_validate(
-        {
-            "episodes": len(scores),
-            "scored": len(scored),
-            "answer_f1": mean([s.answer_f1 for s in scored]),
-            "answer_f1_ci95": bootstrap_mean_ci(_per_question_f1(scored)),
-            "exact_match": mean([s.exact_match for s in scored]),
-            "sub_exact_match": mean([s.sub_exact_match for s in scored]),
-            # None when an episode was scored before the metric existed (scores.jsonl of an older run)
-            "sub_exact_match_substring": None if any(v is None for v in substring) else mean(substring),
-            "evidence_f1": mean([s.evidence_f1 for s in scored]),
-            "evidence_f1_text_only": mean([s.evidence_f1_text_only for s in scored]),
-            "evidence_f1_strict": mean([s.evidence_f1_strict for s in scored if s.evidence_f1_strict is not None]),
-            "answer_f1_by_type": {kind: fmean(values) for kind, values in sorted(by_type.items())},
-            "abstention": table,
-            "false_abstention_rate": rate("answerable", "abstained"),
-            "missed_abstention_rate": rate("unanswerable", "answered"),
-            "status": dict(sorted(Counter(s.status for s in scores).items())),
-            "mean_steps": fmean(s.steps for s in scores) if scores else None,
-            "mean_tool_calls": fmean(s.tool_calls for s in scores) if scores else None,
-            **token_metrics(scores),
-            "detector_rates": rates,
-            "verdict": verdict(rates, collapse_threshold),
-            "sampling": sample_metrics(scores),
-            "calibration": run_calibration(scores),
-            "probe_mass": probe_mass(scores),
-        }
+    return RunMetrics(
+        episodes=len(scores),
+        scored=len(scored),
+        answer_metrics=figures,
+        answer_intervals=intervals,
+        answer_f1_by_type={kind: fmean(values) for kind, values in sorted(by_type.items())},
+        abstention=table,
+        false_abstention_rate=rate(table.answerable, "abstained"),
+        missed_abstention_rate=rate(table.unanswerable, "answered"),
+        status=dict(sorted(Counter(s.status for s in scores).items())),
+        mean_steps=fmean(s.steps for s in scores) if scores else None,
+        mean_tool_calls=fmean(s.tool_calls for s in scores) if scores else None,
+        **token_metrics(scores),
+        detector_rates=rates,
+        verdict=verdict(rates, collapse_threshold),
+        sampling=sample_metrics(scores),
+        calibration=run_calibration(scores),
+        probe_mass=probe_mass(scores),
     )
 
 
@@ -292,13 +341,15 @@ def sample_metrics(scores: list[EpisodeScore]) -> SampleMetrics | None:
         winner = next(
             normalize_answer(s.prediction) for s in sorted(voters, key=lambda s: s.sample) if votes[normalize_answer(s.prediction)] == top
         )  # ties: the earliest sample's answer
-        majority_f1.append(next(s.answer_f1 for s in voters if normalize_answer(s.prediction) == winner))
+        majority_f1.append(next(s.value(ANSWER_F1) for s in voters if normalize_answer(s.prediction) == winner))
         agreement.append(top / len(group))
     return SampleMetrics(
         samples=k_max,
         questions=len(by_question),
-        pass_at_k={str(k): fmean(pass_at_k(len(g), sum(s.exact_match >= 1 for s in g), k) for g in by_question.values()) for k in ks},
-        mean_answer_f1=fmean(fmean(s.answer_f1 for s in g) for g in by_question.values()),
+        pass_at_k={
+            str(k): fmean(pass_at_k(len(g), sum(s.value(EXACT_MATCH) >= 1 for s in g), k) for g in by_question.values()) for k in ks
+        },
+        mean_answer_f1=fmean(fmean(s.value(ANSWER_F1) for s in g) for g in by_question.values()),
         majority_answer_f1=fmean(majority_f1),
         agreement=fmean(agreement),
     )
@@ -313,57 +364,3 @@ def model_metrics(trajectories: list[Trajectory]) -> dict:
         "hit_cap_steps": sum(1 for g in generations if g.hit_cap),
         "replay": replay_drift(trajectories),
     }
-
-
-def replay_drift(trajectories: list[Trajectory]) -> ReplayDrift | None:
-    """How many recorded observations a replay reproduced, and where the first one it did not
-    differs (None when no episode was replayed)."""
-    replayed = [t for t in trajectories if t.policy.name == "replay"]
-    if not replayed:
-        return None
-    steps = compared = changed = episodes_changed = 0
-    first: FirstChange | None = None
-    for trajectory in replayed:
-        steps += sum(1 for step in trajectory.steps if step.policy_info and step.policy_info.replayed_step is not None)
-        observations = compared_observations(trajectory)
-        changes = [(index, drift) for index, matches, drift in observations if not matches]
-        compared += len(observations)
-        changed += len(changes)
-        episodes_changed += bool(changes)
-        located = [(index, drift) for index, drift in changes if drift is not None]
-        if first is None and located:
-            index, drift = located[0]
-            first = FirstChange(
-                episode_id=trajectory.episode_id,
-                question_id=trajectory.question_id,
-                step=index,
-                position=drift.position,
-                recorded=drift.recorded,
-                current=drift.current,
-            )
-    return ReplayDrift(
-        episodes=len(replayed),
-        steps=steps,
-        observations_compared=compared,
-        observations_changed=changed,
-        episodes_changed=episodes_changed,
-        first_change=first,
-    )
-
-
-def compared_observations(trajectory: Trajectory) -> list[tuple[int, bool, Drift | None]]:
-    """(step index, matches, where it differs) for each observation a replay compared with its
-    recording. A step reports on the observation of the step before it (what the policy saw
-    before acting); the last step also reports on its own, in ``final_observation_matches``."""
-    compared = []
-    for step in trajectory.steps:
-        info = step.policy_info
-        if info is None:
-            continue
-        for matches, drift, index in (
-            (info.previous_observation_matches, info.drift, step.index - 1),
-            (info.final_observation_matches, info.final_drift, step.index),
-        ):
-            if matches is not None:
-                compared.append((index, matches, drift))
-    return compared

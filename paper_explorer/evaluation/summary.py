@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from paper_explorer.agent.terminal_text import untrusted
+from paper_explorer.evaluation.answer_metrics import EVIDENCE_F1, EVIDENCE_F1_STRICT
 from paper_explorer.evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
 
 
@@ -35,12 +36,11 @@ NO_ANSWER = ("step_limit", "context_limit", "policy_error", "no_answer")
 
 def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None) -> None:
     table = Table("metric", "value", title=untrusted(str(out)) if out else "metrics")
-    headline = metrics.headline()
-    ci = metrics.answer_f1_ci95
-    for name, value in headline:
+    for name, value in metrics.headline():
         shown = figure_text(name, value)
-        if name == "answer_f1" and ci.low is not None:
-            shown += f"  (95% CI {ci.low:.3f}-{ci.high:.3f})"
+        ci = metrics.interval(name)
+        if ci is not None and ci.low is not None and ci.high is not None:
+            shown += f"  ({ci.confidence:.0%} CI {ci.low:.3f}-{ci.high:.3f})"
         table.add_row(figure_label(name), shown)
     for kind, value in metrics.answer_f1_by_type.items():
         table.add_row(f"answer_f1 ({kind})", _shown(value))
@@ -64,11 +64,12 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
             f"[yellow]{invalid} episodes ended in no_answer (the policy's own answer was empty or cut at its cap; "
             f"flagged invalid_answer): scored 0 and kept in the denominator[/yellow]"
         )
-    if metrics.evidence_f1_strict is not None and metrics.evidence_f1 is not None and metrics.evidence_f1_strict != metrics.evidence_f1:
+    official, strict = metrics.metric(EVIDENCE_F1), metrics.metric(EVIDENCE_F1_STRICT)
+    if official is not None and strict is not None and strict != official:
         console.print(
-            f"evidence F1 {metrics.evidence_f1:.3f} by QASPER's official rule (an episode with no evidence on a question "
-            f"with none scores 1.0, answered or not); {metrics.evidence_f1_strict:.3f} when episodes that never "
-            "answered score 0 (evidence_f1_strict)"
+            f"evidence F1 {official:.3f} by QASPER's official rule (an episode with no evidence on a question "
+            f"with none scores 1.0, answered or not); {strict:.3f} when episodes that never "
+            f"answered score 0 ({EVIDENCE_F1_STRICT})"
         )
     if metrics.sampling is not None:
         sampled = metrics.sampling
@@ -121,13 +122,15 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
             console.print(untrusted(f"  {'pass' if check.passed else 'FAIL'}: {check.check} (got {check.value})"))
         for pending in prereg.pending or []:
             console.print(untrusted(f"  pending: {pending}"))
-        for test in prereg.comparison.fisher if prereg.comparison else []:
-            console.print(
-                untrusted(
-                    f"  Fisher exact, {test.row} abstentions vs {prereg.comparison.run}: p = {test.p_value:.4f}"
-                    f"{' (significant)' if test.significant else ''}"
+        if prereg.comparison is not None:
+            compared = prereg.comparison
+            for test in compared.fisher:
+                console.print(
+                    untrusted(
+                        f"  Fisher exact, {test.row} abstentions vs {compared.run}: p = {test.p_value:.4f}"
+                        f"{' (significant)' if test.significant else ''}"
+                    )
                 )
-            )
     if out is not None:
         console.print(
             untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")

@@ -216,7 +216,7 @@ def test_the_comparison_shows_what_changed_with_the_statistics_of_compare(report
     assert f"{comparison['answer_f1']['a']:.3f}" in figures and f"{comparison['answer_f1']['b']:.3f}" in figures
     assert f"{ci['mean']:+.3f}" in figures and f"{ci['low']:+.3f} to {ci['high']:+.3f}" in figures
     mcnemar = browser.find_element(By.ID, "mcnemar").text
-    test = comparison["mcnemar_exact_match"]
+    test = next(test for test in comparison["mcnemar_answers"] if test["outcome"] == "exact match")
     assert f"exact match {test['pairs']} {test['both']} {test['only_a']} {test['only_b']} {test['neither']}" in mcnemar
     moved = comparison["largest_differences"]
     assert moved, "the scripted policy answers questions direct-submit gets wrong"

@@ -117,6 +117,6 @@ def test_the_answer_f1_interval_resamples_questions_not_the_samples_of_one():
         )
 
     f1s = [0.0, 1.0, 0.5, 0.25, 1.0, 0.0, 0.75, 0.5]
-    once = run_metrics([score(q, 0, f1) for q, f1 in enumerate(f1s)]).answer_f1_ci95
-    repeated = run_metrics([score(q, k, f1) for q, f1 in enumerate(f1s) for k in range(5)]).answer_f1_ci95
+    once = run_metrics([score(q, 0, f1) for q, f1 in enumerate(f1s)]).interval("answer_f1")
+    repeated = run_metrics([score(q, k, f1) for q, f1 in enumerate(f1s) for k in range(5)]).interval("answer_f1")
     assert repeated == once  # five identical samples per question are one observation, not five
