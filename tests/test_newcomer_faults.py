@@ -148,3 +148,22 @@ def test_train_into_a_folder_that_is_no_training_run_is_refused_with_resume_too(
         assert f"{package}: not a training run (it holds __init__.py, which explorer train never writes)" in done.stderr
         assert "--resume" not in done.stderr.split("error:", 1)[1]  # the old advice wrote checkpoints among the sources
     assert sorted(path.name for path in package.iterdir()) == ["__init__.py"]
+
+
+def test_an_unreachable_hub_is_one_line_of_ours_not_ten_of_its_retries(caplog):
+    """Offline, huggingface_hub logs each failed request and each of five retries (about 23 s of
+    lines); while a model's files are fetched the user sees one line that says what to do."""
+    from paper_explorer.agent.models import HUB_HTTP_LOGGER, hub_retries_said_once
+
+    hub = logging.getLogger(HUB_HTTP_LOGGER)
+    with caplog.at_level(logging.WARNING), hub_retries_said_once("Qwen/Qwen3-8B"):
+        for attempt in range(1, 6):
+            hub.warning("'[Errno -2] Name or service not known' thrown while requesting HEAD https://huggingface.co/x")
+            hub.warning("Retrying in %ss [Retry %s/5].", 2**attempt, attempt)
+    said = [record.getMessage() for record in caplog.records]
+    assert len(said) == 1 and said[0].startswith("Qwen/Qwen3-8B: the Hugging Face hub does not answer")
+    assert "HF_HUB_OFFLINE=1" in said[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        hub.warning("Retrying in 1s [Retry 1/5].")  # outside a fetch of ours the hub speaks for itself
+    assert [record.getMessage() for record in caplog.records] == ["Retrying in 1s [Retry 1/5]."]

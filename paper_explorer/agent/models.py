@@ -8,7 +8,10 @@ quantization and the compute dtype for QLoRA), dtype and device; the hf policy a
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +53,40 @@ def resolve_model(model: str) -> str:
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")  # the renderer reads these
+HUB_HTTP_LOGGER = "huggingface_hub.utils._http"  # where the hub logs each failed request and each retry
+
+
+class _RetriesSaidOnce(logging.Filter):
+    """The hub logs two lines per failed request and retries five times (about 23 s offline): the
+    user sees one line of ours at the first retry, with what to do, and none of the hub's."""
+
+    def __init__(self, model: str) -> None:
+        super().__init__()
+        self.model = model
+        self.said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Retrying in") or self.said:
+            return False
+        self.said = True
+        record.msg = (
+            f"{self.model}: the Hugging Face hub does not answer; retrying for about 20 s "
+            "(offline, set HF_HUB_OFFLINE=1 to use only the local cache, or name a model directory)"
+        )
+        record.args = ()
+        return True
+
+
+@contextmanager
+def hub_retries_said_once(model: str) -> Iterator[None]:
+    """While the hub is asked for ``model``'s files, its failed requests and retries are one line."""
+    logger = logging.getLogger(HUB_HTTP_LOGGER)
+    quiet = _RetriesSaidOnce(model)
+    logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        logger.removeFilter(quiet)
 
 
 def tokenizer_file(model: str) -> Path:
@@ -66,12 +103,13 @@ def tokenizer_file(model: str) -> Path:
         from huggingface_hub import hf_hub_download
         from huggingface_hub.errors import EntryNotFoundError
 
-        file = Path(hf_hub_download(model, TOKENIZER_FILES[0]))
-        for name in TOKENIZER_FILES[1:]:
-            try:
-                hf_hub_download(model, name)  # beside tokenizer.json in the same snapshot folder
-            except EntryNotFoundError:
-                pass  # a repository has one or the other; read_template says when neither holds a template
+        with hub_retries_said_once(model):
+            file = Path(hf_hub_download(model, TOKENIZER_FILES[0]))
+            for name in TOKENIZER_FILES[1:]:
+                try:
+                    hf_hub_download(model, name)  # beside tokenizer.json in the same snapshot folder
+                except EntryNotFoundError:
+                    pass  # a repository has one or the other; read_template says when neither holds a template
         return file
     except Exception as error:  # offline, no such repository, or no tokenizer.json in it
         raise AgentError(f"{model}: cannot fetch its tokenizer.json ({str(error).splitlines()[0]})") from None
@@ -144,7 +182,8 @@ def load_causal_lm(model: str, quantization: str = "auto", device_map: Any = Non
     if not downloads_silent:
         hub_utils.enable_progress_bars()
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(model, **arguments)
+        with hub_retries_said_once(model):
+            loaded = AutoModelForCausalLM.from_pretrained(model, **arguments)
     except OSError as error:
         raise AgentError(f"{model}: cannot load the model ({str(error).splitlines()[0]})") from None
     return LoadedModel(loaded, chosen, dtype, set_threads(threads))

@@ -156,6 +156,9 @@ def model_shape(model: str) -> tuple[Shape, str]:
     try:
         from transformers import AutoConfig
 
-        return Shape.from_config(AutoConfig.from_pretrained(model).to_dict()), f"{model} (hub config)"
+        from paper_explorer.agent.models import hub_retries_said_once
+
+        with hub_retries_said_once(model):
+            return Shape.from_config(AutoConfig.from_pretrained(model).to_dict()), f"{model} (hub config)"
     except Exception as error:  # offline, or no such repository
         raise TrainingError(f"{model}: cannot read its config ({str(error).splitlines()[0]}); name a local model directory") from None
