@@ -125,6 +125,7 @@ SHARED_CLI_MODULES = {
     "paper_explorer.cli",
     "paper_explorer.cli.options",
     "paper_explorer.cli.help_layout",
+    "paper_explorer.cli.plugins",
     "paper_explorer.cli.flags",
     "paper_explorer.cli.errors",
     "paper_explorer.cli.display",

@@ -175,7 +175,10 @@ def known_policy(name: str) -> str:
         return name
     near = difflib.get_close_matches(name, names, n=1)
     hint = f" (did you mean {near[0]!r}?)" if near else ""
-    raise SettingRefused(f"unknown policy {name!r}{hint}; choose one of {', '.join(names)}")
+    raise SettingRefused(
+        f"unknown policy {name!r}{hint}; choose one of {', '.join(names)} (a policy of your own registers when its module "
+        "is imported: for explorer, name the module in EXPLORER_PLUGINS)"
+    )
 
 
 def policy_entry(name: str) -> Registered:
