@@ -82,7 +82,17 @@ def run_episode(
             config.probes, policy, path=config.probes_file
         )  # AgentError: the run cannot ask what it asks (eval checks it before anything is written)
     try:
-        policy.start(EpisodeStart(seed=seed, question=question, question_id=question_id, sample=sample, paper_id=paper_id))
+        policy.start(
+            EpisodeStart(
+                seed=seed,
+                question=question,
+                question_id=question_id,
+                sample=sample,
+                paper_id=paper_id,
+                record_ids=config.record_prompt_ids,
+                record_sampled=config.record_sampled,
+            )
+        )
     except PolicyError as error:
         outcome = Outcome(status="policy_error", reason=str(error))
     while outcome is None:
@@ -221,6 +231,7 @@ def _served(
         keep_ids=config.record_prompt_ids,
         server_ids=reply.server_prompt_ids,
         server_tokens=reply.server_prompt_tokens,
+        sampled=reply.sampled if config.record_sampled else None,
     )
     return record, prompt
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from paper_explorer.agent.trajectory import PromptIds, Served, Step
+from paper_explorer.agent.trajectory import PromptIds, Sampled, Served, Step
 
 
 def ids_sha256(ids: list[int]) -> str:
@@ -44,9 +44,11 @@ def served_record(
     keep_ids: bool = False,
     server_ids: list[int] | None = None,
     server_tokens: int | None = None,
+    sampled: Sampled | None = None,
 ) -> Served:
     """The record of one served prompt and the digest of the reply to it (``reply_sha256``);
-    ``previous`` is the prompt of the step before (for the ids' delta)."""
+    ``previous`` is the prompt of the step before (for the ids' delta); ``sampled``, what the model
+    generated for it, is kept as given (the caller passes it when the episode records samples)."""
     ids = None
     if keep_ids:
         keep = common_prefix(previous or [], prompt)
@@ -62,6 +64,7 @@ def served_record(
         server_sha256=ids_sha256(server_ids) if server_ids is not None else None,
         reply_sha256=reply,
         server_ids=differing,
+        sampled=sampled,
     )
 
 

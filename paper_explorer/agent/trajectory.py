@@ -12,12 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, field_validator, model_serializer, model_validator
 
 from paper_explorer.tools import registry
 from paper_explorer.tools.limits import MAX_OUTPUT_CHARS, SandboxSettings
 from paper_explorer.tools.records import Evidence, Outcome, Status, ToolCallRecord
 
+# 9: the tokens each model call sampled, with their log-probabilities (Served.sampled, kept with
+# EpisodeConfig.record_sampled): explorer rl trains on exactly those ids;
 # 8: each piece of paper text a research call showed, typed and placed, and a read's page
 # (Shown.parts, Shown.read): the memory reader builds its document from them, and the detectors read
 # them; 7: what each research call showed of the papers (Returned.shown), which the grounding detectors read
@@ -25,7 +27,7 @@ from paper_explorer.tools.records import Evidence, Outcome, Status, ToolCallReco
 # 6: option probes (Trajectory.probes); 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 # A probe's options must hold at least this share of the model's next-token distribution for their
 # renormalised probabilities to be read as its belief: below it the model wanted to write something
 # else (a fine-tuned policy after its turn: code), and renormalising magnifies the noise of a
@@ -84,6 +86,25 @@ class PromptIds(Record):
     append: list[int] = Field(strict=True)
 
 
+class Sampled(Record):
+    """The tokens one model call generated, as ids, each with its log-probability under the
+    distribution it was drawn from: the logits divided by ``temperature``, before any top-k or top-p
+    cut (the convention of TRL and vLLM's processed log-probabilities). What ``explorer rl`` trains
+    on, so that the ids trained are the ids sampled and the ratio's denominator is the sampler's."""
+
+    ids: list[int] = Field(strict=True)  # in order, the stop token included when the call stopped on one
+    # None: a token written for the model rather than drawn (thinking mode's </think> at its budget): never trained
+    logprobs: list[StrictFloat | None] = Field(strict=True)
+    temperature: float = Field(gt=0, allow_inf_nan=False)  # the log-probabilities are of logits / temperature (1 for greedy)
+    source: Literal["hf", "server"]  # computed in this process (hf), or as a server returned them (openai)
+
+    @model_validator(mode="after")
+    def _one_logprob_per_id(self) -> Sampled:
+        if len(self.logprobs) != len(self.ids):
+            raise ValueError(f"{len(self.ids)} sampled ids but {len(self.logprobs)} log-probabilities")
+        return self
+
+
 class Served(Sparse):
     """The prompt a step was served, as ids: what a model policy sent (``source`` "policy"), or
     what the renderer would have served a policy without a model ("renderer")."""
@@ -97,6 +118,7 @@ class Served(Sparse):
     server_tokens: int | None = None  # openai: how many prompt tokens the server said it saw
     server_sha256: str | None = None  # openai: the digest of the prompt ids the server returned
     server_ids: list[int] | None = None  # openai with --record-prompt-ids: the server's ids, when they differ from those sent
+    sampled: Sampled | None = None  # with record_sampled: the ids the model generated for this prompt, and their log-probabilities
 
 
 class Drift(Record):
@@ -266,6 +288,8 @@ class EpisodeBudgets(Record):
             data.pop("probe_min_mass", None)
         if isinstance(data, dict) and data.get("probes_file", 0) is None:
             del data["probes_file"]
+        if isinstance(data, dict) and data.get("record_sampled") is False:  # EpisodeConfig's: absent in runs from before it
+            del data["record_sampled"]
         return data
 
     @field_validator("probes_file")
@@ -284,6 +308,9 @@ class EpisodeConfig(SandboxSettings, EpisodeBudgets):
     model_config = ConfigDict(extra="forbid")
 
     record_prompt_ids: bool = Field(False, description="Keep each served prompt's ids in the trajectory, not only their digest.")
+    record_sampled: bool = Field(
+        False, description="Keep the ids each model call generated and their log-probabilities (what explorer rl trains on)."
+    )
 
 
 class Hashes(Record):
@@ -293,7 +320,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4, 5, 6, 7, 8] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5, 6, 7, 8, 9] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str
@@ -420,6 +447,7 @@ __all__ = [
     "PolicyInfo",
     "ProbeResult",
     "Reading",
+    "Sampled",
     "Status",
     "Step",
     "StepPolicyInfo",

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.table import Column, Table
@@ -234,3 +235,45 @@ def trajectories_file(path: Path) -> Path:
             f"{path}: a run's {what}, not a trajectories file; explorer show {run / TRAJECTORIES} prints its episodes, {inspect}"
         )
     return path
+
+
+def print_rl_rounds(console: Console, out: Path) -> None:
+    """The rounds as a table (also what ``explorer inspect OUT`` shows for an rl run)."""
+    from paper_explorer.rl.run import rounds_of
+
+    summary, records = rounds_of(out)
+    table = Table(
+        "round",
+        "reward",
+        "no signal",
+        "DS",
+        "KL",
+        "clipped",
+        "val F1",
+        "val DS",
+        "chosen",
+        title=f"explorer rl: {escape(visible(str(out)))}",
+        caption="no signal: groups whose rewards were all equal; DS: direct-submit rate of the samples; val: greedy validation episodes",
+    )
+    for record in records:
+        seen, update = record.validation, record.update
+        table.add_row(
+            str(record.round),
+            f"{record.reward_mean:+.3f}",
+            f"{record.groups_without_signal}/{record.groups}",
+            f"{record.direct_submit_rate:.0%}",
+            _formatted(update.kl, "{:.4f}"),
+            _formatted(update.clip_fraction, "{:.1%}"),
+            _formatted(seen.answer_f1, "{:.3f}"),
+            _formatted(seen.direct_submit_rate, "{:.0%}"),
+            "yes" if summary is not None and summary.best_round == record.round else "",
+        )
+    console.print(table)
+    if summary is not None:
+        console.print(untrusted(summary.criterion))
+        for warning in summary.warnings:
+            console.print(untrusted(f"warning: {warning}", style="bold red"))
+
+
+def _formatted(value: float | None, form: str) -> str:
+    return "-" if value is None else form.format(value)

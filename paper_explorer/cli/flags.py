@@ -67,6 +67,7 @@ NOT_FLAGS: dict[str, str] = {
     "policy.served_adapter": "eval sets it from --adapter when it loads the adapter into the server; a resume checks it",
     "split_of": "a table: the commands take it as --split-of FILE=SPLIT, repeated",
     "corpus": "explorer improve records the --corpus option it shares with every command (-c, $EXPLORER_CORPUS)",
+    "reward": "a table of parts and weights: explorer rl takes it as --reward PART=WEIGHT, repeated, or [reward] in --config",
     "gradient_checkpointing": "a memory trade of the recipe, set in the --config file: a --no-gradient-checkpointing "
     "switch beside it would not fit the help at 80 columns",
 }

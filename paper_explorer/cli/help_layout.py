@@ -20,6 +20,7 @@ FIELD_PANELS: dict[str, str] = {
     "policy.top_p": "Sampling",
     "policy.top_k": "Sampling",
     "episode.record_prompt_ids": "Output",  # what the trajectory keeps (and --no-record-prompt-ids fits 80 columns alone)
+    "episode.record_sampled": "Output",
     # explorer train (sft.config.TrainConfig; its other fields are in the "Training" panel)
     "model": "Model",
     "quantization": "Model",

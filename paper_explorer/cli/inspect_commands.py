@@ -57,9 +57,14 @@ def inspect_command(
     from paper_explorer.cli.display import id_column
     from paper_explorer.evaluation.answer_metrics import answer_metrics
     from paper_explorer.evaluation.detectors import DETECTORS
-    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.evaluation.run_directory import RL_RUN, Run, kind_of
     from paper_explorer.evaluation.summary import print_summary
 
+    if kind_of(run_dir) is RL_RUN and episode is None and flag is None:  # its rounds; each round's runs are inspected as runs
+        from paper_explorer.cli.display import print_rl_rounds
+
+        print_rl_rounds(console, run_dir)
+        return
     run = Run.load(run_dir)
     if flag is not None and flag not in DETECTORS:
         raise UsageError(f"unknown flag {flag!r}; choose one of {', '.join(DETECTORS)}")

@@ -31,6 +31,7 @@ from paper_explorer.cli.model_commands import convert_gguf_command, tiny_model_c
 from paper_explorer.cli.parity_command import check_parity_command
 from paper_explorer.cli.questions_command import questions_app
 from paper_explorer.cli.rescore_command import rescore_command
+from paper_explorer.cli.rl_command import rl_command
 from paper_explorer.cli.run_commands import run_command, show_command
 from paper_explorer.cli.schema_command import schema_command
 from paper_explorer.cli.sft_commands import sft_app, train_command
@@ -70,6 +71,7 @@ app.command("compare")(compare_command)
 app.command("report")(report_command)
 app.command("train")(train_command)
 app.command("improve")(improve_command)
+app.command("rl")(rl_command)
 app.command("schema")(schema_command)
 app.command("export")(export_command)
 app.command("merge")(merge_command)

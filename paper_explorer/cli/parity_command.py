@@ -26,6 +26,7 @@ def check_parity_command(
     require_server_ids: bool = typer.Option(
         False, "--require-server-ids", help="Fail on any step whose server did not return the prompt's ids."
     ),
+    rl: Path | None = typer.Option(None, "--rl", help="Also check an explorer rl run: every token it trained is one its samples drew."),
 ) -> None:
     """Prove train/serve parity from what was recorded, not only from what is re-rendered.
 
@@ -44,6 +45,9 @@ def check_parity_command(
     from paper_explorer.agent.writer import read_trajectories
 
     trajectories = [_log_of(path) for path in [*(runs or []), *(trajectory_files or [])]]
+    if rl is not None and not trajectories:
+        _check_rl(rl, ChatRenderer.from_directory(tokenizer))
+        return
     if not trajectories:
         raise UsageError("name the run to check: explorer check-parity RUN --tokenizer DIR (a run directory, or -t FILE)")
     renderer = ChatRenderer.from_directory(tokenizer)
@@ -75,6 +79,8 @@ def check_parity_command(
     readings = [reading for t in episodes if (reading := reading_of(t)) is not None]
     rebuilt = sum(len(reading.updates) + (reading.answer is not None) for reading in readings)
     reader = f", {rebuilt} memory-reader prompts rebuilt and matched" if readings else ""
+    if rl is not None:
+        _check_rl(rl, renderer)
     typer.echo(
         f"parity holds: {len(episodes)} trajectories, {steps} steps ({served} with a record of what was served; "
         f"the server's record: {compared}){reader}{checked}"
@@ -135,3 +141,21 @@ def _log_of(path: Path) -> Path:
 def _broken(message: str) -> None:
     typer.echo(f"parity broken: {visible(message)}", err=True)  # it quotes decoded tokens: model text
     raise typer.Exit(1)
+
+
+def _check_rl(out: Path, renderer) -> None:
+    """An rl run's trained sequences against its samples' recorded ids (``rl.parity``)."""
+    from paper_explorer.evaluation.run_directory import RL_RUN, kind_of
+    from paper_explorer.rl.parity import check_rl_run
+
+    if kind_of(out) is not RL_RUN:
+        raise UsageError(f"{out}: not an explorer rl run (no rl.json); --rl names the directory explorer rl --out wrote")
+    mismatch, counted = check_rl_run(out, renderer)
+    if mismatch is not None:
+        _broken(str(mismatch))
+    if not counted["rounds"]:
+        raise UsageError(f"{out}: no round has trained yet; nothing to check")
+    typer.echo(
+        f"rl parity holds: {counted['rounds']} rounds, {counted['sequences']} sequences and {counted['tokens']:,} trained tokens are "
+        f"the ids sampled; {counted['draws']} draws decode to the text acted on"
+    )

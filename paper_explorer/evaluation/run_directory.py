@@ -113,6 +113,17 @@ IMPROVE_RUN = Kind(
 IMPROVE_ROUND = Kind(
     "a round of explorer improve", "round.json or samples/", "its samples are an eval run: explorer inspect {path}/samples"
 )
+RL_RUN = Kind(
+    "an explorer rl run",
+    "rl.json",
+    "the explorer rl command that wrote it resumes it; explorer inspect {path} shows its rounds, and each round's samples and "
+    "validation are eval runs: explorer compare {path}/round-0/validation {path}/round-1/validation",
+)
+RL_ROUND = Kind(
+    "a round of explorer rl",
+    "batch.jsonl or update/",
+    "its samples and validation are eval runs: explorer inspect {path}/samples",
+)
 EXPORTED_DATASET = Kind(
     "a dataset written by explorer export --to hf", "dataset_dict.json or state.json", "datasets.load_from_disk('{path}') reads it"
 )
@@ -143,6 +154,10 @@ def kind_of(path: Path) -> Kind | None:
         return EVAL_RUN
     if holds("improve.json"):
         return IMPROVE_RUN
+    if holds("rl.json"):
+        return RL_RUN
+    if holds("batch.jsonl") or holds("update") or (path / "validation" / MANIFEST).is_file():
+        return RL_ROUND
     if holds("round.json") or (path / "samples" / MANIFEST).is_file():
         return IMPROVE_ROUND
     if holds("build_report.json"):

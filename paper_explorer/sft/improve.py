@@ -42,6 +42,7 @@ from paper_explorer.sft.config import BuildConfig, ImproveSettings, TrainConfig
 from paper_explorer.sft.errors import TrainingError
 from paper_explorer.sft.known_warnings import known_warnings_silenced
 from paper_explorer.sft.records import TrainingSummary
+from paper_explorer.sft.rounds import settings_recorded
 from paper_explorer.sft.train import SUMMARY, train
 from paper_explorer.sft.validation import shown
 
@@ -84,7 +85,7 @@ def improve(settings: ImproveSettings, *, out: str | Path, corpus=None, log=prin
     for path in [*settings.seed_data, *([settings.adapter] if settings.adapter else [])]:
         if not Path(path).exists():
             raise TrainingError(f"{path}: no such file or directory")
-    _check_out(out, settings)
+    settings_recorded(out, settings, SETTINGS_FILE, "explorer improve", new_directory=False)
     corpus = corpus if isinstance(corpus, Corpus) else load_corpus(corpus)  # a loaded one has said its warnings
     current, previous, records = settings.adapter, None, []
     with known_warnings_silenced():
@@ -101,29 +102,6 @@ def improve(settings: ImproveSettings, *, out: str | Path, corpus=None, log=prin
             current, previous = checked_adapter(out / f"round-{number}", record), record
     log(f"{settings.rounds} rounds done; the result is {current}")
     return records
-
-
-def _check_out(out: Path, settings: ImproveSettings) -> None:
-    """OUT is new (the settings are written to it) or an improve run with the same settings."""
-    from paper_explorer.evaluation.run_directory import IMPROVE_RUN, kind_of
-
-    if out.exists() and not out.is_dir():
-        raise TrainingError(f"{out}: is a file; {setting('out')} names a directory")
-    other = kind_of(out)
-    if other is not None and other is not IMPROVE_RUN:
-        raise TrainingError(f"{other.named(out)}, not an explorer improve run; {other.taken_by(out)}; choose another {setting('out')}")
-    recorded = out / SETTINGS_FILE
-    if recorded.exists():
-        then = _read(recorded, ImproveSettings, "improve run's settings", out)
-        changed = sorted(k for k, v in settings.model_dump().items() if getattr(then, k) != v)
-        if changed:
-            raise TrainingError(
-                f"{out}: holds an improve run with other settings ({', '.join(changed)}); use them, or another {setting('out')}"
-            )
-        return
-    out.mkdir(parents=True, exist_ok=True)
-    with atomic_file(recorded) as handle:
-        handle.write(settings.model_dump_json(indent=2))
 
 
 def run_round(

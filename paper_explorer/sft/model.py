@@ -11,17 +11,13 @@ from paper_explorer.sft.dataset import IGNORE
 
 def load_model(config: TrainConfig):
     """The base as ``agent.models.load_causal_lm`` loads it for serving, made trainable, with LoRA."""
-    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from peft import LoraConfig, get_peft_model
 
     loaded = load_causal_lm(config.model, config.quantization, threads=config.threads)
-    model, quantize = loaded.model, loaded.quantization == "4bit"
-    if quantize:
-        model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=config.gradient_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
-        )
-    elif config.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.enable_input_require_grads()
+    model, quantize = (
+        made_trainable(loaded.model, loaded.quantization == "4bit", config.gradient_checkpointing),
+        loaded.quantization == "4bit",
+    )
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         r=config.lora_r,
@@ -30,6 +26,21 @@ def load_model(config: TrainConfig):
         target_modules=config.target_modules,
     )
     return get_peft_model(model, lora), quantize
+
+
+def made_trainable(model, quantized: bool, gradient_checkpointing: bool):
+    """The loaded base ready for an adapter's gradients: a 4-bit one through peft's
+    ``prepare_model_for_kbit_training``, with activation checkpointing when asked."""
+    from peft import prepare_model_for_kbit_training
+
+    if quantized:
+        return prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=gradient_checkpointing, gradient_checkpointing_kwargs={"use_reentrant": False}
+        )
+    if gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.enable_input_require_grads()
+    return model
 
 
 def assistant_loss(model, input_ids, labels, attention_mask=None, reduction: str = "mean"):

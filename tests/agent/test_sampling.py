@@ -57,3 +57,27 @@ def test_sampling_is_refused_for_deterministic_policies():
 
     with pytest.raises(AgentError, match="deterministic"):
         make_policy(make_config("scripted", temperature=0.7))
+
+
+def test_recorded_samples_are_the_generated_ids_with_the_sampler_log_probabilities(tiny_model, small_demo, index):
+    """record_sampled keeps, per step, exactly the ids the model drew (decoding to the action) and
+    each one's log-probability under logits / temperature, as a fresh full forward pass computes it."""
+    from paper_explorer.agent.served import served_prompts
+
+    policy = HFPolicy.load(str(tiny_model), max_new_tokens=12, sampling=Sampling(temperature=1.5))
+    question = small_demo.questions[1]
+    config = EpisodeConfig(max_steps=2, seed=3, record_prompt_ids=True, record_sampled=True)
+    trajectory = EpisodeRunner(small_demo, index, policy, config).run(question.text, question)
+    prompts = served_prompts(trajectory.steps)
+    for step, prompt in zip(trajectory.steps, prompts):
+        sampled = step.served.sampled
+        assert sampled is not None and sampled.temperature == 1.5 and sampled.source == "hf"
+        assert len(sampled.ids) == step.generation.generated_tokens
+        stop = sampled.ids[-1] in policy.stop_ids
+        assert policy.renderer.decode(sampled.ids[:-1] if stop else sampled.ids) == step.action_text
+        with torch.inference_mode():
+            logits = policy.model(input_ids=torch.tensor([prompt + sampled.ids])).logits[0].float() / 1.5
+        expected = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1).gather(1, torch.tensor(sampled.ids)[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(sampled.logprobs), expected, atol=1e-4)
+    unrecorded = EpisodeRunner(small_demo, index, policy, EpisodeConfig(max_steps=1, seed=3)).run(question.text, question)
+    assert unrecorded.steps[0].served.sampled is None and "record_sampled" not in unrecorded.config.model_dump()

@@ -292,8 +292,10 @@ class Reader:
             self.tokens.fingerprint,
             "policy",
             reply=reply_sha256(reply.text, None),
+            keep_ids=self.policy.episode.record_ids,  # each call's prompt is its own: kept whole
             server_ids=reply.server_prompt_ids,
             server_tokens=reply.server_prompt_tokens,
+            sampled=reply.sampled if self.policy.episode.record_sampled else None,
         )
 
     def _spent(self, reply: Reply, prompt: list[int]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from paper_explorer.agent.policies.records import PolicySettings, SamplingRecord, SettingsRecord
-from paper_explorer.agent.trajectory import Generation, Step, StepPolicyInfo
+from paper_explorer.agent.trajectory import Generation, Sampled, Step, StepPolicyInfo
 from paper_explorer.corpus.setting_names import setting
 
 if TYPE_CHECKING:  # tokenizers is loaded only by the policies that serve prompts
@@ -25,6 +25,10 @@ class EpisodeStart:
     question_id: str | None = None
     sample: int = 0  # which of a question's K attempts (explorer eval --samples K)
     paper_id: str | None = None  # the question's own paper (the memory reader's oracle scope); None for free text
+    record_ids: bool = (
+        False  # the episode keeps served prompts' ids (EpisodeConfig.record_prompt_ids): calls the loop does not record need to know
+    )
+    record_sampled: bool = False  # ... and the ids sampled with their log-probabilities (EpisodeConfig.record_sampled)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -58,6 +62,7 @@ class Reply:
     prompt_ids: list[int] | None = None  # model policies: the prompt sent, as ids
     server_prompt_ids: list[int] | None = None  # openai: the prompt ids the server says it used
     server_prompt_tokens: int | None = None  # openai: the server's count of them
+    sampled: Sampled | None = None  # model policies: the ids generated and their log-probabilities (kept with record_sampled)
 
 
 @dataclass(frozen=True)

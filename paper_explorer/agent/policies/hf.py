@@ -32,7 +32,7 @@ from paper_explorer.agent.policies.settings import LocalModelSettings, ThinkingS
 from paper_explorer.agent.policy_registry import register_policy
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.served import common_prefix
-from paper_explorer.agent.trajectory import Generation
+from paper_explorer.agent.trajectory import Generation, Sampled
 from paper_explorer.corpus.setting_names import setting
 
 
@@ -266,7 +266,7 @@ class HFPolicy(Policy):
         with torch.inference_mode():
             logits = self._forward(prompt[keep:])
             prefill_seconds = time.perf_counter() - started
-            generated, thought = self._generate(logits, max_new_tokens, thinking=thinking)
+            generated, logprobs, thought = self._generate(logits, max_new_tokens, thinking=thinking)
         hit_cap = not generated or generated[-1] not in self.stop_ids
         self.cached_ids = prompt + generated[:-1]  # the last token was chosen but never fed
         text = self.renderer.decode(generated if hit_cap else generated[:-1])
@@ -284,28 +284,34 @@ class HFPolicy(Policy):
             thinking_unclosed=True if unclosed else None,
             **thought,
         )
+        sampled = Sampled(ids=generated, logprobs=logprobs, temperature=self.sampling.temperature or 1.0, source="hf")
         if not thinking or unclosed:
-            return Reply(text, generation=generation, prompt_ids=prompt)
-        return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt)
+            return Reply(text, generation=generation, prompt_ids=prompt, sampled=sampled)
+        return Reply(action, generation=generation, reasoning=reasoning, prompt_ids=prompt, sampled=sampled)
 
-    def _generate(self, logits, max_new_tokens: int, *, thinking: bool) -> tuple[list[int], dict]:
-        """Tokens up to a stop token (``_choose``). In thinking mode the think block gets its own
-        budget: a model still thinking when it is spent has ``</think>\\n\\n`` written for it
-        (recorded) and then writes its action with the usual ``max_new_tokens``."""
+    def _generate(self, logits, max_new_tokens: int, *, thinking: bool) -> tuple[list[int], list[float | None], dict]:
+        """Tokens up to a stop token (``_choose``), each with its log-probability under the
+        distribution it was drawn from. In thinking mode the think block gets its own budget: a
+        model still thinking when it is spent has ``</think>\\n\\n`` written for it (recorded; those
+        tokens have no log-probability: they were not drawn) and then writes its action with the
+        usual ``max_new_tokens``."""
         generated: list[int] = []
+        logprobs: list[float | None] = []
         thinks = thinking
         thinking_tokens, budget_hit, action_tokens = 0, False, 0
         while True:
-            next_id = self._choose(logits[0, -1])
+            next_id, logprob = self._choose(logits[0, -1])
             if thinking and next_id == self.renderer.end_think:
                 thinking = False
             elif thinking and thinking_tokens >= self.thinking_budget:
                 close = [*self.renderer.thought("")[-1:], *self.renderer.text("\n\n")]  # </think>, as the template has it
                 generated += close
+                logprobs += [None] * len(close)
                 thinking, budget_hit = False, True
                 logits = self._forward(close)
                 continue
             generated.append(next_id)
+            logprobs.append(logprob)
             if thinking:
                 thinking_tokens += 1
             else:
@@ -313,16 +319,19 @@ class HFPolicy(Policy):
             if next_id in self.stop_ids or action_tokens >= max_new_tokens:
                 break
             logits = self._forward([next_id])
-        return generated, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if thinks else {}
+        return generated, logprobs, {"thinking_tokens": thinking_tokens, "thinking_budget_hit": budget_hit} if thinks else {}
 
-    def _choose(self, logits) -> int:
+    def _choose(self, logits) -> tuple[int, float]:
         """The next token: the likeliest, or a draw from the tempered, top-k and top-p cut
-        distribution with the episode's generator (on the CPU, so that devices agree)."""
+        distribution with the episode's generator (on the CPU, so that devices agree); with its
+        log-probability under the tempered distribution before the cuts (``Sampled``)."""
         import torch
 
         if self.sampling.greedy:
-            return int(torch.argmax(logits))
+            chosen = int(torch.argmax(logits))
+            return chosen, float(torch.log_softmax(logits.float(), dim=-1)[chosen])
         scores = logits.float().cpu() / self.sampling.temperature
+        logprobs = torch.log_softmax(scores, dim=-1)
         if self.sampling.top_k:
             kth = torch.topk(scores, min(self.sampling.top_k, scores.numel())).values[-1]
             scores = scores.masked_fill(scores < kth, float("-inf"))
@@ -331,7 +340,8 @@ class HFPolicy(Policy):
             ordered, order = torch.sort(probabilities, descending=True)
             outside = torch.cumsum(ordered, dim=-1) - ordered >= self.sampling.top_p  # keep the smallest set reaching top_p
             probabilities = probabilities.scatter(0, order, ordered.masked_fill(outside, 0.0))
-        return int(torch.multinomial(probabilities, 1, generator=self.generator))
+        chosen = int(torch.multinomial(probabilities, 1, generator=self.generator))
+        return chosen, float(logprobs[chosen])
 
     def probe_unavailable(self) -> str | None:
         return None

@@ -1,0 +1,190 @@
+"""explorer rl as a user runs it, on the tiny random-weight model: rounds recorded and resumable,
+parity between what was sampled and what was trained, the update's direction, the memory reader."""
+
+import json
+
+import pytest
+
+from paper_explorer.agent.models import file_hashes
+from paper_explorer.corpus import DemoConfig, generate
+from tests.conftest import explorer_command, killed_once_logged, run_cli, run_cli_process
+
+pytest.importorskip("torch")
+
+SMALL = ("--questions-per-round", "2", "--group-size", "3", "--max-new-tokens", "12", "--max-steps", "2", "--threads", "1")
+
+
+def rl(tiny_model, out, *flags):
+    return run_cli("rl", "--model", str(tiny_model), "--out", str(out), *SMALL, *flags)
+
+
+@pytest.fixture(scope="module")
+def one_round(tiny_model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("rl") / "run"
+    done = rl(tiny_model, out, "--rounds", "1", "--validation-episodes", "2", "--kl-beta", "0.01")
+    assert done.returncode == 0, done.stderr
+    return out, done
+
+
+def test_a_round_writes_its_samples_rewards_update_and_validation(one_round):
+    out, done = one_round
+    round_1 = out / "round-1"
+    record = json.loads((round_1 / "round.json").read_text())
+    assert record["episodes"] == 6 and record["groups"] == 2 and record["sampled_with"] == "base"
+    assert record["update"]["tokens_trained"] > 0 and record["update"]["kl"] is not None
+    # the sampler's and the trainer's log-probabilities of the same tokens agree (fp32, one process)
+    assert record["update"]["sampler_logprob_gap_max"] < 1e-3
+    assert record["sampled_tokens"] >= record["update"]["tokens_trained"]
+    assert (round_1 / "update" / "adapter" / "adapter_config.json").exists() and (round_1 / "update" / "optimizer.pt").exists()
+    rewards = [json.loads(line) for line in (round_1 / "rewards.jsonl").read_text().splitlines()]
+    assert len(rewards) == 6 and all(set(r["parts"]) == {"answer_f1", "direct_submit", "format_errors"} for r in rewards)
+    assert record["reward_mean"] == pytest.approx(sum(r["reward"] for r in rewards) / 6)
+    # the samples and the validations are eval runs: inspect and compare read them
+    assert run_cli("inspect", str(round_1 / "samples")).returncode == 0
+    compared = run_cli("compare", str(out / "round-0" / "validation"), str(round_1 / "validation"))
+    assert compared.returncode == 0, compared.stderr
+    shown = run_cli("inspect", str(out))
+    assert shown.returncode == 0 and "explorer rl" in shown.stdout and "round" in shown.stdout
+    assert "round 1: reward" in done.stdout
+
+
+def test_check_parity_proves_the_trained_ids_are_the_sampled_ids_and_catches_an_edit(one_round, tiny_model, tmp_path):
+    out, _ = one_round
+    held = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
+    assert held.returncode == 0 and "rl parity holds: 1 rounds" in held.stdout, held.stdout + held.stderr
+    import shutil
+
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited)
+    batch = edited / "round-1" / "batch.jsonl"
+    lines = batch.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["input_ids"][first["trained"][0]] += 1  # one trained token that was never sampled
+    batch.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    broken = run_cli("check-parity", "--rl", str(edited), "--tokenizer", str(tiny_model))
+    assert broken.returncode == 1 and "parity broken" in broken.stderr and "input_ids differ" in broken.stderr
+
+
+def test_a_rerun_resumes_and_other_settings_are_refused(one_round, tiny_model):
+    out, _ = one_round
+    before = file_hashes(out / "round-1")
+    again = rl(tiny_model, out, "--rounds", "1", "--validation-episodes", "2", "--kl-beta", "0.01")
+    assert again.returncode == 0 and "1 rounds done" in again.stdout
+    assert file_hashes(out / "round-1") == before
+    other = rl(tiny_model, out, "--rounds", "1", "--validation-episodes", "2", "--kl-beta", "0.02")
+    assert other.returncode == 2 and "other settings (kl_beta)" in other.stderr and "Traceback" not in other.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, said",
+    [
+        (("--group-size", "1"), "group_size must be at least 2"),
+        (("--reward", "answer_f2=1"), "reward part 'answer_f2' does not exist (did you mean 'answer_f1'?)"),
+        (("--reward", "answer_f1"), "write PART=WEIGHT"),
+        (("--temperature", "0"), "must be above 0"),
+        (("--policy", "scripted"), "not 'scripted'"),
+        (("--adapter", "nowhere"), "nowhere: no adapter_config.json"),
+    ],
+)
+def test_bad_settings_are_one_line_and_exit_2(tiny_model, tmp_path, flags, said):
+    done = rl(tiny_model, tmp_path / "out", *flags)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "out" / "round-1").exists()
+
+
+def toy_detector(trajectory, gold):
+    """Flags an episode whose first drawn token has an even id: a reward the tiny model can learn in one step."""
+    from paper_explorer.evaluation.detectors import Flag
+
+    first = trajectory.steps[0].served.sampled.ids[0] if trajectory.steps and trajectory.steps[0].served else None
+    return [Flag("even_first_token", 0, str(first))] if first is not None and first % 2 == 0 else []
+
+
+def sequence_logprobs(model_directory, adapter, batch) -> list[float]:
+    """Each trained sequence's log-probability of its drawn tokens, computed apart from the trainer's code."""
+    import torch
+
+    from paper_explorer.agent.policies.hf import HFPolicy
+
+    policy = HFPolicy.load(str(model_directory), adapter=adapter)
+    found = []
+    for sequence in batch:
+        with torch.inference_mode():
+            logits = policy.model(input_ids=torch.tensor([sequence["input_ids"]])).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        found.append(sum(float(logprobs[p - 1, sequence["input_ids"][p]]) for p in sequence["trained"]))
+    return found
+
+
+@pytest.mark.parametrize("weight", [1.0, -1.0])
+def test_one_update_moves_the_policy_toward_a_toy_reward(tiny_model, tmp_path, monkeypatch, weight):
+    """Would fail with the sign of the gradient wrong: the update makes the rewarded episodes' tokens likelier, whichever they are."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.evaluation import detectors
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+
+    monkeypatch.setitem(detectors.DETECTORS, "even_first_token", toy_detector)
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 2, "group_size": 8, "validation_episodes": 0, "kl_beta": 0.0}
+    settings |= {"learning_rate": 0.01, "minibatches": 1, "reward": {"even_first_token": weight}}
+    config = build_config(RLConfig, {}, settings, "test")
+    corpus = generate(DemoConfig(papers=6, seed=3))
+    reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
+    batch = [json.loads(line) for line in (tmp_path / "rl" / "round-1" / "batch.jsonl").read_text().splitlines()]
+    assert {sequence["advantage"] > 0 for sequence in batch} == {True, False}  # the toy reward split every group
+    before = sequence_logprobs(tiny_model, None, batch)
+    after = sequence_logprobs(tiny_model, tmp_path / "rl" / "round-1" / "update" / "adapter", batch)
+    # the episodes with a positive advantage became likelier and the others rarer, on balance
+    moved = sum(sequence["advantage"] * (then - now) for sequence, now, then in zip(batch, before, after))
+    assert moved > 0.1, moved
+    changes = {True: [], False: []}  # by whether the toy reward paid for the episode (its first token's parity)
+    for sequence, now, then in zip(batch, before, after):
+        changes[(sequence["input_ids"][sequence["trained"][0]] % 2 == 0) == (weight > 0)].append(then - now)
+    assert sum(changes[True]) / len(changes[True]) > sum(changes[False]) / len(changes[False])
+
+
+@pytest.mark.slow
+def test_kill_9_mid_round_and_resume_gives_the_adapters_and_records_of_an_uninterrupted_run(tiny_model, tmp_path):
+    flags = ["--model", str(tiny_model), *SMALL, "--rounds", "2", "--validation-episodes", "0", "--questions-per-round", "2"]
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    done = run_cli_process("rl", "--out", str(whole), *flags)
+    assert done.returncode == 0, done.stderr
+    killed_once_logged(explorer_command("rl", "--out", str(resumed), *flags), resumed / "round-2" / "samples" / "trajectories.jsonl", 1)
+    assert not (resumed / "round-2" / "round.json").exists()
+    finished = run_cli_process("rl", "--out", str(resumed), *flags)
+    assert finished.returncode == 0, finished.stderr
+    for number in (1, 2):
+        ours, theirs = whole / f"round-{number}", resumed / f"round-{number}"
+        assert file_hashes(ours / "update" / "adapter") == file_hashes(theirs / "update" / "adapter")
+        for name in ("rewards.jsonl", "batch.jsonl"):
+            assert (ours / name).read_bytes() == (theirs / name).read_bytes()
+        records = [json.loads((path / "round.json").read_text().replace(str(path.parent), "OUT")) for path in (ours, theirs)]
+        for record in records:
+            record.pop("seconds")
+        assert records[0] == records[1]
+
+
+def test_the_memory_reader_trains_each_update_and_its_answer_as_a_conversation(tiny_model, tmp_path):
+    recipe = ("--scope", "paper", "--page-tokens", "256", "--memory-tokens", "24", "--answer-tokens", "12")
+    out = tmp_path / "reader"
+    done = run_cli(
+        "rl", "--policy", "memory-reader", "--backend", "hf", "--model", str(tiny_model), *recipe, "--out", str(out), "--threads", "1",
+        "--rounds", "1", "--questions-per-round", "1", "--group-size", "2", "--validation-episodes", "0",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    from paper_explorer.agent.writer import read_trajectories
+
+    episodes = read_trajectories(out / "round-1" / "samples" / "trajectories.jsonl")
+    batch = [json.loads(line) for line in (out / "round-1" / "batch.jsonl").read_text().splitlines()]
+    for episode in episodes:
+        reading = next(s.policy_info.reading for s in episode.steps if s.policy_info and s.policy_info.reading)
+        conversations = [b["conversation"] for b in batch if b["episode_id"] == episode.episode_id]
+        expected = [f"update {n}" for n in range(1, len(reading.updates) + 1)] + (["answer"] if reading.answer else [])
+        assert conversations == expected and len(expected) >= 2
+        for update in reading.updates:  # the caps held while sampling, as in evaluation
+            assert len(update.served.sampled.ids) <= 24 and update.memory_tokens_out <= 24
+        for sequence in (b for b in batch if b["episode_id"] == episode.episode_id):
+            assert sequence["trained"] == list(range(len(sequence["input_ids"]) - len(sequence["trained"]), len(sequence["input_ids"])))
+    held = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
+    assert held.returncode == 0, held.stdout + held.stderr
