@@ -37,6 +37,11 @@ SCHEMAS = {
         "paper_explorer.sft.config:ImproveSettings",
         "explorer improve --config FILE (TOML); an improve run's improve.json",
     ),
+    "rl-config": ("paper_explorer.rl.config:RLConfig", "explorer rl --config FILE (TOML), and an rl run's rl.json"),
+    "rl-round": ("paper_explorer.rl.records:RoundRecord", "an rl round's round.json"),
+    "rl-reward": ("paper_explorer.rl.records:EpisodeReward", "one line of an rl round's rewards.jsonl"),
+    "rl-sequence": ("paper_explorer.rl.sequences:TrainingSequence", "one line of an rl round's batch.jsonl"),
+    "rl-summary": ("paper_explorer.rl.records:RLSummary", "an rl run's rl_summary.json"),
 }
 
 

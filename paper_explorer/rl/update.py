@@ -63,7 +63,7 @@ def load_trainable(config: RLConfig, adapter: Path | None):
     """The base as ``explorer train`` loads it (4-bit on CUDA by default), with ``adapter`` made
     trainable, or a new LoRA adapter seeded with ``config.episode.seed``."""
     import torch
-    from peft import LoraConfig, PeftModel, get_peft_model
+    from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
 
     from paper_explorer.agent.models import load_causal_lm
     from paper_explorer.sft.model import made_trainable
@@ -72,7 +72,11 @@ def load_trainable(config: RLConfig, adapter: Path | None):
     loaded = load_causal_lm(train_model(config), quantization, threads=getattr(config.policy, "threads", None))
     model = made_trainable(loaded.model, loaded.quantization == "4bit", config.gradient_checkpointing)
     if adapter is not None:
-        return PeftModel.from_pretrained(model, str(adapter), is_trainable=True), loaded.quantization
+        # its own dropout off (an SFT adapter keeps train's 0.05): a dropped-out forward pass is not the
+        # sampler's, and the ratio and the first step's log-probability gap would measure the noise
+        settings = PeftConfig.from_pretrained(str(adapter))
+        settings.lora_dropout = config.lora_dropout
+        return PeftModel.from_pretrained(model, str(adapter), is_trainable=True, config=settings), loaded.quantization
     torch.manual_seed(config.episode.seed)
     lora = LoraConfig(
         task_type="CAUSAL_LM",
