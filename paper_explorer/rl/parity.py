@@ -72,6 +72,8 @@ def _same(where: str, ours: TrainingSequence, theirs: TrainingSequence, renderer
         return Mismatch(where, "it trains other positions than the sampled ones")
     if ours.old_logprobs != theirs.old_logprobs:
         return Mismatch(where, "its old log-probabilities are not the sampler's")
+    if ours.old_logprobs_temperature != theirs.old_logprobs_temperature:
+        return Mismatch(where, "its old log-probabilities' temperature is not the one the sampler recorded")
     if ours.temperature != theirs.temperature or ours.advantage != theirs.advantage:
         return Mismatch(where, "its temperature or advantage is not its episode's")
     return None
@@ -96,7 +98,8 @@ def _draws_are_the_text(trajectory, renderer: ChatRenderer, counted: dict[str, i
             sampled = served.sampled if served is not None else None
             if sampled is None:
                 continue
-            stopped = generation is not None and not generation.hit_cap and sampled.ids  # its last token is the stop token
+            # its last token is the stop token, unless it was cut: at its cap, or at the room its context left (a server's "length")
+            stopped = generation is not None and not generation.hit_cap and generation.finish_reason != "length" and sampled.ids
             ids = sampled.ids[:-1] if stopped else sampled.ids
             if renderer.decode(ids) != text:
                 return Mismatch(f"episode {trajectory.episode_id} {what}", "its sampled ids do not decode to the text it acted on")

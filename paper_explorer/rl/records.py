@@ -36,6 +36,8 @@ class UpdateRecord(BaseModel):
     kl: float | None
     sampler_logprob_gap: float | None
     sampler_logprob_gap_max: float | None
+    first_step_ratio_gap_max: float | None = None  # max |ratio - 1| at the first minibatch (rl.update)
+    old_logprobs_recomputed: int = 0  # sequences whose ratio's denominator the update recomputed (a server's raw log-probabilities)
 
 
 class RoundRecord(BaseModel):

@@ -47,7 +47,7 @@ from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.records import EpisodeReward, RLSummary, RoundRecord, UpdateRecord
 from paper_explorer.rl.reporting import Reporter
 from paper_explorer.rl.sequences import TrainingSequence
-from paper_explorer.rl.update import ADAPTER, OPTIMIZER, UpdateFigures
+from paper_explorer.rl.update import ADAPTER, OPTIMIZER, UpdateFigures, train_model
 from paper_explorer.sft.errors import TrainingError
 from paper_explorer.sft.records import Behaviour, ValidationRecord
 from paper_explorer.sft.rounds import settings_recorded
@@ -77,6 +77,8 @@ def reinforce(config: RLConfig, *, out: str | Path, corpus=None, log=print, repo
     if start is not None and not (start / "adapter_config.json").exists():
         raise TrainingError(f"{start}: no adapter_config.json; {setting('policy.adapter')} names a LoRA adapter directory")
     _check_reporter(config, out)
+    if config.policy.serving == "openai":
+        train_model(config)  # the weights the server samples, found loadable here before anything is written (AgentError: one line)
     settings_recorded(out, config, SETTINGS_FILE, "explorer rl")
     corpus = corpus if isinstance(corpus, Corpus) else load_corpus(corpus)
     train = corpus.split("train")

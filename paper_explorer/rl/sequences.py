@@ -11,6 +11,15 @@ and the ids it drew, with the sampler's log-probabilities, never a re-rendering 
 * The memory reader (MemAgent's multi-conversation form): each memory update and the final answer
   is a conversation of its own, its recorded prompt and its draw, all with the episode's advantage.
 
+A sequence's ``temperature`` is the one its episode was sampled at (the policy's, as
+``trajectory.policy.settings`` records it): the update computes the trainer's log-probabilities at
+it. ``old_logprobs`` are the draw's, as recorded (``Sampled.logprobs``), at the temperature the
+sampler computed them at: the hf policy's are at the sampling temperature; a vLLM server's are, by
+default, of the raw logits (temperature 1) whatever it sampled at. Where they differ the sequence
+says so (``old_logprobs_temperature``) and the update recomputes the ratio's denominator with the
+round's starting weights (``rl.update``); the recorded ones stay, for check-parity and to measure
+the trainer against the sampler.
+
 ``explorer check-parity --rl`` rebuilds these sequences from a round's trajectories and compares
 them token by token with what the round trained (``rl.parity``).
 """
@@ -41,8 +50,10 @@ class TrainingSequence(BaseModel):
     steps: list[int]  # the steps (or the memory reader's calls, in order) it holds
     input_ids: list[int]
     trained: list[int]  # positions in input_ids of the drawn tokens it trains
-    old_logprobs: list[float]  # the sampler's, one per trained position
-    temperature: float = Field(gt=0)
+    old_logprobs: list[float]  # the sampler's, one per trained position, as recorded
+    temperature: float = Field(gt=0)  # the sampling temperature: the trainer's log-probabilities are at it
+    # the temperature old_logprobs are at, where not ``temperature`` (a vLLM server's raw log-probabilities: 1)
+    old_logprobs_temperature: float | None = Field(None, gt=0)
     advantage: float = 0.0
 
 
@@ -64,6 +75,21 @@ def _recorded(trajectory: Trajectory, served: Served | None, what: str) -> Sampl
     return served.sampled
 
 
+def sampling_temperature(trajectory: Trajectory) -> float:
+    """The temperature the episode's policy sampled at, as its settings record it (hf, openai and
+    the memory reader write their decoding's ``temperature`` among them)."""
+    value = trajectory.policy.settings.get("temperature")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise SequenceRefused(
+            f"{_where(trajectory, 'was')} not sampled: its policy records temperature {value!r}; explorer rl trains episodes drawn above 0"
+        )
+    return float(value)
+
+
+def _old_temperature(sampled: Sampled, temperature: float) -> float | None:
+    return None if sampled.temperature == temperature else sampled.temperature
+
+
 def _action_sequences(trajectory: Trajectory) -> list[TrainingSequence]:
     try:
         prompts = served_prompts(trajectory.steps)
@@ -71,6 +97,7 @@ def _action_sequences(trajectory: Trajectory) -> list[TrainingSequence]:
         raise SequenceRefused(f"{_where(trajectory, 'has')} altered prompt ids: {error}") from None
     sequences: list[TrainingSequence] = []
     current: TrainingSequence | None = None
+    temperature = sampling_temperature(trajectory) if trajectory.steps else 1.0
     for step, prompt in zip(trajectory.steps, prompts):
         what = f"step {step.index + 1}"
         sampled = _recorded(trajectory, step.served, what)
@@ -91,12 +118,14 @@ def _action_sequences(trajectory: Trajectory) -> list[TrainingSequence]:
                 input_ids=list(prompt),
                 trained=[],
                 old_logprobs=[],
-                temperature=sampled.temperature,
+                temperature=temperature,
+                old_logprobs_temperature=_old_temperature(sampled, temperature),
             )
             sequences.append(current)
-        if sampled.temperature != current.temperature:
+        if _old_temperature(sampled, temperature) != current.old_logprobs_temperature:
             raise SequenceRefused(
-                f"{_where(trajectory, what)}: sampled at temperature {sampled.temperature}, its episode at {current.temperature}"
+                f"{_where(trajectory, what)}: its log-probabilities are at temperature {sampled.temperature}, "
+                f"those of the steps before it in its sequence at {current.old_logprobs_temperature or temperature}"
             )
         _append(current, sampled, len(prompt))  # the sequence is now the prompt: the draw follows it
     return [sequence for sequence in sequences if sequence.trained]
@@ -112,6 +141,7 @@ def _append(sequence: TrainingSequence, sampled: Sampled, start: int) -> None:
 
 def _reader_sequences(trajectory: Trajectory, readings) -> list[TrainingSequence]:
     sequences = []
+    temperature = sampling_temperature(trajectory)
     calls = [(f"update {number}", update.served) for reading in readings for number, update in enumerate(reading.updates, 1)]
     calls += [("answer", reading.answer.served) for reading in readings if reading.answer is not None]
     for position, (conversation, served) in enumerate(calls):
@@ -134,7 +164,8 @@ def _reader_sequences(trajectory: Trajectory, readings) -> list[TrainingSequence
             input_ids=list(prompt),
             trained=[],
             old_logprobs=[],
-            temperature=sampled.temperature,
+            temperature=temperature,
+            old_logprobs_temperature=_old_temperature(sampled, temperature),
         )
         _append(sequence, sampled, len(prompt))
         if sequence.trained:

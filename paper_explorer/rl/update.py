@@ -11,6 +11,17 @@ back; what we need from TRL is its loss, which ``rl.loss`` writes out in twenty 
 tests check against hand-worked groups). The model, the 4-bit base, LoRA and AdamW are the same
 transformers, bitsandbytes and peft objects ``explorer train`` uses.
 
+The ratio's denominator: each trained token's log-probability under the sampler at the sampling
+temperature. The hf policy records exactly that as it draws (``Sampled``), and it is used as
+recorded. A vLLM server records the log-probabilities of its raw logits (temperature 1) whatever it
+sampled at: for such a sequence (``old_logprobs_temperature``) they are recomputed with the round's
+starting weights - the adapter the server sampled - before the first optimizer step, without
+gradients, as TRL's ``GRPOTrainer`` computes ``old_per_token_logps`` when vLLM samples; the ratio
+is then 1 at the first step up to numerics (``first_step_ratio_gap_max``). The recorded ones still
+measure the trainer against the sampler: ``sampler_logprob_gap`` compares them with the starting
+weights' log-probabilities at the temperature they were recorded at, so a trainer whose base is not
+the server's shows, whichever temperature the episodes were sampled at.
+
 Exact resume: the update of round N is a function of round N-1's adapter and optimizer state, the
 round's sequences (a file) and the seed; it is written to a temporary directory and renamed, so a
 kill leaves either no result (the update runs again, to the same bytes) or the whole result.
@@ -46,16 +57,25 @@ class UpdateFigures:
     ratio_mean: float | None = None
     clip_fraction: float | None = None  # share of trained tokens whose clipped term was taken
     kl: float | None = None  # mean k3 estimate per trained token, toward the base (None: kl_beta 0)
-    sampler_logprob_gap: float | None = None  # mean |log p now - log p sampled| at the first step: 0 up to numerics
+    # mean |log p - log p recorded| at the first step, at the recorded temperature: 0 up to numerics when trainer and sampler agree
+    sampler_logprob_gap: float | None = None
     sampler_logprob_gap_max: float | None = None
+    first_step_ratio_gap_max: float | None = None  # max |ratio - 1| over the first minibatch's tokens
+    old_logprobs_recomputed: int = 0  # sequences whose ratio's denominator was recomputed at the sampling temperature
     seconds: float = 0.0
 
 
 def train_model(config: RLConfig) -> str:
-    """The base weights the update loads: the policy's model (its backend's, for the memory reader)."""
+    """The base weights the update loads: the policy's model (its backend's, for the memory
+    reader); with a server sampling (openai), the weights it serves that model from, as its model
+    list says (``served_weights``: the served name is no path)."""
     model = getattr(config.policy, "model", None)
     if not model:
         raise ValueError("the policy names no model")
+    if config.policy.serving == "openai":
+        from paper_explorer.agent.policies.server_sampling import served_weights
+
+        return served_weights(getattr(config.policy, "base_url", None) or [], model, getattr(config.policy, "timeout", 30.0))
     return model
 
 
@@ -88,17 +108,51 @@ def load_trainable(config: RLConfig, adapter: Path | None):
     return get_peft_model(model, lora), loaded.quantization
 
 
-def trained_logprobs(model, sequence: TrainingSequence):
-    """Each trained token's log-probability under ``model`` at the sampler's temperature: the LM
-    head runs on the positions before the trained tokens only."""
+def trained_logits(model, sequence: TrainingSequence):
+    """The logits predicting each trained token under ``model`` (float32): the LM head runs on the
+    positions before the trained tokens only."""
     import torch
 
     device = next(model.parameters()).device
     ids = torch.tensor([sequence.input_ids], device=device)
     before = torch.tensor([position - 1 for position in sequence.trained], device=device)
-    logits = model(input_ids=ids, use_cache=False, logits_to_keep=before).logits[0].float() / sequence.temperature
-    targets = torch.tensor([sequence.input_ids[position] for position in sequence.trained], device=device)
-    return torch.log_softmax(logits, dim=-1).gather(1, targets[:, None])[:, 0]
+    return model(input_ids=ids, use_cache=False, logits_to_keep=before).logits[0].float()
+
+
+def logprobs_at(logits, sequence: TrainingSequence, temperature: float):
+    """Each trained token's log-probability under ``logits`` (``trained_logits``) divided by ``temperature``."""
+    import torch
+
+    targets = torch.tensor([sequence.input_ids[position] for position in sequence.trained], device=logits.device)
+    return torch.log_softmax(logits / temperature, dim=-1).gather(1, targets[:, None])[:, 0]
+
+
+def trained_logprobs(model, sequence: TrainingSequence):
+    """Each trained token's log-probability under ``model`` at the sampling temperature."""
+    return logprobs_at(trained_logits(model, sequence), sequence, sequence.temperature)
+
+
+def recomputed_old_logprobs(model, sequences: list[TrainingSequence], first: list[TrainingSequence]):
+    """For each sequence whose recorded log-probabilities are not at its sampling temperature
+    (``old_logprobs_temperature``): its tokens' log-probabilities at that temperature under
+    ``model`` as it is (the round's starting weights), without gradients, by ``id`` of the sequence;
+    and, for those in ``first`` (the first minibatch), |the same weights' at the recorded
+    temperature - the recorded ones| per token."""
+    import torch
+
+    old: dict[int, torch.Tensor] = {}
+    gaps: list[float] = []
+    in_first = {id(sequence) for sequence in first}
+    with torch.no_grad():
+        for sequence in sequences:
+            if sequence.old_logprobs_temperature is None:
+                continue
+            logits = trained_logits(model, sequence)
+            old[id(sequence)] = logprobs_at(logits, sequence, sequence.temperature)
+            if id(sequence) in in_first:
+                recorded = torch.tensor(sequence.old_logprobs, device=logits.device)
+                gaps += (logprobs_at(logits, sequence, sequence.old_logprobs_temperature) - recorded).abs().tolist()
+    return old, gaps
 
 
 def minibatches(sequences: list[TrainingSequence], count: int, seed: int) -> list[list[TrainingSequence]]:
@@ -126,6 +180,8 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
     # sequences with nothing to teach (advantage 0, no KL term) cost a forward and backward for nothing
     useful = [s for s in sequences if s.trained and (s.advantage or config.kl_beta)]
     batches = minibatches(useful, config.minibatches, seed)
+    recomputed, gaps = recomputed_old_logprobs(model, useful, batches[0] if batches else [])  # before the first step
+    first_step_ratio_gaps: list[float] = []
     for number, batch in enumerate(batches):
         tokens: dict[str, int] = {}
         for sequence in batch:
@@ -135,7 +191,9 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
         total = 0.0
         for sequence in batch:
             logps = trained_logprobs(model, sequence)
-            old = torch.tensor(sequence.old_logprobs, device=logps.device)
+            old = recomputed.get(id(sequence))
+            if old is None:
+                old = torch.tensor(sequence.old_logprobs, device=logps.device)
             reference = None
             if config.kl_beta:
                 with torch.no_grad(), model.disable_adapter():
@@ -149,7 +207,9 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
             if losses.kl is not None:
                 kls += float(losses.kl.detach().sum())
             if number == 0:
-                gaps += (logps.detach() - old).abs().tolist()
+                first_step_ratio_gaps += (losses.ratio.detach() - 1).abs().tolist()
+                if sequence.old_logprobs_temperature is None:  # the recorded ones are the ratio's denominator
+                    gaps += (logps.detach() - old).abs().tolist()
         norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
         optimizer.step()
         figures.loss.append(total)
@@ -162,6 +222,9 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
         figures.kl = kls / len(ratios) if config.kl_beta else None
     if gaps:
         figures.sampler_logprob_gap, figures.sampler_logprob_gap_max = fmean(gaps), max(gaps)
+    if first_step_ratio_gaps:
+        figures.first_step_ratio_gap_max = max(first_step_ratio_gaps)
+    figures.old_logprobs_recomputed = len(recomputed)
     model.eval()
     figures.seconds = time.perf_counter() - started
     return figures

@@ -27,17 +27,20 @@ SUBMIT = '```python\nsubmit("3e-5", evidence=[])\n```'
 
 class FakeServer:
     """Answers POSTs from a list of (status, body), or with ``respond(body)`` when given, and records
-    each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint),
-    with ``max_model_len`` when given.
+    each request's path, body and headers; /v1/models lists ``models`` (None: no such endpoint; a
+    dict: the entry as it is, vLLM's root and parent), with ``max_model_len`` when given.
 
     ``authorizations``: the Authorization header of every request it got, of any method and path.
     Preflight's test prompt (one token asked for, a prompt of a few) is answered as vLLM would and
     kept in ``probes``, not in ``requests``. ``return_ids``: the prompt's ids come back when a
     request asks (vLLM's ``return_token_ids``); ``refuse_ids``: a token-id prompt is refused with
     HTTP 400 (``transformers serve``); ``max_model_len``: a longer prompt is refused with vLLM's
-    HTTP 400."""
+    HTTP 400; ``top_logprobs(body)``: a short prompt asking for log-probabilities (how the policy
+    finds which ones the server returns) is answered with these top ones, by token id."""
 
-    def __init__(self, models: list[str] | None = None, respond=None, return_ids=False, refuse_ids=False, max_model_len=None):
+    def __init__(
+        self, models: list[str] | None = None, respond=None, return_ids=False, refuse_ids=False, max_model_len=None, top_logprobs=None
+    ):
         self.answers, self.requests, self.headers, self.models, self.probes = [], [], [], models, []
         self.authorizations: list[str | None] = []
         fake = self
@@ -53,7 +56,10 @@ class FakeServer:
                 if fake.models is None:
                     self.send_error(501)
                     return
-                listed = [{"id": m, "object": "model", **({"max_model_len": max_model_len} if max_model_len else {})} for m in fake.models]
+                limit = {"max_model_len": max_model_len} if max_model_len else {}
+                listed = [
+                    {"id": m, "object": "model", **limit} if isinstance(m, str) else {"object": "model", **limit, **m} for m in fake.models
+                ]
                 self.send_json(200, {"object": "list", "data": listed})
 
             def do_POST(self):
@@ -77,7 +83,11 @@ class FakeServer:
                     return
                 if body.get("max_tokens") == 1 and prompt is not None and len(prompt) < 16:  # preflight's test prompt
                     fake.probes.append(body)
-                    self.send_json(200, fake.with_ids(body, fake.completion("", len(prompt))))
+                    answer = fake.completion("", len(prompt))
+                    if top_logprobs is not None and body.get("logprobs"):
+                        tops = {f"token_id:{token}": value for token, value in top_logprobs(body).items()}
+                        answer["choices"][0]["logprobs"] = {"top_logprobs": [tops]}
+                    self.send_json(200, fake.with_ids(body, answer))
                     return
                 fake.requests.append({"path": self.path, **body})
                 fake.headers.append(dict(self.headers))
@@ -501,3 +511,131 @@ def test_a_think_block_still_open_at_the_token_limit_is_a_budget_hit(server, sma
     )
     generation = trajectory.steps[0].generation
     assert generation.thinking_budget_hit is True and not generation.thinking_unclosed and trajectory.steps[0].action_text == ""
+
+
+# --- recorded draws (episode.record_sampled: what explorer rl trains on) ------------------------
+
+LOGITS = [2.0, 1.0, 0.5, -1.0, -3.0]  # the fake model's next-token logits, of token ids 5 to 9
+
+
+def log_softmax(values: list[float]) -> list[float]:
+    import math
+
+    top = max(values)
+    total = math.log(sum(math.exp(v - top) for v in values)) + top
+    return [v - total for v in values]
+
+
+def logprobs_as(mode: str):
+    """The top log-probabilities a vLLM in ``mode`` returns for the fake model: raw ones are of the
+    logits whatever the temperature; processed ones of the logits over the request's temperature."""
+
+    def top(body):
+        scale = body["temperature"] if mode == "processed" else 1.0
+        return dict(zip(range(5, 10), log_softmax([v / scale for v in LOGITS])))
+
+    return top
+
+
+def drawing(renderer, text=SUBMIT, omit=(), ids_of=None):
+    """A vLLM that drew ``text`` then the end of turn, returning their ids (but ``ids_of(ids)``) and
+    log-probabilities when asked, less the fields named in ``omit``."""
+
+    def respond(body):
+        answer = FakeServer.completion(text, len(body["prompt"]))
+        ids = [*renderer.text(text), renderer.end_of_turn]
+        ids = ids_of(ids) if ids_of else ids
+        choice = answer["choices"][0]
+        if body.get("return_token_ids") and "token_ids" not in omit:
+            choice["token_ids"] = ids
+        if body.get("logprobs") is not None and "logprobs" not in omit:
+            choice["logprobs"] = {"token_logprobs": [-0.25] * len(ids), "tokens": [f"token_id:{i}" for i in ids]}
+        return 200, answer
+
+    return respond
+
+
+def sampled_episode(small_demo, index, fake, tiny_tokenizer, record=True, **options):
+    policy = make_policy(make_config("openai", base_url=fake.url, model="served", tokenizer=tiny_tokenizer, **{"retries": 0, **options}))
+    question = small_demo.questions[0]
+    config = EpisodeConfig(max_steps=1, record_prompt_ids=record, record_sampled=record)
+    return EpisodeRunner(small_demo, index, policy, config).run(question.text, question)
+
+
+@pytest.mark.parametrize("mode, temperature, recorded", [("raw", 0.7, 1.0), ("processed", 0.7, 0.7), ("raw", 1.0, 1.0)])
+def test_a_recorded_draw_holds_the_servers_ids_and_logprobs_at_the_temperature_they_are_at(
+    small_demo, index, tiny_tokenizer, mode, temperature, recorded
+):
+    from paper_explorer.rl.sequences import sequences_of
+
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    fake = FakeServer(models=["served"], respond=drawing(renderer), top_logprobs=logprobs_as(mode))
+    try:
+        trajectory = sampled_episode(small_demo, index, fake, tiny_tokenizer, temperature=temperature)
+    finally:
+        fake.server.shutdown()
+    assert trajectory.outcome.status == "submitted", trajectory.outcome.reason
+    (request,) = fake.requests
+    # the ids and their log-probabilities asked for; stopped on the stop tokens, as the hf policy stops; nothing of the model's generation_config
+    assert request["return_token_ids"] is True and request["logprobs"] == 0 and request["skip_special_tokens"] is False
+    assert "stop" not in request and request["stop_token_ids"] == sorted(renderer.stop_ids)
+    assert (request["top_p"], request["top_k"], request["min_p"], request["repetition_penalty"]) == (1.0, 0, 0.0, 1.0)
+    sampled = trajectory.steps[0].served.sampled
+    assert sampled.ids == [*renderer.text(SUBMIT), renderer.end_of_turn] and sampled.logprobs == [-0.25] * len(sampled.ids)
+    assert sampled.source == "server" and sampled.temperature == recorded
+    # which log-probabilities the server returns was asked only where it matters: at a temperature other than 1
+    asked = [probe["temperature"] for probe in fake.probes if probe.get("logprobs")]
+    assert asked == ([0.5, 1.0] if temperature != 1 else [])
+    (sequence,) = sequences_of(trajectory)  # what rl trains: at the sampling temperature, the recorded ones kept as they are
+    assert sequence.temperature == temperature and sequence.old_logprobs == sampled.logprobs
+    assert sequence.old_logprobs_temperature == (None if recorded == temperature else recorded)
+
+
+def test_without_record_sampled_nothing_of_a_draw_is_asked(small_demo, index, tiny_tokenizer):
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    fake = FakeServer(models=["served"], respond=drawing(renderer), top_logprobs=logprobs_as("raw"))
+    try:
+        trajectory = sampled_episode(small_demo, index, fake, tiny_tokenizer, record=False, temperature=0.7)
+    finally:
+        fake.server.shutdown()
+    (request,) = fake.requests
+    assert trajectory.outcome.status == "submitted" and trajectory.steps[0].served.sampled is None
+    assert "logprobs" not in request and "token_ids" not in request and request["stop"] == ["<|im_end|>"]
+    assert not [probe for probe in fake.probes if probe.get("logprobs")]
+
+
+@pytest.mark.parametrize(
+    "omit, ids_of, said",
+    [
+        (("token_ids",), None, "returned no completion token ids of this tokenizer (choices[0].token_ids: none)"),
+        (("logprobs",), None, "returned no log-probabilities (choices[0].logprobs.token_logprobs) for"),
+        ((), lambda ids: ids[1:], "returned completion ids that decode to other text than it wrote"),
+        ((), lambda ids: [*ids[:-1], 10**9], "returned no completion token ids of this tokenizer"),
+    ],
+)
+def test_a_server_that_omits_its_draw_or_whose_ids_are_not_its_text_is_a_policy_error_naming_it(
+    small_demo, index, tiny_tokenizer, omit, ids_of, said
+):
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    fake = FakeServer(models=["served"], respond=drawing(renderer, omit=omit, ids_of=ids_of))
+    try:
+        trajectory = sampled_episode(small_demo, index, fake, tiny_tokenizer, temperature=1.0)
+    finally:
+        fake.server.shutdown()
+    reason = trajectory.outcome.reason
+    assert trajectory.outcome.status == "policy_error" and reason.startswith(f"{fake.url}/completions {said}"), reason
+    assert "\n" not in reason and reason.endswith("so its draws cannot be recorded (explorer rl trains on them)")
+
+
+def test_processed_logprobs_cut_by_top_p_are_refused_and_logits_are_no_logprobs(small_demo, index, tiny_tokenizer):
+    renderer = ChatRenderer.from_directory(tiny_tokenizer)
+    fake = FakeServer(models=["served"], respond=drawing(renderer), top_logprobs=logprobs_as("processed"))
+    logits = FakeServer(models=["served"], respond=drawing(renderer), top_logprobs=lambda body: dict(zip(range(5, 10), LOGITS)))
+    try:
+        cut = sampled_episode(small_demo, index, fake, tiny_tokenizer, temperature=0.7, top_p=0.9)
+        raw_logits = sampled_episode(small_demo, index, logits, tiny_tokenizer, temperature=0.7)
+    finally:
+        fake.server.shutdown()
+        logits.server.shutdown()
+    assert cut.outcome.status == "policy_error" and "after the top-p/top-k cut" in cut.outcome.reason and not fake.requests
+    assert raw_logits.outcome.status == "policy_error" and "no log-probabilities" in raw_logits.outcome.reason

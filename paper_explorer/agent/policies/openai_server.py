@@ -35,6 +35,13 @@ request; stopped at ``<|im_end|>``. 429 and 5xx answers and network errors are
 retried with exponential backoff; each retry is counted on the step, and a request that still
 fails ends the episode as ``policy_error`` (counted in the run's metrics).
 
+Recording draws (``episode.record_sampled``, what ``explorer rl`` trains on): each request also
+asks for the completion's ids and their log-probabilities, stops on the stop tokens rather than
+stop strings, and sends every sampling setting the server would otherwise take from the model; the
+ids must decode to the text the server wrote, and the draw records the temperature the server's
+log-probabilities are at (vLLM's default: 1, whatever the sampling temperature). See
+``server_sampling``; without record_sampled nothing of this is asked.
+
 Option probes (``probe``, ``agent.probes``): one request of the probe's prompt for one token with
 the top ``PROBE_TOP_LOGPROBS`` log-probabilities labelled by token id (vLLM's
 ``return_tokens_as_token_ids``: "token_id:N"); an option outside them is read by a second request
@@ -59,6 +66,7 @@ from typing import Any
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.policies.base import ContextExceeded, Policy, PolicyError, ProbeReading, Reply, Sampling
 from paper_explorer.agent.policies.records import EndpointRecord, Inline, PolicySettings, SamplingRecord, TemplateRecord, omitted_when_none
+from paper_explorer.agent.policies.server_sampling import MODE_PROBE_TOP, ServerLogprobs, drawn, recording
 from paper_explorer.agent.policies.servers import HTTPStatus, ServerPool, api_base, api_key, read_capped
 from paper_explorer.agent.renderer import ChatRenderer, split_thinking
 from paper_explorer.agent.trajectory import Generation
@@ -221,6 +229,7 @@ class OpenAIPolicy(Policy):
         self.thinking, self.thinking_budget, self.sampling = thinking, thinking_budget, sampling
         self.server_max_model_len: int | None = None  # read at preflight (the smallest of the replicas')
         self.server_prompt_ids = False  # preflight found that every replica returns the prompt's ids when asked
+        self.server_logprobs = ServerLogprobs()  # which log-probabilities the server draws with, found when a draw is first recorded
 
     @property
     def url(self) -> str:
@@ -404,11 +413,18 @@ class OpenAIPolicy(Policy):
                 body["top_k"] = self.sampling.top_k  # vLLM and SGLang take it; OpenAI's API has none
         if thinking:
             body["skip_special_tokens"] = False  # vLLM: keep <think> and </think> in the text
+        temperature = None
+        if self.episode.record_sampled:  # explorer rl: the ids drawn and their log-probabilities (server_sampling)
+            body = recording(body, self.sampling, self.renderer)
+            temperature = self.server_logprobs.temperature(self.sampling, self._top_logprobs_at, self.url)
         started = time.perf_counter()
         answer = self._post(body)
         response = answer.body
         choice = response["choices"][0]
         text = choice["text"]
+        sampled = None
+        if temperature is not None:
+            sampled, text = drawn(choice, self.renderer, temperature, answer.replica + self.endpoint, answer.retries)
         usage = response.get("usage") if isinstance(response.get("usage"), dict) else {}
         server_ids = choice.get("prompt_token_ids")
         server_ids = list(server_ids) if isinstance(server_ids, list) and all(count(i) is not None for i in server_ids) else None
@@ -441,7 +457,29 @@ class OpenAIPolicy(Policy):
             prompt_ids=prompt,
             server_prompt_ids=server_ids,
             server_prompt_tokens=server_tokens,
+            sampled=sampled,
         )
+
+    def _top_logprobs_at(self, temperature: float) -> dict[int, float]:
+        """The server's top log-probabilities (by token id) of the next token of a short prompt,
+        drawn at ``temperature`` with nothing cut: how ``ServerLogprobs`` finds which ones it returns."""
+        body = {
+            "model": self.model,
+            "prompt": self._probe_prompt(self.renderer.text(PROBE_TEXT)),
+            "max_tokens": 1,
+            "temperature": temperature,
+            "seed": 0,
+        }
+        body = {
+            **recording(body, Sampling(temperature=temperature), self.renderer),
+            "logprobs": MODE_PROBE_TOP,
+            "return_tokens_as_token_ids": True,
+        }
+        answer = self._post(body)
+        found, problem = top_logprobs(answer.body)
+        if problem is not None:
+            raise PolicyError(f"{answer.replica + self.endpoint}, asked which log-probabilities it returns: {problem}", answer.retries)
+        return found
 
     def probe_unavailable(self) -> str | None:
         if self.endpoint != "/completions":
