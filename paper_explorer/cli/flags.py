@@ -48,7 +48,15 @@ from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 from rich.markup import escape
 
-from paper_explorer.agent.policy_registry import PolicyConfig, known_policy, policy_names, registered, said_list, setting_fields
+from paper_explorer.agent.policy_registry import (
+    DEFAULT_POLICY,
+    PolicyConfig,
+    known_policy,
+    policy_names,
+    registered,
+    said_list,
+    setting_fields,
+)
 from paper_explorer.cli.help_layout import FIELD_PANELS, MODEL_PANELS, PANEL_ORDER, panel_rank
 from paper_explorer.corpus.setting_names import UNSET
 
@@ -269,7 +277,8 @@ def model_flags(model: type[BaseModel], panel: str = "Options", prefix: str = ""
         if dotted in NOT_FLAGS:
             continue
         if field.annotation is PolicyConfig:
-            flags += policy_flags(f"{dotted}.")
+            chosen = field.get_default(call_default_factory=True)  # the command's own policy (explorer rl: hf)
+            flags += policy_flags(f"{dotted}.", chosen.name if isinstance(chosen, PolicyConfig) else DEFAULT_POLICY)
             continue
         if is_section(field.annotation):
             flags += model_flags(field.annotation, panel, f"{dotted}.")
@@ -284,7 +293,7 @@ def model_flags(model: type[BaseModel], panel: str = "Options", prefix: str = ""
     return sorted(flags, key=lambda flag: order.get(flag.panel, len(order)))  # stable: field order within a panel
 
 
-def policy_flags(prefix: str) -> list[Flag]:
+def policy_flags(prefix: str, default: str = DEFAULT_POLICY) -> list[Flag]:
     """One flag per setting of any registered policy: its type and bounds are the same in every
     policy that has it (the registry checks), its help says which policies take it and what each
     does with it, and its panel is the panel of the config that declares it."""
@@ -294,7 +303,7 @@ def policy_flags(prefix: str) -> list[Flag]:
         if dotted in NOT_FLAGS:
             continue
         if setting == "name":
-            field = FieldInfo(annotation=str, description=f"Which policy acts: {', '.join(policy_names())}.", default="scripted")
+            field = FieldInfo(annotation=str, description=f"Which policy acts: {', '.join(policy_names())}.", default=default)
             field.metadata = [AfterValidator(known_policy)]
             flags.append(Flag(dotted, field, str, "Policy"))
             continue
