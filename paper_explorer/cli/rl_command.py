@@ -85,6 +85,9 @@ def rl_command(
     except EvaluationFailed as failure:  # a round's sampling measured nothing: the policy or its server, not a flag
         typer.echo(error_line(str(failure)), err=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # while a round's rewards, update or record were made: each is kept whole or not at all
+        typer.echo(f"interrupted; every stage finished is kept, the one it was in runs again: resume with: {shlex.join(again)}", err=True)
+        raise typer.Exit(130) from None
     print_rl_rounds(console, out)
 
 
@@ -92,11 +95,14 @@ def _parsed_reward(values: list[str]) -> dict[str, float]:
     weights: dict[str, float] = {}
     for value in values:
         part, equals, weight = value.partition("=")
+        part = part.strip()
+        if part in weights:
+            raise UsageError(f"--reward {value!r}: {part} is weighed twice; give each part once")
         try:
-            weights[part.strip()] = float(weight)
+            weights[part] = float(weight)
         except ValueError:
             equals = ""
-        if not equals or not part.strip():
+        if not equals or not part:
             raise UsageError(f"--reward {value!r}: write PART=WEIGHT, e.g. --reward answer_f1=1 --reward direct_submit=-1")
     return weights
 
