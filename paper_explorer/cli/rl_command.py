@@ -46,7 +46,7 @@ def rl_command(
         False, "--dry-run", help="Print the estimated peak GPU memory and time of a round on the card; sample and train nothing."
     ),
     sequence_tokens: int = typer.Option(8192, "--sequence-tokens", min=128, help="--dry-run: the longest episode to size for, in tokens."),
-    card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, help="--dry-run: GPU memory of the card (an L4 has 24 GB)."),
+    card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, max=100_000.0, help="--dry-run: GPU memory of the card (an L4 has 24 GB)."),
     overrides: dict | None = None,  # the settings given as flags (cli.flags, from RLConfig's fields)
 ) -> None:
     """Reinforcement learning over live sandboxed episodes (GRPO or RLOO on the adapter).

@@ -154,7 +154,9 @@ def round_questions(train, number: int, count: int):
 
 def _round(directory: Path, number: int, config: RLConfig, corpus, train, adapter: Path | None, reporter, scalars) -> RoundRecord:
     if (directory / ROUND).exists():
-        return _read(directory / ROUND, RoundRecord, "round record", directory)
+        record = _read(directory / ROUND, RoundRecord, "round record", directory)
+        _sampled_the_round_questions(directory, number, config, train)
+        return record
     directory.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -174,6 +176,25 @@ def _round(directory: Path, number: int, config: RLConfig, corpus, train, adapte
         handle.write(record.model_dump_json(indent=2))
     scalars(record)
     return record
+
+
+def _sampled_the_round_questions(directory: Path, number: int, config: RLConfig, train) -> None:
+    """A finished round sampled the questions the corpus gives it now (its samples' manifest hashes
+    them): else the corpus, or how it is split, changed since, and the rounds still to come would
+    sample other questions than the run that was never stopped."""
+    from paper_explorer.corpus.collection import questions_sha256
+    from paper_explorer.evaluation.run_directory import read_manifest
+
+    advice = f"resume with the corpus it ran with, or choose another {setting('out')}"
+    try:
+        sampled = read_manifest(directory / SAMPLES, advice).hashes.questions_sha256
+    except FileNotFoundError:  # samples pruned to save space: a finished round needs them no more
+        return
+    if sampled != questions_sha256(round_questions(train, number, config.questions_per_round)):
+        raise TrainingError(
+            f"{directory}: sampled other train questions than the corpus gives round {number} now: the corpus or how it is split "
+            f"changed since; {advice}"
+        )
 
 
 def _sampling_policy(config: RLConfig, adapter: Path | None, greedy: bool = False):

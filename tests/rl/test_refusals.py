@@ -102,3 +102,8 @@ def test_a_settings_file_that_is_not_one_is_to_be_restored_not_removed(tmp_path)
     (tmp_path / "out" / "rl.json").write_text("{broken")
     said = refused(tmp_path / "out", "--model", str(tmp_path / "model"))
     assert "rl.json:1: not valid JSON" in said and "restore it, or choose another --out" in said
+
+
+def test_the_dry_run_refuses_a_card_of_infinite_memory(tiny_model):
+    done = run_cli("rl", "--dry-run", "--model", str(tiny_model), "--card-gib", "inf")
+    assert done.returncode == 2 and "--card-gib" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr

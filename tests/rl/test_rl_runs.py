@@ -327,3 +327,27 @@ def test_an_update_that_would_write_nan_or_index_past_the_vocabulary_is_refused(
         update(model, optimizer, [sequence], config, seed=0)
     after = [parameter for parameter in model.parameters() if parameter.requires_grad]
     assert all(bool((old == new).all()) for old, new in zip(before, after))
+
+
+def test_a_resume_on_a_corpus_that_changed_is_refused_not_run_on_other_questions(tiny_model, tmp_path):
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+    from paper_explorer.sft.errors import TrainingError
+
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "minibatches": 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=3)), log=lambda line: None)
+    with pytest.raises(TrainingError, match="sampled other train questions than the corpus gives round 1 now"):
+        reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=4)), log=lambda line: None)
+
+
+def test_check_parity_passes_over_a_round_killed_between_its_batch_and_its_rewards(one_round, tiny_model, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(one_round[0], out)
+    (out / "round-1" / "rewards.jsonl").unlink()
+    done = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
+    assert done.returncode == 2 and "no round has trained yet" in done.stderr, done.stderr
