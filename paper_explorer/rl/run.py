@@ -269,7 +269,7 @@ def _update(directory: Path, number: int, config: RLConfig, adapter: Path | None
         return _read(figures_path, UpdateRecord, "update figures", directory)
     import torch
 
-    from paper_explorer.rl.update import UpdateRefused, load_trainable, make_optimizer, save, update
+    from paper_explorer.rl.update import UpdateRefused, load_trainable, make_optimizer, save, torch_seed, update
 
     # round 1 starts AdamW afresh (policy.adapter is anyone's); every later round continues the previous round's
     previous_state = adapter.parent / OPTIMIZER if number > 1 and adapter is not None else None
@@ -277,7 +277,7 @@ def _update(directory: Path, number: int, config: RLConfig, adapter: Path | None
         raise TrainingError(
             f"{previous_state}: missing; it is the optimizer state round {number} continues from: {again(directory.parent / f'round-{number - 1}')}"
         )
-    torch.manual_seed(config.episode.seed + number)
+    torch.manual_seed(torch_seed(config.episode.seed + number))
     model, _ = load_trainable(config, adapter)
     try:
         optimizer = make_optimizer(model, config, previous_state)

@@ -56,6 +56,12 @@ class UpdateFigures:
     seconds: float = 0.0
 
 
+def torch_seed(seed: int) -> int:
+    """``seed`` as torch takes it (an unsigned 64-bit number, as it reads a negative one): any
+    episode.seed, and a round's seed + N past 2**64, seeds it instead of overflowing."""
+    return seed % 2**64
+
+
 def train_model(config: RLConfig) -> str:
     """The base weights the update loads: the policy's model (its backend's, for the memory reader)."""
     model = getattr(config.policy, "model", None)
@@ -78,7 +84,7 @@ def load_trainable(config: RLConfig, adapter: Path | None):
     model = made_trainable(loaded.model, loaded.quantization == "4bit", config.gradient_checkpointing)
     if adapter is not None:
         return PeftModel.from_pretrained(model, str(adapter), is_trainable=True), loaded.quantization
-    torch.manual_seed(config.episode.seed)
+    torch.manual_seed(torch_seed(config.episode.seed))
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         r=config.lora_r,

@@ -351,3 +351,15 @@ def test_check_parity_passes_over_a_round_killed_between_its_batch_and_its_rewar
     (out / "round-1" / "rewards.jsonl").unlink()
     done = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
     assert done.returncode == 2 and "no round has trained yet" in done.stderr, done.stderr
+
+
+def test_a_seed_at_the_top_of_its_range_seeds_the_update_instead_of_overflowing(tiny_model, tmp_path):
+    """torch takes a seed below 2**64: a round's seed + N past it stopped the update with a traceback."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "episode.seed": 2**64 - 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    assert reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=3)), log=lambda line: None).rounds == 1
