@@ -209,6 +209,8 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     from paper_explorer.evaluation.run import run_eval
     from paper_explorer.evaluation.run_directory import Run
 
+    if (run / MANIFEST).exists():
+        _began_with(run, number, adapter)
     if not (run / METRICS).exists():
         sampling = config.sampling_run()
         eval_config = EvalConfig(
@@ -219,7 +221,57 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
         )
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
-    return Run.load(run)
+    samples = Run.load(run)
+    _drawn_with(samples, number, adapter)
+    return samples
+
+
+def _began_with(run: Path, number: int, adapter: Path | None) -> None:
+    """Samples begun with the adapter at another path (the run was moved since) would be refused by
+    eval's resume as other settings: said as what it is, and what to do."""
+    from paper_explorer.evaluation.run_directory import read_manifest
+
+    recorded = adapter_of(read_manifest(run).config.policy)
+    if (recorded is None) != (adapter is None) or (recorded is not None and Path(recorded) != adapter):
+        raise TrainingError(
+            f"{run}: round {number} began sampling with {recorded or 'the base'}, not {adapter or 'the base'} (was the run moved?); "
+            f"remove {run} to sample the round again"
+        )
+
+
+def _drawn_with(samples, number: int, adapter: Path | None) -> None:
+    """Every episode of a round's samples was drawn by the adapter the round trains from, by the
+    hashes its policy recorded (a previous round trained again since, differently, would make
+    the update off-policy without a word)."""
+    from paper_explorer.agent.policies.adapters import adapter_sha256
+    from paper_explorer.agent.policies.settings import served_adapter_of
+
+    again = f"remove {samples.directory} to sample round {number} again"
+    served = served_adapter_of(samples.manifest.config.policy)
+    if served is not None and (adapter is None or served.sha256 != adapter_sha256(adapter)):
+        raise TrainingError(
+            f"{samples.directory}: served another adapter than {adapter or 'the base'}, which round {number} trains from; {again}"
+        )
+    expected = file_hashes(adapter) if adapter is not None else None
+    for trajectory in samples.trajectories:
+        if any(found != expected for found in _values_named("adapter_sha256", trajectory.policy.settings)):
+            raise TrainingError(
+                f"{samples.directory}: episode {trajectory.episode_id} was drawn by another adapter than {adapter or 'the base'}, "
+                f"which round {number} trains from; {again}"
+            )
+
+
+def _values_named(name: str, settings):
+    """Every value of key ``name`` in nested settings (a memory reader records its backend's inside its own)."""
+    if isinstance(settings, dict):
+        for key, value in settings.items():
+            if key == name:
+                yield value
+            else:
+                yield from _values_named(name, value)
+    elif isinstance(settings, list):
+        for value in settings:
+            yield from _values_named(name, value)
 
 
 def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: Path | None, reporter) -> Behaviour:

@@ -363,3 +363,20 @@ def test_a_seed_at_the_top_of_its_range_seeds_the_update_instead_of_overflowing(
     settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "episode.seed": 2**64 - 1}
     config = build_config(RLConfig, {}, settings, "test")
     assert reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=3)), log=lambda line: None).rounds == 1
+
+
+def test_samples_drawn_or_begun_by_another_adapter_than_the_round_trains_from_are_refused(one_round):
+    """Round 1 of one_round sampled the base: as the samples of a round whose previous round was
+    trained again (differently) since, or of a run moved mid-round, they are refused, not trained off-policy."""
+    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.rl.run import _began_with, _drawn_with
+    from paper_explorer.sft.errors import TrainingError
+
+    out, _ = one_round
+    samples, other = out / "round-1" / "samples", out / "round-1" / "update" / "adapter"
+    _drawn_with(Run.load(samples), 1, None)
+    _began_with(samples, 1, None)
+    with pytest.raises(TrainingError, match="was drawn by another adapter than .*adapter, which round 1 trains from; remove"):
+        _drawn_with(Run.load(samples), 1, other)
+    with pytest.raises(TrainingError, match="round 1 began sampling with the base, not .*adapter \\(was the run moved\\?\\); remove"):
+        _began_with(samples, 1, other)
