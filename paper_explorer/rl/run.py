@@ -210,7 +210,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     from paper_explorer.evaluation.run_directory import Run
 
     if (run / MANIFEST).exists():
-        _began_with(run, number, adapter)
+        _began_with(run, f"round {number} began sampling", adapter)
     if not (run / METRICS).exists():
         sampling = config.sampling_run()
         eval_config = EvalConfig(
@@ -226,7 +226,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     return samples
 
 
-def _began_with(run: Path, number: int, adapter: Path | None) -> None:
+def _began_with(run: Path, what: str, adapter: Path | None) -> None:
     """Samples begun with the adapter at another path (the run was moved since) would be refused by
     eval's resume as other settings: said as what it is, and what to do."""
     from paper_explorer.evaluation.run_directory import read_manifest
@@ -234,8 +234,7 @@ def _began_with(run: Path, number: int, adapter: Path | None) -> None:
     recorded = adapter_of(read_manifest(run).config.policy)
     if (recorded is None) != (adapter is None) or (recorded is not None and Path(recorded) != adapter):
         raise TrainingError(
-            f"{run}: round {number} began sampling with {recorded or 'the base'}, not {adapter or 'the base'} (was the run moved?); "
-            f"remove {run} to sample the round again"
+            f"{run}: {what} with {recorded or 'the base'}, not {adapter or 'the base'} (was the run moved?); remove {run} to run it again"
         )
 
 
@@ -284,6 +283,8 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
     from paper_explorer.evaluation.run_directory import Run
 
     run = directory / VALIDATION
+    if (run / MANIFEST).exists():
+        _began_with(run, f"round {number} began validating", adapter)
     if not (run / METRICS).exists():
         policy = _sampling_policy(config, adapter, greedy=True)
         episode = config.episode
