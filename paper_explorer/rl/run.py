@@ -211,19 +211,33 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
 
     if (run / MANIFEST).exists():
         _began_with(run, f"round {number} began sampling", adapter)
+    sampling = config.sampling_run()
+    eval_config = EvalConfig(
+        policy=_sampling_policy(config, adapter),
+        episode=sampling.episode.model_copy(update={"seed": config.episode.seed + number}),
+        split="train",
+        samples=config.group_size,
+    )
     if not (run / METRICS).exists():
-        sampling = config.sampling_run()
-        eval_config = EvalConfig(
-            policy=_sampling_policy(config, adapter),
-            episode=sampling.episode.model_copy(update={"seed": config.episode.seed + number}),
-            split="train",
-            samples=config.group_size,
-        )
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
     samples = Run.load(run)
+    if _failed(samples):  # the sampler failed (a server gone, a bug), not the model: its reward would blame the model
+        run_eval(run, eval_config, corpus, resume=True, retry_errors=True, reporter=reporter)
+        _release_memory()
+        samples = Run.load(run)
+        failed = _failed(samples)
+        if failed:
+            raise TrainingError(
+                f"{run}: {len(failed)} episodes ended in policy_error again when retried (the first: {failed[0].outcome.reason}); "
+                "a reward would blame the model for the sampler's failure: fix the cause, then run the same command again"
+            )
     _drawn_with(samples, number, adapter)
     return samples
+
+
+def _failed(samples) -> list:
+    return [trajectory for trajectory in samples.trajectories if trajectory.outcome.status == "policy_error"]
 
 
 def _began_with(run: Path, what: str, adapter: Path | None) -> None:

@@ -380,3 +380,43 @@ def test_samples_drawn_or_begun_by_another_adapter_than_the_round_trains_from_ar
         _drawn_with(Run.load(samples), 1, other)
     with pytest.raises(TrainingError, match="round 1 began sampling with the base, not .*adapter \\(was the run moved\\?\\); remove"):
         _began_with(samples, "round 1 began sampling", other)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_episode_the_sampler_failed_is_sampled_again_never_rewarded(tiny_model, tmp_path, monkeypatch, persistent):
+    """A policy_error (a server gone, a bug) is the sampler's failure, not the model's choice: rewarded,
+    it would teach the model to avoid the tokens it drew before the failure."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.agent.policies.hf import HFPolicy
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+    from paper_explorer.sft.errors import TrainingError
+
+    failures = {"left": 1}
+    original_start, original_act = HFPolicy.start, HFPolicy.act
+
+    def start(self, episode):
+        self.failing = episode.sample == 0 and failures["left"] > 0
+        if self.failing and not persistent:
+            failures["left"] -= 1
+        return original_start(self, episode)
+
+    def act(self, messages):
+        if self.failing:
+            raise RuntimeError("the server went away")
+        return original_act(self, messages)
+
+    monkeypatch.setattr(HFPolicy, "start", start)
+    monkeypatch.setattr(HFPolicy, "act", act)
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "minibatches": 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    corpus = generate(DemoConfig(papers=6, seed=3))
+    if persistent:
+        with pytest.raises(TrainingError, match="1 episodes ended in policy_error again when retried .*the server went away"):
+            reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
+        assert not (tmp_path / "rl" / "round-1" / "rewards.jsonl").exists()
+        return
+    reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
+    rewards = [json.loads(line) for line in (tmp_path / "rl" / "round-1" / "rewards.jsonl").read_text().splitlines()]
+    assert len(rewards) == 2 and "policy_error" not in {reward["status"] for reward in rewards}
