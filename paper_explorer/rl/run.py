@@ -209,7 +209,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     from paper_explorer.evaluation.run import run_eval
     from paper_explorer.evaluation.run_directory import Run
 
-    if (run / MANIFEST).exists():
+    if (run / MANIFEST).exists() and not (run / METRICS).exists():
         _began_with(run, f"round {number} began sampling", adapter)
     sampling = config.sampling_run()
     eval_config = EvalConfig(
@@ -232,7 +232,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
                 f"{run}: {len(failed)} episodes ended in policy_error again when retried (the first: {failed[0].outcome.reason}); "
                 "a reward would blame the model for the sampler's failure: fix the cause, then run the same command again"
             )
-    _drawn_with(samples, number, adapter)
+    _drawn_with(samples, f"round {number} trains from", adapter)
     return samples
 
 
@@ -252,25 +252,22 @@ def _began_with(run: Path, what: str, adapter: Path | None) -> None:
         )
 
 
-def _drawn_with(samples, number: int, adapter: Path | None) -> None:
-    """Every episode of a round's samples was drawn by the adapter the round trains from, by the
-    hashes its policy recorded (a previous round trained again since, differently, would make
-    the update off-policy without a word)."""
+def _drawn_with(run, what: str, adapter: Path | None) -> None:
+    """Every episode of a round's samples (or validation) was drawn by the adapter it trains from
+    (validates), by the hashes its policy recorded: a previous round trained again since, and not
+    to the same bytes, would make the update off-policy, or the judgement stale, without a word."""
     from paper_explorer.agent.policies.adapters import adapter_sha256
     from paper_explorer.agent.policies.settings import served_adapter_of
 
-    again = f"remove {samples.directory} to sample round {number} again"
-    served = served_adapter_of(samples.manifest.config.policy)
+    named, again = adapter or "the base", f"remove {run.directory} to run it again"
+    served = served_adapter_of(run.manifest.config.policy)
     if served is not None and (adapter is None or served.sha256 != adapter_sha256(adapter)):
-        raise TrainingError(
-            f"{samples.directory}: served another adapter than {adapter or 'the base'}, which round {number} trains from; {again}"
-        )
+        raise TrainingError(f"{run.directory}: served another adapter than {named}, which {what}; {again}")
     expected = file_hashes(adapter) if adapter is not None else None
-    for trajectory in samples.trajectories:
+    for trajectory in run.trajectories:
         if any(found != expected for found in _values_named("adapter_sha256", trajectory.policy.settings)):
             raise TrainingError(
-                f"{samples.directory}: episode {trajectory.episode_id} was drawn by another adapter than {adapter or 'the base'}, "
-                f"which round {number} trains from; {again}"
+                f"{run.directory}: episode {trajectory.episode_id} was drawn by another adapter than {named}, which {what}; {again}"
             )
 
 
@@ -297,7 +294,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
     from paper_explorer.evaluation.run_directory import Run
 
     run = directory / VALIDATION
-    if (run / MANIFEST).exists():
+    if (run / MANIFEST).exists() and not (run / METRICS).exists():
         _began_with(run, f"round {number} began validating", adapter)
     if not (run / METRICS).exists():
         policy = _sampling_policy(config, adapter, greedy=True)
@@ -309,6 +306,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
     validation = Run.load(run)
+    _drawn_with(validation, f"round {number} validates", adapter)
     return _behaviour(validation)
 
 

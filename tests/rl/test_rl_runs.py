@@ -374,10 +374,12 @@ def test_samples_drawn_or_begun_by_another_adapter_than_the_round_trains_from_ar
 
     out, _ = one_round
     samples, other = out / "round-1" / "samples", out / "round-1" / "update" / "adapter"
-    _drawn_with(Run.load(samples), 1, None)
+    _drawn_with(Run.load(samples), "round 1 trains from", None)
     _began_with(samples, "round 1 began sampling", None)
-    with pytest.raises(TrainingError, match="was drawn by another adapter than .*adapter, which round 1 trains from; remove"):
-        _drawn_with(Run.load(samples), 1, other)
+    with pytest.raises(
+        TrainingError, match="was drawn by another adapter than .*adapter, which round 1 trains from; remove .*samples to run it again"
+    ):
+        _drawn_with(Run.load(samples), "round 1 trains from", other)
     with pytest.raises(TrainingError, match="round 1 began sampling with the base, not .*adapter \\(was the run moved\\?\\); remove"):
         _began_with(samples, "round 1 began sampling", other)
 
