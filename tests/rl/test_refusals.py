@@ -107,3 +107,12 @@ def test_a_settings_file_that_is_not_one_is_to_be_restored_not_removed(tmp_path)
 def test_the_dry_run_refuses_a_card_of_infinite_memory(tiny_model):
     done = run_cli("rl", "--dry-run", "--model", str(tiny_model), "--card-gib", "inf")
     assert done.returncode == 2 and "--card-gib" in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_failed_start_reporting_to_tensorboard_leaves_no_event_file_behind(tmp_path):
+    """TensorBoard's writer is opened when the first round is done: an event file written at the
+    start would keep a failed start's settings from being forgotten."""
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "out"
+    assert "no-such-model" in refused(out, "--model", str(tmp_path / "no-such-model"), "--report-to", "tensorboard")
+    assert not out.exists()
