@@ -1,6 +1,7 @@
 """What an rl run checks before it trusts a file it did not just write: the adapter it starts from,
-an OUT whose settings are all it holds, and a finished round's adapter and optimizer state before
-the next round trains from them (a moved run is still its own; a forged round.json is not)."""
+an OUT whose settings are all it holds, a finished round's adapter and optimizer state before the
+next round trains from them (a moved run is still its own; a forged round.json is not), and that a
+round's samples and validation were drawn on the questions and by the adapter the round is for."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from pathlib import Path
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.models import file_hashes
+from paper_explorer.agent.policies.adapters import adapter_sha256
+from paper_explorer.agent.policies.settings import adapter_of, served_adapter_of
 from paper_explorer.corpus.setting_names import setting
+from paper_explorer.evaluation.run_directory import read_manifest
 from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.records import RoundRecord
 from paper_explorer.rl.update import ADAPTER, OPTIMIZER
@@ -93,3 +97,60 @@ def not_a_link(update: Path) -> None:
 def optimizer_sha256(update: Path) -> str | None:
     state = update / OPTIMIZER
     return files.sha256(state, inside=update, what="optimizer state") if state.is_file() else None
+
+
+def sampled_the_questions(samples: Path, number: int, questions) -> None:
+    """A finished round sampled the questions the corpus gives it now (its samples' manifest hashes
+    them): else the corpus, or how it is split, changed since, and the rounds still to come would
+    sample other questions than the run that was never stopped."""
+    from paper_explorer.corpus.collection import questions_sha256
+
+    advice = f"resume with the corpus it ran with, or choose another {setting('out')}"
+    try:
+        sampled = read_manifest(samples, advice).hashes.questions_sha256
+    except FileNotFoundError:  # samples pruned to save space: a finished round needs them no more
+        return
+    if sampled != questions_sha256(questions):
+        raise TrainingError(
+            f"{samples.parent}: sampled other train questions than the corpus gives round {number} now: the corpus or how it is split "
+            f"changed since; {advice}"
+        )
+
+
+def began_with(run: Path, what: str, adapter: Path | None) -> None:
+    """Samples begun with the adapter at another path (the run was moved since) would be refused by
+    eval's resume as other settings: said as what it is, and what to do."""
+    recorded = adapter_of(read_manifest(run).config.policy)
+    if (recorded is None) != (adapter is None) or (recorded is not None and Path(recorded) != adapter):
+        raise TrainingError(
+            f"{run}: {what} with {recorded or 'the base'}, not {adapter or 'the base'} (was the run moved?); remove {run} to run it again"
+        )
+
+
+def drawn_with(run, what: str, adapter: Path | None) -> None:
+    """Every episode of a round's samples (or validation) was drawn by the adapter it trains from
+    (validates), by the hashes its policy recorded: a previous round trained again since, and not
+    to the same bytes, would make the update off-policy, or the judgement stale, without a word."""
+    named, again = adapter or "the base", f"remove {run.directory} to run it again"
+    served = served_adapter_of(run.manifest.config.policy)
+    if served is not None and (adapter is None or served.sha256 != adapter_sha256(adapter)):
+        raise TrainingError(f"{run.directory}: served another adapter than {named}, which {what}; {again}")
+    expected = file_hashes(adapter) if adapter is not None else None
+    for trajectory in run.trajectories:
+        if any(found != expected for found in _values_named("adapter_sha256", trajectory.policy.settings)):
+            raise TrainingError(
+                f"{run.directory}: episode {trajectory.episode_id} was drawn by another adapter than {named}, which {what}; {again}"
+            )
+
+
+def _values_named(name: str, settings):
+    """Every value of key ``name`` in nested settings (a memory reader records its backend's inside its own)."""
+    if isinstance(settings, dict):
+        for key, value in settings.items():
+            if key == name:
+                yield value
+            else:
+                yield from _values_named(name, value)
+    elif isinstance(settings, list):
+        for value in settings:
+            yield from _values_named(name, value)

@@ -47,11 +47,14 @@ from paper_explorer.rl.checks import (
     SETTINGS_FILE,
     UPDATE,
     again,
+    began_with,
     check_start_adapter,
     checked_adapter,
+    drawn_with,
     forget_settings_of_a_run_that_wrote_nothing,
     not_a_link,
     optimizer_sha256,
+    sampled_the_questions,
 )
 from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.records import EpisodeReward, RLSummary, RoundRecord, UpdateRecord
@@ -155,7 +158,7 @@ def round_questions(train, number: int, count: int):
 def _round(directory: Path, number: int, config: RLConfig, corpus, train, adapter: Path | None, reporter, scalars) -> RoundRecord:
     if (directory / ROUND).exists():
         record = _read(directory / ROUND, RoundRecord, "round record", directory)
-        _sampled_the_round_questions(directory, number, config, train)
+        sampled_the_questions(directory / SAMPLES, number, round_questions(train, number, config.questions_per_round))
         return record
     directory.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
@@ -178,25 +181,6 @@ def _round(directory: Path, number: int, config: RLConfig, corpus, train, adapte
     return record
 
 
-def _sampled_the_round_questions(directory: Path, number: int, config: RLConfig, train) -> None:
-    """A finished round sampled the questions the corpus gives it now (its samples' manifest hashes
-    them): else the corpus, or how it is split, changed since, and the rounds still to come would
-    sample other questions than the run that was never stopped."""
-    from paper_explorer.corpus.collection import questions_sha256
-    from paper_explorer.evaluation.run_directory import read_manifest
-
-    advice = f"resume with the corpus it ran with, or choose another {setting('out')}"
-    try:
-        sampled = read_manifest(directory / SAMPLES, advice).hashes.questions_sha256
-    except FileNotFoundError:  # samples pruned to save space: a finished round needs them no more
-        return
-    if sampled != questions_sha256(round_questions(train, number, config.questions_per_round)):
-        raise TrainingError(
-            f"{directory}: sampled other train questions than the corpus gives round {number} now: the corpus or how it is split "
-            f"changed since; {advice}"
-        )
-
-
 def _sampling_policy(config: RLConfig, adapter: Path | None, greedy: bool = False):
     updates: dict = {"adapter": adapter}
     if greedy:
@@ -210,7 +194,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     from paper_explorer.evaluation.run_directory import Run
 
     if (run / MANIFEST).exists() and not (run / METRICS).exists():
-        _began_with(run, f"round {number} began sampling", adapter)
+        began_with(run, f"round {number} began sampling", adapter)
     sampling = config.sampling_run()
     eval_config = EvalConfig(
         policy=_sampling_policy(config, adapter),
@@ -232,56 +216,12 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
                 f"{run}: {len(failed)} episodes ended in policy_error again when retried (the first: {failed[0].outcome.reason}); "
                 "a reward would blame the model for the sampler's failure: fix the cause, then run the same command again"
             )
-    _drawn_with(samples, f"round {number} trains from", adapter)
+    drawn_with(samples, f"round {number} trains from", adapter)
     return samples
 
 
 def _failed(samples) -> list:
     return [trajectory for trajectory in samples.trajectories if trajectory.outcome.status == "policy_error"]
-
-
-def _began_with(run: Path, what: str, adapter: Path | None) -> None:
-    """Samples begun with the adapter at another path (the run was moved since) would be refused by
-    eval's resume as other settings: said as what it is, and what to do."""
-    from paper_explorer.evaluation.run_directory import read_manifest
-
-    recorded = adapter_of(read_manifest(run).config.policy)
-    if (recorded is None) != (adapter is None) or (recorded is not None and Path(recorded) != adapter):
-        raise TrainingError(
-            f"{run}: {what} with {recorded or 'the base'}, not {adapter or 'the base'} (was the run moved?); remove {run} to run it again"
-        )
-
-
-def _drawn_with(run, what: str, adapter: Path | None) -> None:
-    """Every episode of a round's samples (or validation) was drawn by the adapter it trains from
-    (validates), by the hashes its policy recorded: a previous round trained again since, and not
-    to the same bytes, would make the update off-policy, or the judgement stale, without a word."""
-    from paper_explorer.agent.policies.adapters import adapter_sha256
-    from paper_explorer.agent.policies.settings import served_adapter_of
-
-    named, again = adapter or "the base", f"remove {run.directory} to run it again"
-    served = served_adapter_of(run.manifest.config.policy)
-    if served is not None and (adapter is None or served.sha256 != adapter_sha256(adapter)):
-        raise TrainingError(f"{run.directory}: served another adapter than {named}, which {what}; {again}")
-    expected = file_hashes(adapter) if adapter is not None else None
-    for trajectory in run.trajectories:
-        if any(found != expected for found in _values_named("adapter_sha256", trajectory.policy.settings)):
-            raise TrainingError(
-                f"{run.directory}: episode {trajectory.episode_id} was drawn by another adapter than {named}, which {what}; {again}"
-            )
-
-
-def _values_named(name: str, settings):
-    """Every value of key ``name`` in nested settings (a memory reader records its backend's inside its own)."""
-    if isinstance(settings, dict):
-        for key, value in settings.items():
-            if key == name:
-                yield value
-            else:
-                yield from _values_named(name, value)
-    elif isinstance(settings, list):
-        for value in settings:
-            yield from _values_named(name, value)
 
 
 def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: Path | None, reporter) -> Behaviour:
@@ -295,7 +235,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
 
     run = directory / VALIDATION
     if (run / MANIFEST).exists() and not (run / METRICS).exists():
-        _began_with(run, f"round {number} began validating", adapter)
+        began_with(run, f"round {number} began validating", adapter)
     if not (run / METRICS).exists():
         policy = _sampling_policy(config, adapter, greedy=True)
         episode = config.episode
@@ -306,7 +246,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
     validation = Run.load(run)
-    _drawn_with(validation, f"round {number} validates", adapter)
+    drawn_with(validation, f"round {number} validates", adapter)
     return _behaviour(validation)
 
 

@@ -369,19 +369,19 @@ def test_samples_drawn_or_begun_by_another_adapter_than_the_round_trains_from_ar
     """Round 1 of one_round sampled the base: as the samples of a round whose previous round was
     trained again (differently) since, or of a run moved mid-round, they are refused, not trained off-policy."""
     from paper_explorer.evaluation.run_directory import Run
-    from paper_explorer.rl.run import _began_with, _drawn_with
+    from paper_explorer.rl.checks import began_with, drawn_with
     from paper_explorer.sft.errors import TrainingError
 
     out, _ = one_round
     samples, other = out / "round-1" / "samples", out / "round-1" / "update" / "adapter"
-    _drawn_with(Run.load(samples), "round 1 trains from", None)
-    _began_with(samples, "round 1 began sampling", None)
+    drawn_with(Run.load(samples), "round 1 trains from", None)
+    began_with(samples, "round 1 began sampling", None)
     with pytest.raises(
         TrainingError, match="was drawn by another adapter than .*adapter, which round 1 trains from; remove .*samples to run it again"
     ):
-        _drawn_with(Run.load(samples), "round 1 trains from", other)
+        drawn_with(Run.load(samples), "round 1 trains from", other)
     with pytest.raises(TrainingError, match="round 1 began sampling with the base, not .*adapter \\(was the run moved\\?\\); remove"):
-        _began_with(samples, "round 1 began sampling", other)
+        began_with(samples, "round 1 began sampling", other)
 
 
 @pytest.mark.parametrize("persistent", [False, True])
