@@ -46,7 +46,7 @@ def rl_command(
         False, "--dry-run", help="Print the estimated peak GPU memory and time of a round on the card; sample and train nothing."
     ),
     sequence_tokens: int = typer.Option(8192, "--sequence-tokens", min=128, help="--dry-run: the longest episode to size for, in tokens."),
-    card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, help="--dry-run: GPU memory of the card (an L4 has 24 GB)."),
+    card_gib: float = typer.Option(24.0, "--card-gib", min=1.0, max=100_000.0, help="--dry-run: GPU memory of the card (an L4 has 24 GB)."),
     overrides: dict | None = None,  # the settings given as flags (cli.flags, from RLConfig's fields)
 ) -> None:
     """Reinforcement learning over live sandboxed episodes (GRPO or RLOO on the adapter).
@@ -85,6 +85,9 @@ def rl_command(
     except EvaluationFailed as failure:  # a round's sampling measured nothing: the policy or its server, not a flag
         typer.echo(error_line(str(failure)), err=True)
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:  # while a round's rewards, update or record were made: each is kept whole or not at all
+        typer.echo(f"interrupted; every stage finished is kept, the one it was in runs again: resume with: {shlex.join(again)}", err=True)
+        raise typer.Exit(130) from None
     print_rl_rounds(console, out)
 
 
@@ -92,11 +95,14 @@ def _parsed_reward(values: list[str]) -> dict[str, float]:
     weights: dict[str, float] = {}
     for value in values:
         part, equals, weight = value.partition("=")
+        part = part.strip()
+        if part in weights:
+            raise UsageError(f"--reward {value!r}: {part} is weighed twice; give each part once")
         try:
-            weights[part.strip()] = float(weight)
+            weights[part] = float(weight)
         except ValueError:
             equals = ""
-        if not equals or not part.strip():
+        if not equals or not part:
             raise UsageError(f"--reward {value!r}: write PART=WEIGHT, e.g. --reward answer_f1=1 --reward direct_submit=-1")
     return weights
 

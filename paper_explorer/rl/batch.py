@@ -26,13 +26,21 @@ BATCH = "batch.jsonl"
 
 def round_batch(directory: Path, samples, config: RLConfig) -> tuple[list[EpisodeReward], list[TrainingSequence]]:
     """Each episode's reward and advantage (``rewards.jsonl``), and the sequences to train
-    (``batch.jsonl``): written once, read back on a resume."""
+    (``batch.jsonl``): computed from the samples, written once; on a resume, files already there
+    must be what the samples give (an edited line is refused, never trained)."""
+    rewards, batch = batch_of(samples, config)
     rewards_path, batch_path = directory / REWARDS, directory / BATCH
     if rewards_path.exists() and batch_path.exists():
-        return (
-            read_lines(rewards_path, EpisodeReward, "episode reward", directory),
-            read_lines(batch_path, TrainingSequence, "training sequence", directory),
-        )
+        _same_as_written(batch_path, batch, read_lines(batch_path, TrainingSequence, "training sequence", directory))
+        _same_as_written(rewards_path, rewards, read_lines(rewards_path, EpisodeReward, "episode reward", directory))
+        return rewards, batch
+    write_records(batch_path, batch)
+    write_records(rewards_path, rewards)
+    return rewards, batch
+
+
+def batch_of(samples, config: RLConfig) -> tuple[list[EpisodeReward], list[TrainingSequence]]:
+    """The rewards and training sequences of a round's samples (an eval run), in the samples' order."""
     trajectories = {trajectory.episode_id: trajectory for trajectory in samples.trajectories}
     groups: dict[str | None, list] = defaultdict(list)
     for score in samples.scores:
@@ -63,9 +71,16 @@ def round_batch(directory: Path, samples, config: RLConfig) -> tuple[list[Episod
                     sampled_tokens=sum(len(s.served.sampled.ids) for s in _served_calls(trajectory) if s.served and s.served.sampled),
                 )
             )
-    write_records(batch_path, batch)
-    write_records(rewards_path, rewards)
     return rewards, batch
+
+
+def _same_as_written(path: Path, computed: list[M], written: list[M]) -> None:
+    again = "remove it to compute it again from the samples"
+    for number, (ours, theirs) in enumerate(zip(computed, written), 1):
+        if ours != theirs:
+            raise TrainingError(f"{path}:{number}: is not what the round's samples give (edited after it was written?); {again}")
+    if len(computed) != len(written):
+        raise TrainingError(f"{path}: holds {len(written)} lines, the round's samples give {len(computed)}; {again}")
 
 
 def _served_calls(trajectory):

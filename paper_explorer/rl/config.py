@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from paper_explorer.agent.config import Config, PolicySettings, RunConfig
-from paper_explorer.agent.policy_registry import make_config
+from paper_explorer.agent.policy_registry import SettingRefused, make_config
 from paper_explorer.agent.trajectory import MAX_STEPS, EpisodeConfig
 from paper_explorer.corpus.setting_names import setting
 from paper_explorer.rl.rewards import DEFAULT_REWARD, check_reward
@@ -133,6 +133,17 @@ class RLConfig(Config):
     def _reporter(cls, value: str) -> str:
         assert value in REPORTERS
         return value
+
+    @model_validator(mode="after")
+    def _steps_of_whole_episodes(self) -> RLConfig:
+        """A minibatch holds whole episodes: more optimizer steps than a round's episodes cannot be taken."""
+        episodes = self.questions_per_round * self.group_size
+        if self.minibatches > episodes:
+            raise SettingRefused(
+                f"{setting('minibatches', self.minibatches)} is more than a round's {episodes} episodes "
+                f"({setting('questions_per_round')} x {setting('group_size')}); give at most {episodes}"
+            )
+        return self
 
     def sampling_run(self) -> RunConfig:
         """What a round's sampling runs with, besides its adapter and seed (rl.rounds)."""

@@ -29,7 +29,8 @@ def check_rl_run(out: Path, renderer: ChatRenderer) -> tuple[Mismatch | None, di
 
     counted = {"rounds": 0, "sequences": 0, "tokens": 0, "draws": 0}
     number = 1
-    while (out / f"round-{number}" / BATCH).exists():
+    # a round killed between its two files has trained nothing yet: it is not checked
+    while (out / f"round-{number}" / BATCH).exists() and (out / f"round-{number}" / REWARDS).exists():
         directory = out / f"round-{number}"
         samples = Run.load(directory / SAMPLES)
         advantages = {r.episode_id: r.advantage for r in read_lines(directory / REWARDS, EpisodeReward, "episode reward", directory)}

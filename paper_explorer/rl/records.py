@@ -65,6 +65,7 @@ class RoundRecord(BaseModel):
     update: UpdateRecord
     adapter: str  # the adapter the update wrote (round-N/update/adapter)
     adapter_files: dict[str, str]  # its files' SHA-256: checked before the next round samples it
+    optimizer_sha256: str | None = None  # AdamW's state the next round continues from, checked with the adapter
     validation: Behaviour
     seconds: dict[str, float] = Field(default_factory=dict)  # sampling, update, validation: the last session's
 

@@ -19,26 +19,31 @@ class Reporter:
         self.writer: Any = None
 
     def __enter__(self):
-        if self.kind == "tensorboard":
+        return self
+
+    def _opened(self):
+        """The writer, made when the first round is done: a start that fails before then leaves no
+        event file (or wandb run) behind in OUT, which would keep the run's settings from being forgotten."""
+        if self.writer is None and self.kind == "tensorboard":
             from torch.utils.tensorboard import SummaryWriter
 
             self.writer = SummaryWriter(log_dir=os.environ.get("TENSORBOARD_LOGGING_DIR") or str(self.out / "runs"))
-        elif self.kind == "wandb":
+        elif self.writer is None and self.kind == "wandb":
             import wandb
 
             self.writer = wandb.init(project=os.environ.get("WANDB_PROJECT", "paper-explorer"), name=self.out.name, dir=str(self.out))
-        return self
+        return self.writer
 
     def __call__(self, record: RoundRecord) -> None:
-        if self.writer is None:
+        if self.kind == "none":
             return
-        values = scalars(record)
+        writer, values = self._opened(), scalars(record)
         if self.kind == "tensorboard":
             for name, value in values.items():
-                self.writer.add_scalar(name, value, record.round)
-            self.writer.flush()
+                writer.add_scalar(name, value, record.round)
+            writer.flush()
         else:
-            self.writer.log(values, step=record.round)
+            writer.log(values, step=record.round)
 
     def __exit__(self, *exc) -> None:
         if self.writer is not None:

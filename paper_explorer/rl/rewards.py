@@ -22,6 +22,7 @@ so writing no action is never a way out. ``tests/rl/test_rewards.py`` checks it 
 from __future__ import annotations
 
 import difflib
+import math
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
 
 CORRECT_ABSTENTION = "correct_abstention"
 DEFAULT_REWARD: dict[str, float] = {"answer_f1": 1.0, "direct_submit": -1.0, "format_errors": -0.2}
+# A weight's size is bounded so that a reward, the sum of at most every part's weight, is a finite
+# number far from float overflow (two weights of 1e308 add up to inf, and its advantages to NaN).
+MAX_WEIGHT = 1e6
 
 
 def reward_parts() -> list[str]:
@@ -49,6 +53,10 @@ def check_reward(weights: dict[str, float]) -> dict[str, float]:
             near = difflib.get_close_matches(name, parts, n=1)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(f"reward part {name!r} does not exist{hint}; the parts are {', '.join(parts)}")
+        if not math.isfinite(weights[name]) or abs(weights[name]) > MAX_WEIGHT:
+            raise ValueError(
+                f"reward part {name!r} weighs {weights[name]}: a weight is a number between -{MAX_WEIGHT:g} and {MAX_WEIGHT:g}"
+            )
     if not any(weights.values()):
         raise ValueError("the reward weighs nothing: give at least one part a weight other than 0")
     return weights

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import os
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -43,6 +42,20 @@ from paper_explorer.corpus.files import atomic_file
 from paper_explorer.corpus.setting_names import setting
 from paper_explorer.evaluation.run_directory import MANIFEST, METRICS
 from paper_explorer.rl.batch import round_batch
+from paper_explorer.rl.checks import (
+    ROUND,
+    SETTINGS_FILE,
+    UPDATE,
+    again,
+    began_with,
+    check_start_adapter,
+    checked_adapter,
+    drawn_with,
+    forget_settings_of_a_run_that_wrote_nothing,
+    not_a_link,
+    optimizer_sha256,
+    sampled_the_questions,
+)
 from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.records import EpisodeReward, RLSummary, RoundRecord, UpdateRecord
 from paper_explorer.rl.reporting import Reporter
@@ -54,10 +67,7 @@ from paper_explorer.sft.rounds import settings_recorded
 
 M = TypeVar("M", bound=BaseModel)
 
-SETTINGS_FILE = "rl.json"
 SUMMARY = "rl_summary.json"
-ROUND = "round.json"
-UPDATE = "update"
 SAMPLES = "samples"
 VALIDATION = "validation"
 
@@ -74,30 +84,31 @@ def reinforce(config: RLConfig, *, out: str | Path, corpus=None, log=print, repo
 
     out = Path(out)
     start = adapter_of(config.policy)
-    if start is not None and not (start / "adapter_config.json").exists():
-        raise TrainingError(f"{start}: no adapter_config.json; {setting('policy.adapter')} names a LoRA adapter directory")
+    if start is not None:
+        check_start_adapter(start)
     _check_reporter(config, out)
     if config.policy.serving == "openai":
         train_model(config)  # the weights the server samples, found loadable here before anything is written (AgentError: one line)
-    settings_recorded(out, config, SETTINGS_FILE, "explorer rl")
     corpus = corpus if isinstance(corpus, Corpus) else load_corpus(corpus)
     train = corpus.split("train")
     if not train.questions:
         raise TrainingError(f"the corpus has no train questions to sample; {setting('corpus')} names one with a train split")
+    if config.questions_per_round > len(train.questions):
+        raise TrainingError(
+            f"{setting('questions_per_round', config.questions_per_round)} is more than the train split's {len(train.questions)} "
+            f"questions (a question is sampled once a round, in a group of {setting('group_size')}); give at most {len(train.questions)}"
+        )
     if config.validation_episodes and not corpus.split("validation").questions:
         raise TrainingError(f"the corpus has no validation questions; give it some, or pass {setting('validation_episodes', 0)}")
-    from paper_explorer.sft.known_warnings import known_warnings_silenced
-
-    with known_warnings_silenced(), Reporter(config.report_to, out) as scalars:
-        start_behaviour = _validate(out / "round-0", 0, config, corpus, start, reporter)
-        records: list[RoundRecord] = []
-        adapter = start
-        for number in range(1, config.rounds + 1):
-            record = _round(out / f"round-{number}", number, config, corpus, train, adapter, reporter, scalars)
-            records.append(record)
-            log(_line(record))
-            adapter = _checked_adapter(out / f"round-{number}", record)
-        summary = _summary(config, start, start_behaviour, records)
+    forget_settings_of_a_run_that_wrote_nothing(out)
+    new = not out.exists()
+    settings_recorded(out, config, SETTINGS_FILE, "explorer rl")
+    try:
+        summary = _rounds(config, out, corpus, train, start, log, reporter)
+    except BaseException:  # a start that wrote nothing leaves nothing (a bad model path, a server not up)
+        if forget_settings_of_a_run_that_wrote_nothing(out) and new:
+            out.rmdir()
+        raise
     with atomic_file(out / SUMMARY) as handle:
         handle.write(summary.model_dump_json(indent=2))
     best = "the starting weights" if summary.best_round == 0 else f"round {summary.best_round}" if summary.best_round else "none"
@@ -108,6 +119,22 @@ def reinforce(config: RLConfig, *, out: str | Path, corpus=None, log=print, repo
     for warning in summary.warnings:
         log(f"warning: {warning}")
     return summary
+
+
+def _rounds(config: RLConfig, out: Path, corpus, train, start: Path | None, log, reporter) -> RLSummary:
+    """Validate the starting weights, then run (or read back) each round in turn."""
+    from paper_explorer.sft.known_warnings import known_warnings_silenced
+
+    with known_warnings_silenced(), Reporter(config.report_to, out) as scalars:
+        start_behaviour = _validate(out / "round-0", 0, config, corpus, start, reporter)
+        records: list[RoundRecord] = []
+        adapter = start
+        for number in range(1, config.rounds + 1):
+            record = _round(out / f"round-{number}", number, config, corpus, train, adapter, reporter, scalars)
+            records.append(record)
+            log(_line(record))
+            adapter = checked_adapter(out / f"round-{number}", record)
+        return _summary(config, out, start, start_behaviour, records)
 
 
 def _line(record: RoundRecord) -> str:
@@ -132,7 +159,9 @@ def round_questions(train, number: int, count: int):
 
 def _round(directory: Path, number: int, config: RLConfig, corpus, train, adapter: Path | None, reporter, scalars) -> RoundRecord:
     if (directory / ROUND).exists():
-        return _read(directory / ROUND, RoundRecord, "round record", directory)
+        record = _read(directory / ROUND, RoundRecord, "round record", directory)
+        sampled_the_questions(directory / SAMPLES, number, round_questions(train, number, config.questions_per_round))
+        return record
     directory.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     started = time.perf_counter()
@@ -166,17 +195,35 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
     from paper_explorer.evaluation.run import run_eval
     from paper_explorer.evaluation.run_directory import Run
 
+    if (run / MANIFEST).exists() and not (run / METRICS).exists():
+        began_with(run, f"round {number} began sampling", adapter)
+    sampling = config.sampling_run()
+    eval_config = EvalConfig(
+        policy=_sampling_policy(config, adapter),
+        episode=sampling.episode.model_copy(update={"seed": config.episode.seed + number}),
+        split="train",
+        samples=config.group_size,
+    )
     if not (run / METRICS).exists():
-        sampling = config.sampling_run()
-        eval_config = EvalConfig(
-            policy=_sampling_policy(config, adapter),
-            episode=sampling.episode.model_copy(update={"seed": config.episode.seed + number}),
-            split="train",
-            samples=config.group_size,
-        )
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
-    return Run.load(run)
+    samples = Run.load(run)
+    if _failed(samples):  # the sampler failed (a server gone, a bug), not the model: its reward would blame the model
+        run_eval(run, eval_config, corpus, resume=True, retry_errors=True, reporter=reporter)
+        _release_memory()
+        samples = Run.load(run)
+        failed = _failed(samples)
+        if failed:
+            raise TrainingError(
+                f"{run}: {len(failed)} episodes ended in policy_error again when retried (the first: {failed[0].outcome.reason}); "
+                "a reward would blame the model for the sampler's failure: fix the cause, then run the same command again"
+            )
+    drawn_with(samples, f"round {number} trains from", adapter)
+    return samples
+
+
+def _failed(samples) -> list:
+    return [trajectory for trajectory in samples.trajectories if trajectory.outcome.status == "policy_error"]
 
 
 def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: Path | None, reporter) -> Behaviour:
@@ -189,6 +236,8 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
     from paper_explorer.evaluation.run_directory import Run
 
     run = directory / VALIDATION
+    if (run / MANIFEST).exists() and not (run / METRICS).exists():
+        began_with(run, f"round {number} began validating", adapter)
     if not (run / METRICS).exists():
         policy = _sampling_policy(config, adapter, greedy=True)
         episode = config.episode
@@ -199,6 +248,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
     validation = Run.load(run)
+    drawn_with(validation, f"round {number} validates", adapter)
     return _behaviour(validation)
 
 
@@ -220,18 +270,27 @@ def _behaviour(run) -> Behaviour:
 
 def _update(directory: Path, number: int, config: RLConfig, adapter: Path | None, batch: list[TrainingSequence]) -> UpdateRecord:
     """The round's update, run unless its result is whole (``rl.update.save`` renames it in place)."""
+    not_a_link(directory)
     figures_path = directory / "figures.json"
     if (directory / ADAPTER / "adapter_config.json").exists() and figures_path.exists():
         return _read(figures_path, UpdateRecord, "update figures", directory)
     import torch
 
-    from paper_explorer.rl.update import load_trainable, make_optimizer, save, update
+    from paper_explorer.rl.update import UpdateRefused, load_trainable, make_optimizer, save, torch_seed, update
 
-    torch.manual_seed(config.episode.seed + number)
+    # round 1 starts AdamW afresh (policy.adapter is anyone's); every later round continues the previous round's
+    previous_state = adapter.parent / OPTIMIZER if number > 1 and adapter is not None else None
+    if previous_state is not None and not previous_state.is_file():
+        raise TrainingError(
+            f"{previous_state}: missing; it is the optimizer state round {number} continues from: {again(directory.parent / f'round-{number - 1}')}"
+        )
+    torch.manual_seed(torch_seed(config.episode.seed + number))
     model, _ = load_trainable(config, adapter)
-    previous_state = adapter.parent / OPTIMIZER if adapter is not None and adapter.name == ADAPTER else None
-    optimizer = make_optimizer(model, config, previous_state)
-    figures: UpdateFigures = update(model, optimizer, batch, config, config.episode.seed + number)
+    try:
+        optimizer = make_optimizer(model, config, previous_state)
+        figures: UpdateFigures = update(model, optimizer, batch, config, config.episode.seed + number)
+    except UpdateRefused as error:
+        raise TrainingError(f"{directory.parent / 'batch.jsonl'}: round {number}'s update: {error}") from None
     save(model, optimizer, directory)
     record = UpdateRecord(**{k: v for k, v in dataclasses.asdict(figures).items() if k != "seconds"})
     with atomic_file(figures_path) as handle:
@@ -277,24 +336,13 @@ def _record(
         update=figures,
         adapter=str(trained),
         adapter_files=file_hashes(trained),
+        optimizer_sha256=optimizer_sha256(trained.parent),
         validation=behaviour,
         seconds=seconds,
     )
 
 
-def _checked_adapter(directory: Path, record: RoundRecord) -> Path:
-    """The adapter a round wrote, once shown to be the one it recorded: inside the round's own
-    update/, its files hashing to what round.json says (a forged round.json names no other directory)."""
-    path, adapter = directory / ROUND, Path(record.adapter)
-    again = f"remove {path} and {directory / UPDATE} to run the round's update again"
-    if os.path.realpath(adapter) != os.path.realpath(directory / UPDATE / ADAPTER):
-        raise TrainingError(f"{path}: its adapter {adapter} is not the round's own ({directory / UPDATE / ADAPTER}); {again}")
-    if not adapter.is_dir() or file_hashes(adapter) != record.adapter_files:
-        raise TrainingError(f"{path}: its adapter {adapter} is missing or not the one the round recorded; {again}")
-    return adapter
-
-
-def _summary(config: RLConfig, start: Path | None, start_behaviour: Behaviour, records: list[RoundRecord]) -> RLSummary:
+def _summary(config: RLConfig, out: Path, start: Path | None, start_behaviour: Behaviour, records: list[RoundRecord]) -> RLSummary:
     from paper_explorer.sft.config import TrainConfig
     from paper_explorer.sft.validation import select_checkpoint
 
@@ -303,7 +351,10 @@ def _summary(config: RLConfig, start: Path | None, start_behaviour: Behaviour, r
     rule = TrainConfig(max_direct_submit_rate=config.max_direct_submit_rate, selection_metric=config.selection_metric)
     selection = select_checkpoint(judged, rule) if config.validation_episodes else None
     best = int(selection.best_checkpoint.removeprefix("round-")) if selection and selection.best_checkpoint else None
-    adapter = None if best is None else (str(start) if best == 0 and start else records[best - 1].adapter if best else None)
+    # the round's own adapter, where the run is now (round.json keeps where it was written)
+    adapter = (
+        None if best is None else (str(start) if best == 0 and start else str(out / f"round-{best}" / UPDATE / ADAPTER) if best else None)
+    )
     return RLSummary(
         rounds=len(records),
         reward_mean=[r.reward_mean for r in records],

@@ -26,7 +26,9 @@ them token by token with what the round trained (``rl.parity``).
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from paper_explorer.agent.served import AlteredRecord, ids_sha256, served_prompts
 from paper_explorer.agent.trajectory import Sampled, Served, Trajectory
@@ -51,10 +53,26 @@ class TrainingSequence(BaseModel):
     input_ids: list[int]
     trained: list[int]  # positions in input_ids of the drawn tokens it trains
     old_logprobs: list[float]  # the sampler's, one per trained position, as recorded
-    temperature: float = Field(gt=0)  # the sampling temperature: the trainer's log-probabilities are at it
+    temperature: float = Field(gt=0, allow_inf_nan=False)  # the sampling temperature: the trainer's log-probabilities are at it
     # the temperature old_logprobs are at, where not ``temperature`` (a vLLM server's raw log-probabilities: 1)
-    old_logprobs_temperature: float | None = Field(None, gt=0)
-    advantage: float = 0.0
+    old_logprobs_temperature: float | None = Field(None, gt=0, allow_inf_nan=False)
+    advantage: float = Field(0.0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _trainable(self) -> TrainingSequence:
+        """What the update can train as it is: each trained token predicted from one before it, and
+        its sampler's log-probability beside it (a line edited by hand is refused here, not in torch)."""
+        if any(token < 0 for token in self.input_ids):
+            raise ValueError("a token id below 0")
+        if any(not 1 <= position < len(self.input_ids) for position in self.trained):
+            raise ValueError(f"a trained position outside 1..{len(self.input_ids) - 1} (the first token has nothing before it)")
+        if any(later <= earlier for earlier, later in zip(self.trained, self.trained[1:])):
+            raise ValueError("trained positions out of order or repeated")
+        if len(self.old_logprobs) != len(self.trained):
+            raise ValueError(f"{len(self.trained)} trained positions but {len(self.old_logprobs)} old log-probabilities")
+        if not all(math.isfinite(logprob) and logprob <= 0 for logprob in self.old_logprobs):
+            raise ValueError("an old log-probability that is not a finite number at most 0")
+        return self
 
 
 def sequences_of(trajectory: Trajectory) -> list[TrainingSequence]:
@@ -134,6 +152,11 @@ def _action_sequences(trajectory: Trajectory) -> list[TrainingSequence]:
 def _append(sequence: TrainingSequence, sampled: Sampled, start: int) -> None:
     sequence.input_ids += sampled.ids
     for offset, logprob in enumerate(sampled.logprobs):
+        if logprob is not None and not (math.isfinite(logprob) and logprob <= 0):  # a probability's log; else the ratio is inf or NaN
+            raise SequenceRefused(
+                f"episode {sequence.episode_id} {sequence.conversation}: a sampled log-probability of {logprob}, which no probability has; "
+                "remove the round's samples/ to sample it again"
+            )
         if logprob is not None:  # drawn, not written for the model
             sequence.trained.append(start + offset)
             sequence.old_logprobs.append(logprob)

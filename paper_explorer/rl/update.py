@@ -37,12 +37,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import fmean
 
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.loss import token_losses, token_weights
 from paper_explorer.rl.sequences import TrainingSequence
 
 ADAPTER = "adapter"
 OPTIMIZER = "optimizer.pt"
+
+
+class UpdateRefused(ValueError):
+    """The update cannot go on without writing weights that are wrong (one line: which sequence, why)."""
 
 
 @dataclass
@@ -63,6 +68,12 @@ class UpdateFigures:
     first_step_ratio_gap_max: float | None = None  # max |ratio - 1| over the first minibatch's tokens
     old_logprobs_recomputed: int = 0  # sequences whose ratio's denominator was recomputed at the sampling temperature
     seconds: float = 0.0
+
+
+def torch_seed(seed: int) -> int:
+    """``seed`` as torch takes it (an unsigned 64-bit number, as it reads a negative one): any
+    episode.seed, and a round's seed + N past 2**64, seeds it instead of overflowing."""
+    return seed % 2**64
 
 
 def train_model(config: RLConfig) -> str:
@@ -97,7 +108,7 @@ def load_trainable(config: RLConfig, adapter: Path | None):
         settings = PeftConfig.from_pretrained(str(adapter))
         settings.lora_dropout = config.lora_dropout
         return PeftModel.from_pretrained(model, str(adapter), is_trainable=True, config=settings), loaded.quantization
-    torch.manual_seed(config.episode.seed)
+    torch.manual_seed(torch_seed(config.episode.seed))
     lora = LoraConfig(
         task_type="CAUSAL_LM",
         r=config.lora_r,
@@ -175,10 +186,11 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
     ratios: list[float] = []
     clipped = kls = 0.0
     gaps: list[float] = []
-    model.train()
     trainable = [parameter for parameter in model.parameters() if parameter.requires_grad]
     # sequences with nothing to teach (advantage 0, no KL term) cost a forward and backward for nothing
     useful = [s for s in sequences if s.trained and (s.advantage or config.kl_beta)]
+    _in_vocabulary(useful, model.get_input_embeddings().num_embeddings)
+    model.train()
     batches = minibatches(useful, config.minibatches, seed)
     recomputed, gaps = recomputed_old_logprobs(model, useful, batches[0] if batches else [])  # before the first step
     first_step_ratio_gaps: list[float] = []
@@ -200,6 +212,11 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
                     reference = trained_logprobs(model, sequence)
             losses = token_losses(logps, old, sequence.advantage, config.clip_epsilon, config.kl_beta, reference)
             loss = (losses.loss * weights[sequence.episode_id]).sum()
+            if not torch.isfinite(loss):  # one NaN gradient makes every weight NaN, and the next round samples garbage
+                raise UpdateRefused(
+                    f"{_named(sequence)}: its loss is {float(loss.detach())}; nothing of the update was kept (check its samples' "
+                    f"log-probabilities, or lower {setting('learning_rate')})"
+                )
             loss.backward()
             total += float(loss.detach())
             ratios += losses.ratio.detach().tolist()
@@ -211,6 +228,11 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
                 if sequence.old_logprobs_temperature is None:  # the recorded ones are the ratio's denominator
                     gaps += (logps.detach() - old).abs().tolist()
         norm = torch.nn.utils.clip_grad_norm_(trainable, config.max_grad_norm)
+        if not torch.isfinite(norm):
+            raise UpdateRefused(
+                f"minibatch {number + 1}: its gradient norm is {float(norm)}; nothing of the update was kept (check its samples' "
+                f"log-probabilities, or lower {setting('learning_rate')})"
+            )
         optimizer.step()
         figures.loss.append(total)
         figures.grad_norm.append(float(norm))
@@ -230,13 +252,28 @@ def update(model, optimizer, sequences: list[TrainingSequence], config: RLConfig
     return figures
 
 
+def _named(sequence: TrainingSequence) -> str:
+    return f"episode {sequence.episode_id} ({sequence.conversation})"
+
+
+def _in_vocabulary(sequences: list[TrainingSequence], vocabulary: int) -> None:
+    for sequence in sequences:
+        if max(sequence.input_ids, default=0) >= vocabulary:
+            raise UpdateRefused(f"{_named(sequence)}: token id {max(sequence.input_ids)} is not in the model's {vocabulary} embeddings")
+
+
 def make_optimizer(model, config: RLConfig, state: Path | None):
-    """AdamW over the adapter's weights, with the previous round's moments when there are any."""
+    """AdamW over the adapter's weights, with the previous round's moments (``state``: its file) when given."""
+    import pickle
+
     import torch
 
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    if state is not None and state.exists():
-        optimizer.load_state_dict(torch.load(state, map_location=next(model.parameters()).device, weights_only=True))
+    if state is not None:
+        try:
+            optimizer.load_state_dict(torch.load(state, map_location=next(model.parameters()).device, weights_only=True))
+        except (OSError, RuntimeError, ValueError, KeyError, pickle.UnpicklingError) as error:
+            raise UpdateRefused(f"{state}: not the optimizer state of this adapter ({type(error).__name__})") from None
     return optimizer
 
 

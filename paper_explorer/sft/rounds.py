@@ -4,6 +4,7 @@ same settings, which the same command resumes."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -23,6 +24,8 @@ def settings_recorded(out: Path, settings: BaseModel, file: str, command: str, *
 
     if out.exists() and not out.is_dir():
         raise TrainingError(f"{out}: is a file; {setting('out')} names a directory")
+    if out.is_symlink() and not out.exists():
+        raise TrainingError(f"{out}: a symbolic link to {os.readlink(out)}, which does not exist; {setting('out')} names a directory")
     other = kind_of(out)
     recorded = out / file
     if other is not None and not recorded.exists():
@@ -31,7 +34,7 @@ def settings_recorded(out: Path, settings: BaseModel, file: str, command: str, *
         try:
             then = files.read_model(recorded, type(settings), what=f"{command} run's settings", inside=out)
         except files.FileRefused as error:
-            raise TrainingError(f"{error}; remove it to run that stage again") from None
+            raise TrainingError(f"{error}; restore it, or choose another {setting('out')}") from None
         now, before = settings.model_dump(mode="json"), then.model_dump(mode="json")
         changed = sorted(name for name in now.keys() | before.keys() if now.get(name) != before.get(name))
         if changed:

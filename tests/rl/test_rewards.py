@@ -1,5 +1,8 @@
 """Rewards as data: weighted parts read from an episode's scores, refused by name when unknown."""
 
+import math
+import re
+
 import pytest
 
 from paper_explorer.agent.errors import AgentError
@@ -66,3 +69,23 @@ def test_the_config_refuses_a_part_that_does_not_exist_and_a_group_of_one():
         build_config(RLConfig, {}, {"group_size": 1}, "command line")
     config = build_config(RLConfig, {}, {"policy.model": "m"}, "command line")
     assert config.policy.name == "hf" and config.policy.temperature == 1.0 and config.reward == DEFAULT_REWARD
+
+
+@pytest.mark.parametrize("weight", [math.nan, math.inf, -math.inf, 1e308])
+def test_a_weight_that_is_not_a_finite_number_of_sane_size_is_refused(weight):
+    """NaN or inf would reach the advantages (and the weights) through the group's mean; two weights of
+    1e308 add up to inf."""
+    from paper_explorer.agent.config import build_config
+
+    with pytest.raises(ValueError, match=re.escape(f"reward part 'answer_f1' weighs {weight}: a weight is a number between")):
+        check_reward({"answer_f1": weight, "direct_submit": -1.0})
+    with pytest.raises(AgentError, match="weighs"):
+        build_config(RLConfig, {"reward": {"answer_f1": weight}}, {}, "rl.toml")
+
+
+def test_more_minibatches_than_a_round_has_episodes_are_refused():
+    from paper_explorer.agent.config import build_config
+
+    with pytest.raises(AgentError, match=r"^command line: minibatches=7 is more than a round's 6 episodes"):
+        build_config(RLConfig, {}, {"questions_per_round": 3, "group_size": 2, "minibatches": 7}, "command line")
+    assert build_config(RLConfig, {}, {"questions_per_round": 3, "group_size": 2, "minibatches": 6}, "command line").minibatches == 6

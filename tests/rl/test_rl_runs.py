@@ -188,3 +188,237 @@ def test_the_memory_reader_trains_each_update_and_its_answer_as_a_conversation(t
             assert sequence["trained"] == list(range(len(sequence["input_ids"]) - len(sequence["trained"]), len(sequence["input_ids"])))
     held = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
     assert held.returncode == 0, held.stdout + held.stderr
+
+
+def resumed(tiny_model, out):
+    """The command that made one_round, run again on ``out``."""
+    return rl(tiny_model, out, "--rounds", "1", "--validation-episodes", "2", "--kl-beta", "0.01")
+
+
+def before_the_update(one_round, tmp_path):
+    """A copy of one_round as a kill after its rewards and batch were written leaves it."""
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(one_round[0], out)
+    shutil.rmtree(out / "round-1" / "update")
+    for name in ("round-1/round.json", "rl_summary.json"):
+        (out / name).unlink()
+    return out
+
+
+def edited_line(path, edit):
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[0])
+    edit(first)
+    path.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+
+
+@pytest.mark.parametrize(
+    "name, edit, said",
+    [
+        ("batch.jsonl", lambda line: line.update(advantage=line["advantage"] + 5), "batch.jsonl:1: is not what the round's samples give"),
+        ("batch.jsonl", lambda line: line["trained"].__setitem__(0, 0), "a trained position outside 1.."),
+        ("batch.jsonl", lambda line: line["old_logprobs"].pop(), "trained positions but"),
+        ("batch.jsonl", lambda line: line["old_logprobs"].__setitem__(0, 3.0), "not a finite number at most 0"),
+        ("rewards.jsonl", lambda line: line.update(reward=9.0), "rewards.jsonl:1: is not what the round's samples give"),
+    ],
+)
+def test_a_batch_edited_before_the_update_is_refused_never_trained(one_round, tiny_model, tmp_path, name, edit, said):
+    out = before_the_update(one_round, tmp_path)
+    edited_line(out / "round-1" / name, edit)
+    done = resumed(tiny_model, out)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (out / "round-1" / "update").exists()
+
+
+def test_a_moved_run_resumes_and_reports_its_adapters_where_they_are_now(one_round, tiny_model, tmp_path):
+    import shutil
+
+    out = tmp_path / "moved"
+    shutil.copytree(one_round[0], out)
+    (out / "rl_summary.json").unlink()
+    record = json.loads((out / "round-1" / "round.json").read_text())  # as if round 1 had validated best, to be chosen
+    record["validation"] |= {"answer_f1": 1.0, "direct_submit_rate": 0.0}
+    (out / "round-1" / "round.json").write_text(json.dumps(record))
+    done = resumed(tiny_model, out)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads((out / "rl_summary.json").read_text())
+    assert summary["best_round"] == 1 and summary["best_adapter"] == str(out / "round-1" / "update" / "adapter")
+
+
+@pytest.mark.parametrize("forgery", ["adapter elsewhere", "update a link", "optimizer edited"])
+def test_a_forged_round_is_refused_before_the_next_round_trains_on_it(one_round, tiny_model, tmp_path, forgery):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(one_round[0], out)
+    round_1 = out / "round-1"
+    if forgery == "adapter elsewhere":  # a round.json pointing at another run's adapter, with that adapter's hashes
+        other = tmp_path / "other" / "adapter"
+        shutil.copytree(round_1 / "update" / "adapter", other)
+        record = json.loads((round_1 / "round.json").read_text())
+        (round_1 / "round.json").write_text(json.dumps(record | {"adapter": str(other)}))
+        said = "is not the round's own"
+    elif forgery == "update a link":  # the same bytes, but somewhere else: what the round trains from is its own
+        shutil.move(round_1 / "update", tmp_path / "update")
+        (round_1 / "update").symlink_to(tmp_path / "update")
+        said = "update: a symbolic link"
+    else:
+        with open(round_1 / "update" / "optimizer.pt", "ab") as state:
+            state.write(b"\0")
+        said = "optimizer.pt is missing or not the one the round recorded"
+    done = resumed(tiny_model, out)
+    assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_ctrl_c_during_the_update_says_how_to_resume_and_the_resume_gives_the_same_adapter(one_round, tiny_model, tmp_path, monkeypatch):
+    import paper_explorer.rl.update as update_module
+
+    out = before_the_update(one_round, tmp_path)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(update_module, "update", interrupted)
+        stopped = resumed(tiny_model, out)
+    assert stopped.returncode == 130 and "interrupted" in stopped.stderr and "resume with: explorer rl" in stopped.stderr
+    assert not (out / "round-1" / "update").exists()
+    done = resumed(tiny_model, out)
+    assert done.returncode == 0, done.stderr
+    assert file_hashes(out / "round-1" / "update" / "adapter") == file_hashes(one_round[0] / "round-1" / "update" / "adapter")
+
+
+@pytest.mark.parametrize("logprob", [float("-inf"), float("nan"), 0.5])
+def test_a_sampled_log_probability_no_probability_has_is_refused_before_it_is_trained(one_round, logprob):
+    from paper_explorer.agent.trajectory import Trajectory
+    from paper_explorer.rl.sequences import SequenceRefused, sequences_of
+
+    line = json.loads((one_round[0] / "round-1" / "samples" / "trajectories.jsonl").read_text().splitlines()[0])
+    line["steps"][0]["served"]["sampled"]["logprobs"][0] = logprob  # in memory: JSON has no inf or NaN to write it with
+    with pytest.raises(SequenceRefused, match="a sampled log-probability of .*which no probability has"):
+        sequences_of(Trajectory.model_validate(line))
+
+
+@pytest.mark.parametrize(
+    "edit, said",
+    [
+        (lambda s: s.model_copy(update={"old_logprobs": [-1e30] * len(s.trained), "advantage": -1.0}), "its loss is inf"),
+        (lambda s: s.model_copy(update={"old_logprobs": [-1e30] * len(s.trained), "advantage": 1.0}), "gradient norm is nan"),
+        (lambda s: s.model_copy(update={"input_ids": [*s.input_ids[:-1], 10**9]}), "is not in the model's"),
+    ],
+)
+def test_an_update_that_would_write_nan_or_index_past_the_vocabulary_is_refused(one_round, tiny_model, edit, said):
+    """A ratio of exp(1e30) turns the gradient into NaN (0 * inf through the clipped branch): the
+    update stops before a step, so no NaN adapter is ever saved for the next round to sample."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.sequences import TrainingSequence
+    from paper_explorer.rl.update import UpdateRefused, load_trainable, make_optimizer, update
+
+    config = build_config(RLConfig, {}, {"policy.model": str(tiny_model), "minibatches": 1, "gradient_checkpointing": False}, "test")
+    line = (one_round[0] / "round-1" / "batch.jsonl").read_text().splitlines()[0]
+    sequence = edit(TrainingSequence.model_validate_json(line))
+    model, _ = load_trainable(config, None)
+    optimizer = make_optimizer(model, config, None)
+    before = [parameter.detach().clone() for parameter in model.parameters() if parameter.requires_grad]
+    with pytest.raises(UpdateRefused, match=said):
+        update(model, optimizer, [sequence], config, seed=0)
+    after = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    assert all(bool((old == new).all()) for old, new in zip(before, after))
+
+
+def test_a_resume_on_a_corpus_that_changed_is_refused_not_run_on_other_questions(tiny_model, tmp_path):
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+    from paper_explorer.sft.errors import TrainingError
+
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "minibatches": 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=3)), log=lambda line: None)
+    with pytest.raises(TrainingError, match="sampled other train questions than the corpus gives round 1 now"):
+        reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=4)), log=lambda line: None)
+
+
+def test_check_parity_passes_over_a_round_killed_between_its_batch_and_its_rewards(one_round, tiny_model, tmp_path):
+    import shutil
+
+    out = tmp_path / "run"
+    shutil.copytree(one_round[0], out)
+    (out / "round-1" / "rewards.jsonl").unlink()
+    done = run_cli("check-parity", "--rl", str(out), "--tokenizer", str(tiny_model))
+    assert done.returncode == 2 and "no round has trained yet" in done.stderr, done.stderr
+
+
+def test_a_seed_at_the_top_of_its_range_seeds_the_update_instead_of_overflowing(tiny_model, tmp_path):
+    """torch takes a seed below 2**64: a round's seed + N past it stopped the update with a traceback."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "episode.seed": 2**64 - 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    assert reinforce(config, out=tmp_path / "rl", corpus=generate(DemoConfig(papers=6, seed=3)), log=lambda line: None).rounds == 1
+
+
+def test_samples_drawn_or_begun_by_another_adapter_than_the_round_trains_from_are_refused(one_round):
+    """Round 1 of one_round sampled the base: as the samples of a round whose previous round was
+    trained again (differently) since, or of a run moved mid-round, they are refused, not trained off-policy."""
+    from paper_explorer.evaluation.run_directory import Run
+    from paper_explorer.rl.checks import began_with, drawn_with
+    from paper_explorer.sft.errors import TrainingError
+
+    out, _ = one_round
+    samples, other = out / "round-1" / "samples", out / "round-1" / "update" / "adapter"
+    drawn_with(Run.load(samples), "round 1 trains from", None)
+    began_with(samples, "round 1 began sampling", None)
+    with pytest.raises(
+        TrainingError, match="was drawn by another adapter than .*adapter, which round 1 trains from; remove .*samples to run it again"
+    ):
+        drawn_with(Run.load(samples), "round 1 trains from", other)
+    with pytest.raises(TrainingError, match="round 1 began sampling with the base, not .*adapter \\(was the run moved\\?\\); remove"):
+        began_with(samples, "round 1 began sampling", other)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_an_episode_the_sampler_failed_is_sampled_again_never_rewarded(tiny_model, tmp_path, monkeypatch, persistent):
+    """A policy_error (a server gone, a bug) is the sampler's failure, not the model's choice: rewarded,
+    it would teach the model to avoid the tokens it drew before the failure."""
+    from paper_explorer.agent.config import build_config
+    from paper_explorer.agent.policies.hf import HFPolicy
+    from paper_explorer.rl.config import RLConfig
+    from paper_explorer.rl.run import reinforce
+    from paper_explorer.sft.errors import TrainingError
+
+    failures = {"left": 1}
+    original_start, original_act = HFPolicy.start, HFPolicy.act
+
+    def start(self, episode):
+        self.failing = episode.sample == 0 and failures["left"] > 0
+        if self.failing and not persistent:
+            failures["left"] -= 1
+        return original_start(self, episode)
+
+    def act(self, messages):
+        if self.failing:
+            raise RuntimeError("the server went away")
+        return original_act(self, messages)
+
+    monkeypatch.setattr(HFPolicy, "start", start)
+    monkeypatch.setattr(HFPolicy, "act", act)
+    settings = {"policy.model": str(tiny_model), "policy.max_new_tokens": 2, "policy.threads": 1, "episode.max_steps": 1}
+    settings |= {"rounds": 1, "questions_per_round": 1, "group_size": 2, "validation_episodes": 0, "minibatches": 1}
+    config = build_config(RLConfig, {}, settings, "test")
+    corpus = generate(DemoConfig(papers=6, seed=3))
+    if persistent:
+        with pytest.raises(TrainingError, match="1 episodes ended in policy_error again when retried .*the server went away"):
+            reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
+        assert not (tmp_path / "rl" / "round-1" / "rewards.jsonl").exists()
+        return
+    reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
+    rewards = [json.loads(line) for line in (tmp_path / "rl" / "round-1" / "rewards.jsonl").read_text().splitlines()]
+    assert len(rewards) == 2 and "policy_error" not in {reward["status"] for reward in rewards}

@@ -186,7 +186,13 @@ class HFPolicy(Policy):
         if adapter is not None:
             from peft import PeftModel
 
-            network = PeftModel.from_pretrained(network, str(adapter))
+            try:
+                network = PeftModel.from_pretrained(network, str(adapter))
+            except (ValueError, KeyError, RuntimeError) as error:  # peft's word on an adapter made for another model
+                if isinstance(error, RuntimeError) and "state_dict" not in str(error):  # the machine (CUDA), not the adapter
+                    raise
+                said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise AgentError(f"{adapter}: this LoRA adapter does not load on {model} ({said})") from None
         network.eval()
         return cls(
             network,
