@@ -76,3 +76,17 @@ def scalars(record: RoundRecord) -> dict[str, float]:
         if value is not None:
             values[f"eval/{name}"] = value
     return values
+
+
+def round_line(record: RoundRecord) -> str:
+    """The line a person sees when a round is done."""
+    seen = record.validation
+    kl = "-" if record.update.kl is None else f"{record.update.kl:.4f}"
+    clip = "-" if record.update.clip_fraction is None else f"{record.update.clip_fraction:.1%}"
+    f1 = "-" if seen.answer_f1 is None else f"{seen.answer_f1:.3f}"
+    rate = "-" if seen.direct_submit_rate is None else f"{seen.direct_submit_rate:.0%}"
+    return (
+        f"round {record.round}: reward {record.reward_mean:+.3f} over {record.episodes} episodes "
+        f"({record.groups_without_signal} of {record.groups} groups without signal), direct-submit {record.direct_submit_rate:.0%}; "
+        f"{record.update.tokens_trained} tokens trained, KL {kl}, clipped {clip}; validation answer F1 {f1}, direct-submit {rate}"
+    )

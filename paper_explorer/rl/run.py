@@ -58,7 +58,7 @@ from paper_explorer.rl.checks import (
 )
 from paper_explorer.rl.config import RLConfig
 from paper_explorer.rl.records import EpisodeReward, RLSummary, RoundRecord, UpdateRecord
-from paper_explorer.rl.reporting import Reporter
+from paper_explorer.rl.reporting import Reporter, round_line
 from paper_explorer.rl.sequences import TrainingSequence
 from paper_explorer.rl.update import ADAPTER, OPTIMIZER, UpdateFigures, train_model
 from paper_explorer.sft.errors import TrainingError
@@ -66,6 +66,9 @@ from paper_explorer.sft.records import Behaviour, ValidationRecord
 from paper_explorer.sft.rounds import settings_recorded
 
 M = TypeVar("M", bound=BaseModel)
+
+# What a resume may change: more (or fewer) rounds, another reporter; the rounds done stay as they are.
+RESUMABLE_CHANGES = frozenset({"rounds", "report_to"})
 
 SUMMARY = "rl_summary.json"
 SAMPLES = "samples"
@@ -102,7 +105,7 @@ def reinforce(config: RLConfig, *, out: str | Path, corpus=None, log=print, repo
         raise TrainingError(f"the corpus has no validation questions; give it some, or pass {setting('validation_episodes', 0)}")
     forget_settings_of_a_run_that_wrote_nothing(out)
     new = not out.exists()
-    settings_recorded(out, config, SETTINGS_FILE, "explorer rl")
+    settings_recorded(out, config, SETTINGS_FILE, "explorer rl", may_change=RESUMABLE_CHANGES)
     try:
         summary = _rounds(config, out, corpus, train, start, log, reporter)
     except BaseException:  # a start that wrote nothing leaves nothing (a bad model path, a server not up)
@@ -132,22 +135,9 @@ def _rounds(config: RLConfig, out: Path, corpus, train, start: Path | None, log,
         for number in range(1, config.rounds + 1):
             record = _round(out / f"round-{number}", number, config, corpus, train, adapter, reporter, scalars)
             records.append(record)
-            log(_line(record))
+            log(round_line(record))
             adapter = checked_adapter(out / f"round-{number}", record)
         return _summary(config, out, start, start_behaviour, records)
-
-
-def _line(record: RoundRecord) -> str:
-    seen = record.validation
-    kl = "-" if record.update.kl is None else f"{record.update.kl:.4f}"
-    clip = "-" if record.update.clip_fraction is None else f"{record.update.clip_fraction:.1%}"
-    f1 = "-" if seen.answer_f1 is None else f"{seen.answer_f1:.3f}"
-    rate = "-" if seen.direct_submit_rate is None else f"{seen.direct_submit_rate:.0%}"
-    return (
-        f"round {record.round}: reward {record.reward_mean:+.3f} over {record.episodes} episodes "
-        f"({record.groups_without_signal} of {record.groups} groups without signal), direct-submit {record.direct_submit_rate:.0%}; "
-        f"{record.update.tokens_trained} tokens trained, KL {kl}, clipped {clip}; validation answer F1 {f1}, direct-submit {rate}"
-    )
 
 
 def round_questions(train, number: int, count: int):

@@ -15,11 +15,15 @@ from paper_explorer.corpus.setting_names import setting
 from paper_explorer.sft.errors import TrainingError
 
 
-def settings_recorded(out: Path, settings: BaseModel, file: str, command: str, *, new_directory: bool = True) -> None:
+def settings_recorded(
+    out: Path, settings: BaseModel, file: str, command: str, *, new_directory: bool = True, may_change: frozenset[str] = frozenset()
+) -> None:
     """Write ``settings`` to ``out/file`` for a new run; for a run already there, refuse other
     settings by name (a resume must train what the first start would have) and another kind of
     directory by what it is. ``new_directory``: a run starts only in a new or empty directory
-    (explorer improve, which predates the rule, also starts in one that holds its round directories)."""
+    (explorer improve, which predates the rule, also starts in one that holds its round directories).
+    ``may_change``: settings a resume may change without changing what the rounds done so far
+    trained (explorer rl's number of rounds, its reporter); the file is rewritten with them."""
     from paper_explorer.evaluation.run_directory import kind_of
 
     if out.exists() and not out.is_dir():
@@ -37,10 +41,14 @@ def settings_recorded(out: Path, settings: BaseModel, file: str, command: str, *
             raise TrainingError(f"{error}; restore it, or choose another {setting('out')}") from None
         now, before = settings.model_dump(mode="json"), then.model_dump(mode="json")
         changed = sorted(name for name in now.keys() | before.keys() if now.get(name) != before.get(name))
-        if changed:
+        refused = [name for name in changed if name not in may_change]
+        if refused:
             raise TrainingError(
-                f"{out}: holds an {command} run with other settings ({', '.join(changed)}); use them, or another {setting('out')}"
+                f"{out}: holds an {command} run with other settings ({', '.join(refused)}); use them, or another {setting('out')}"
             )
+        if changed:  # only what may change: recorded as it now is
+            with atomic_file(recorded) as handle:
+                handle.write(settings.model_dump_json(indent=2))
         return
     if new_directory and out.is_dir() and any(out.iterdir()):
         raise TrainingError(f"{out}: not empty and not an {command} run; {setting('out')} names a new directory")

@@ -422,3 +422,17 @@ def test_an_episode_the_sampler_failed_is_sampled_again_never_rewarded(tiny_mode
     reinforce(config, out=tmp_path / "rl", corpus=corpus, log=lambda line: None)
     rewards = [json.loads(line) for line in (tmp_path / "rl" / "round-1" / "rewards.jsonl").read_text().splitlines()]
     assert len(rewards) == 2 and "policy_error" not in {reward["status"] for reward in rewards}
+
+
+def test_more_rounds_continue_a_finished_run_and_leave_its_rounds_as_they_were(one_round, tiny_model, tmp_path):
+    """--rounds (and --report-to) may change on a resume: the rounds done are kept, the next ones train from the last."""
+    import shutil
+
+    out = tmp_path / "longer"
+    shutil.copytree(one_round[0], out)
+    before = file_hashes(out / "round-1")
+    done = rl(tiny_model, out, "--rounds", "2", "--validation-episodes", "2", "--kl-beta", "0.01")
+    assert done.returncode == 0, done.stderr
+    assert file_hashes(out / "round-1") == before and json.loads((out / "rl.json").read_text())["rounds"] == 2
+    second = json.loads((out / "round-2" / "round.json").read_text())
+    assert second["sampled_with"].endswith("round-1/update/adapter") and json.loads((out / "rl_summary.json").read_text())["rounds"] == 2
