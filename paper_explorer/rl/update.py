@@ -94,10 +94,10 @@ def load_trainable(config: RLConfig, adapter: Path | None):
     """The base as ``explorer train`` loads it (4-bit on CUDA by default), with ``adapter`` made
     trainable, or a new LoRA adapter seeded with ``config.episode.seed``."""
     import torch
-    from peft import LoraConfig, PeftConfig, PeftModel, get_peft_model
+    from peft import PeftConfig, PeftModel
 
     from paper_explorer.agent.models import load_causal_lm
-    from paper_explorer.sft.model import made_trainable
+    from paper_explorer.sft.model import made_trainable, with_new_adapter
 
     quantization = getattr(config.policy, "quantization", "auto")
     loaded = load_causal_lm(train_model(config), quantization, threads=getattr(config.policy, "threads", None))
@@ -109,14 +109,7 @@ def load_trainable(config: RLConfig, adapter: Path | None):
         settings.lora_dropout = config.lora_dropout
         return PeftModel.from_pretrained(model, str(adapter), is_trainable=True, config=settings), loaded.quantization
     torch.manual_seed(torch_seed(config.episode.seed))
-    lora = LoraConfig(
-        task_type="CAUSAL_LM",
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.target_modules,
-    )
-    return get_peft_model(model, lora), loaded.quantization
+    return with_new_adapter(model, config.lora_r, config.lora_alpha, config.lora_dropout, config.target_modules), loaded.quantization
 
 
 def trained_logits(model, sequence: TrainingSequence):

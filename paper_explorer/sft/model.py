@@ -11,21 +11,18 @@ from paper_explorer.sft.dataset import IGNORE
 
 def load_model(config: TrainConfig):
     """The base as ``agent.models.load_causal_lm`` loads it for serving, made trainable, with LoRA."""
+    loaded = load_causal_lm(config.model, config.quantization, threads=config.threads)
+    quantize = loaded.quantization == "4bit"
+    model = made_trainable(loaded.model, quantize, config.gradient_checkpointing)
+    return with_new_adapter(model, config.lora_r, config.lora_alpha, config.lora_dropout, config.target_modules), quantize
+
+
+def with_new_adapter(model, r: int, alpha: int, dropout: float, target_modules: list[str]):
+    """``model`` with a new LoRA adapter on ``target_modules`` (explorer train's, and explorer rl's without a starting one)."""
     from peft import LoraConfig, get_peft_model
 
-    loaded = load_causal_lm(config.model, config.quantization, threads=config.threads)
-    model, quantize = (
-        made_trainable(loaded.model, loaded.quantization == "4bit", config.gradient_checkpointing),
-        loaded.quantization == "4bit",
-    )
-    lora = LoraConfig(
-        task_type="CAUSAL_LM",
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=config.lora_dropout,
-        target_modules=config.target_modules,
-    )
-    return get_peft_model(model, lora), quantize
+    lora = LoraConfig(task_type="CAUSAL_LM", r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=target_modules)
+    return get_peft_model(model, lora)
 
 
 def made_trainable(model, quantized: bool, gradient_checkpointing: bool):
