@@ -25,6 +25,12 @@ AnswerKind = Literal["extractive", "abstractive", "boolean", "none"]
 Split = Literal["train", "validation", "test"]
 
 
+def _absent(value: object) -> bool:
+    """Fields added after corpora were hashed are left out of a record's JSON while unset, so every
+    earlier corpus, questions file and export keeps its bytes and its SHA-256."""
+    return value is None
+
+
 class Record(BaseModel):
     # A field's docstring is its description in ``explorer schema`` (the questions file's documentation).
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True, use_attribute_docstrings=True)
@@ -97,6 +103,9 @@ class Question(Record):
     topic_background: str = ""
     paper_read: str = ""
     search_query: str = ""
+    benchmark: str | None = Field(None, min_length=1, pattern=r"^[a-z0-9][a-z0-9_.-]*/[a-z0-9][a-z0-9_.-]*$", exclude_if=_absent)
+    """Optional: the benchmark and subset it comes from, as benchmark/subset (longbench/hotpotqa,
+    memagent/hotpotqa); its metrics follow that benchmark's rules and runs table it apart."""
 
     @property
     def answerable(self) -> bool:
@@ -122,6 +131,17 @@ class Paper(Record):
     sections: Items[Section] = ()
     figures_and_tables: Items[Figure] = ()
     split: Split | None = None
+    context: str | None = Field(None, exclude_if=_absent)
+    """Optional: the text exactly as a long-context benchmark gives it with one question (LongBench's
+    and MemAgent's ``context``). Such a paper is that question's own document set: the code agent's
+    tools show its questions only it, no other question sees it, and the memory reader can read
+    these characters' tokens as they are (``document = "verbatim"``). Its sections hold the same
+    text split for search and read."""
+
+    @property
+    def own_documents(self) -> bool:
+        """Whether the paper is its questions' own document set (it holds a benchmark's context)."""
+        return self.context is not None
 
     @field_validator("id")
     @classmethod
