@@ -40,15 +40,15 @@ def sandbox_limits(config: EpisodeConfig) -> Limits:
     return Limits.from_settings(config)
 
 
-def corpus_hashes(corpus: Corpus, policy: Policy | str | None = None) -> Hashes:
+def corpus_hashes(corpus: Corpus, policy: Policy | str | None = None, reader_prompts: str = "explorer") -> Hashes:
     """The hashes a run records; the prompts' is ``policy``'s own (a policy, or a policy's name as
-    a manifest records it: the memory reader's is its prompts file)."""
+    a manifest records it: the memory reader's is its prompts file, the one ``reader_prompts`` names)."""
     if isinstance(policy, Policy):
         prompts = policy.prompt_template_sha256()
     elif policy == "memory-reader":
         from paper_explorer.agent.memory_reader.prompts import ReaderPrompts
 
-        prompts = ReaderPrompts.load().sha256
+        prompts = ReaderPrompts.named(reader_prompts).sha256
     else:
         prompts = prompt_template_sha256()
     return Hashes(corpus_sha256=corpus.papers_sha256, questions_sha256=corpus.questions_sha256, prompt_template_sha256=prompts)
@@ -63,6 +63,7 @@ def run_episode(
     *,
     question_id: str | None = None,
     paper_id: str | None = None,
+    document: str | None = None,
     episode_id: str | None = None,
     sample: int = 0,
     on_step: Callable[[Step], None] | None = None,
@@ -89,6 +90,7 @@ def run_episode(
                 question_id=question_id,
                 sample=sample,
                 paper_id=paper_id,
+                document=document,
                 record_ids=config.record_prompt_ids,
                 record_sampled=config.record_sampled,
             )

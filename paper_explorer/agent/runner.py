@@ -58,6 +58,7 @@ class EpisodeRunner:
                 self.hashes,
                 question_id=question_id,
                 paper_id=question.paper_id if question else None,
+                document=self.corpus.paper(question.paper_id).context if question and question.paper_id in self.corpus else None,
                 episode_id=episode_id(policy.name, question_id, text, sample),
                 sample=sample,
                 on_step=on_step,

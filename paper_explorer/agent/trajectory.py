@@ -165,6 +165,10 @@ class Reading(Sparse):
 
     scope: str  # "search:K" (the top K papers of a BM25 search) or "paper" (the question's own: an oracle)
     papers: list[str]  # the papers read, in reading order
+    # "verbatim": the question's own document (a benchmark's context) paged as given, read in the
+    # host's process, its text kept whole in ``document_text``; None: papers read through the tools
+    document: Literal["verbatim"] | None = None
+    document_text: str | None = None
     document_tokens: int  # the whole document, in the model's tokens
     read_tokens: int  # the tokens paged (the rest was left unread by the token budget)
     unread_tokens: int
@@ -386,10 +390,22 @@ def is_direct_submit(trajectory: Trajectory) -> bool:
     end = ending_step(trajectory)
     if end is None:
         return False
+    if read_verbatim(trajectory) is not None:
+        return False  # the memory reader's model read pages of the question's own document before it answered
     looked = [call for step, call in research_before_end(trajectory) if step is not trajectory.steps[end]]
     if trajectory.outcome.status == "abstained":
         return not looked
     return not any(showed_papers(call) for call in looked)
+
+
+def read_verbatim(trajectory: Trajectory) -> Reading | None:
+    """The memory reader's verbatim reading, when it paged any of the question's own document
+    (``Reading.document``): research done in the host's process, page by page, with no tool call."""
+    for step in reversed(trajectory.steps):
+        reading = step.policy_info.reading if step.policy_info is not None else None
+        if reading is not None:
+            return reading if reading.document == "verbatim" and reading.read_tokens > 0 else None
+    return None
 
 
 def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCallRecord]]:

@@ -163,7 +163,10 @@ def print_reading(console: Console, reading: Reading) -> None:
     if reading.answer is not None:
         said = f" ({reading.answer.invalid})" if reading.answer.invalid else ""
         console.print(Text.assemble(("model's answer: ", "dim"), untrusted(repr(reading.answer.text)), untrusted(said, style="dim")))
-    oracle = " (an oracle: the question's own paper)" if reading.scope == "paper" else ""
+    if reading.document == "verbatim":
+        oracle = f" (its own document, verbatim: {len(reading.document_text or ''):,} characters)"
+    else:
+        oracle = " (an oracle: the question's own paper)" if reading.scope == "paper" else ""
     papers = ", ".join(reading.papers) or "none"
     console.print(
         untrusted(

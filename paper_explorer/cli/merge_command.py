@@ -66,7 +66,11 @@ def merge_command(
     check_shards(shards)
     config = shards[0].manifest.config
     corpus = open_corpus(corpus_path or recorded_corpus(shards[0].manifest), questions_path, config.split_of or None)
-    check_corpus(shards, corpus_hashes(corpus, config.policy.name), corpus_path or "the corpus the first run recorded")
+    check_corpus(
+        shards,
+        corpus_hashes(corpus, config.policy.name, getattr(config.policy, "prompts", "explorer")),
+        corpus_path or "the corpus the first run recorded",
+    )
     questions = select_questions(corpus, config.split, config.limit, _replayed_questions(config))
     lines = merged_lines(shards, questions, config.samples)
     prereg = _preregistration(config, corpus, questions)

@@ -52,7 +52,14 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from paper_explorer.agent.trajectory import ENDING_STATUSES, ToolCallRecord, Trajectory, is_direct_submit, research_before_end
+from paper_explorer.agent.trajectory import (
+    ENDING_STATUSES,
+    ToolCallRecord,
+    Trajectory,
+    is_direct_submit,
+    read_verbatim,
+    research_before_end,
+)
 from paper_explorer.corpus.schema import Question
 from paper_explorer.tools import layout, legacy_layout, registry
 from paper_explorer.tools.page import tool_page
@@ -99,8 +106,8 @@ def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Not one search, read or extract that succeeded before the episode's submit or abstain (a
     failed call showed nothing; ``agent.trajectory.research_before_end``). Reads: the host's tool
     calls and their errors."""
-    if any(True for _ in research_before_end(trajectory)):
-        return []
+    if any(True for _ in research_before_end(trajectory)) or read_verbatim(trajectory) is not None:
+        return []  # the memory reader reads its own document page by page, in the host's process
     called = ", ".join(call.name + (" (failed)" if call.error else "") for _, call in _calls(trajectory))
     return [Flag("no_tool_use", None, f"{len(trajectory.steps)} steps, tools called: {called or 'none'}")]
 
@@ -148,9 +155,16 @@ def _returned(trajectory: Trajectory) -> _Returned:
         if shown is not None:
             texts += shown.texts
             places |= shown.places
+    reading = read_verbatim(trajectory)
+    left_unread: list[str] = []
+    if reading is not None and reading.document_text is not None:
+        if reading.unread_tokens == 0:
+            texts.append(reading.document_text)  # the memory reader's pages: its own document, read whole
+        else:
+            left_unread = [f"the reader left {reading.unread_tokens} tokens of its document unread, and its text was searched for nothing"]
     form = "had no record of what they showed that fits them" if recorded else "were not in the form the host's tools write"
     wrong = [f"{unread} tool result(s) {form}, and were searched for nothing"] if unread else []
-    note = "; ".join(_not_kept(not_kept) + wrong)
+    note = "; ".join(_not_kept(not_kept) + wrong + left_unread)
     # schema 7 keeps every paragraph a cut result showed: only a result not kept at all hides some
     places_note = "; ".join(_not_kept(not_kept_at_all if recorded else not_kept) + wrong)
     return _Returned(texts, places, note, places_note)

@@ -233,3 +233,33 @@ def test_a_multibyte_document_pages_exactly_with_the_real_qwen3_tokenizer(qwen3_
         paging = pages_of(document, renderer, prompts, 7, outlines=outlines, outline_sections=2)
         joined = [i for page in paging.pages for i in page.ids(document)]
         assert renderer.decode(joined) == document.text
+
+
+def test_balanced_outlines_spread_the_sections_over_as_many_pages_as_greedy_fills(renderer, prompts):
+    """Balanced pages (MemAgent preset): the same page count as greedy, every guarantee but the
+    greedy fill, no page larger than greedy's largest, the cuts inside sections where greedy cuts."""
+    rng = random.Random(24)
+    for _ in range(300):
+        lengths = [rng.choice([0, 1, 2, 5]) if rng.random() < 0.2 else rng.randint(1, 60) for _ in range(rng.randint(0, 40))]
+        document = synthetic(lengths)
+        page_tokens, outline_sections = rng.randint(1, 50), rng.randint(1, 6)
+        read = rng.choice([None, rng.randint(0, document.tokens + 10)])
+        options = dict(page_tokens=page_tokens, outlines=True, outline_sections=outline_sections, renderer=renderer, prompts=prompts)
+        greedy = page_document(document, read_tokens=read, **options)
+        balanced = page_document(document, read_tokens=read, balanced=True, **options)
+        assert len(balanced.pages) == len(greedy.pages)
+        assert max((p.tokens for p in balanced.pages), default=0) <= max((p.tokens for p in greedy.pages), default=0)
+        boundaries = {span.end for span in document.spans} | {balanced.read_tokens}
+        for page in balanced.pages:
+            assert 0 < page.tokens <= page_tokens and len(page.sections) <= outline_sections
+            assert renderer.decode(page.outline_ids) == expected_outline(prompts, document, page)
+        assert [i for page in balanced.pages for i in page.ids(document)] == document.ids[: balanced.read_tokens]
+        greedy_cuts = {page.end for page in greedy.pages} - boundaries
+        assert {page.end for page in balanced.pages} - boundaries <= greedy_cuts  # a section is cut only where greedy cuts it
+
+
+def test_balanced_pages_even_out_a_short_last_page(renderer, prompts):
+    document = synthetic([10] * 10)  # 100 tokens in sections of 10: greedy 40, 40, 20; balanced 40, 30, 30
+    options = dict(page_tokens=40, outlines=True, outline_sections=24, renderer=renderer, prompts=prompts)
+    assert [p.tokens for p in page_document(document, **options).pages] == [40, 40, 20]
+    assert [p.tokens for p in page_document(document, balanced=True, **options).pages] == [40, 30, 30]

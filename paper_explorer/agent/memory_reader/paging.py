@@ -12,9 +12,14 @@ Guaranteed:
   Without outlines every page but the last holds exactly ``page_tokens``. With outlines a page is
   filled greedily with whole sections and ends where the next section does not fit in what is left;
   a section that does not fit an empty page is cut at exactly ``page_tokens``; a page touches at
-  most ``outline_sections`` sections. Each page then carries its outline's ids (the headings of the
-  sections it touches, the first marked continued when it began on an earlier page), which are
-  served before the page's text and counted apart from it.
+  most ``outline_sections`` sections. Balanced (``balanced=True``), the pages are as many as greedy
+  makes and the sections are cut where greedy cuts them, but the pages end where their sizes are
+  most even (least sum of squares), so no page is left short while others are full.
+  Each page then carries its outline's ids (the headings of the sections it touches, the first
+  marked continued when it began on an earlier page), which are served before the page's text
+  and counted apart from it.
+* ``verbatim_document``: a benchmark's context is one piece: its text with the surrounding
+  whitespace stripped (as MemAgent's evaluation strips it), encoded whole; no heading, no layout.
 
 Not guaranteed: that a page's text decodes on its own to whole characters (a cut inside a section
 may fall inside a multi-byte character; the ids, not their text, are what is served).
@@ -90,6 +95,15 @@ class Paging:
         return self.document_tokens - self.read_tokens
 
 
+def verbatim_document(text: str, renderer: Renderer) -> Document:
+    """A question's own document as its benchmark gives it, in the model's tokens: the text's own
+    token stream (stripped of surrounding whitespace, as ``memory_eval/utils/recurrent_boxed.py``
+    strips ``item["context"]``), one section without a heading, paged without outlines."""
+    read = text.strip()
+    ids = renderer.text(read)
+    return Document(ids=ids, spans=[Span("", 0, len(ids))], text=read)
+
+
 def encode_document(sections: Sequence[Section], renderer: Renderer, prompts: ReaderPrompts) -> Document:
     """The document of ``sections`` in reading order, each section one piece of text and of ids."""
     ids: list[int] = []
@@ -113,6 +127,7 @@ def page_document(
     renderer: Renderer,
     prompts: ReaderPrompts,
     read_tokens: int | None = None,
+    balanced: bool = False,
 ) -> Paging:
     """The pages of ``document``'s first ``read_tokens`` ids (all of them when None; a budget
     beyond the document reads it all). See the module docstring for what is guaranteed."""
@@ -124,7 +139,10 @@ def page_document(
         raise AgentError(f"the tokens to read cannot be negative ({read_tokens})")
     read = document.tokens if read_tokens is None else min(read_tokens, document.tokens)
     if outlines:
-        ranges = _sectioned_ranges(_section_ends(document.spans, read), page_tokens, outline_sections)
+        ends = _section_ends(document.spans, read)
+        ranges = _sectioned_ranges(ends, page_tokens, outline_sections)
+        if balanced and len(ranges) > 1:
+            ranges = _balanced_ranges(ends, page_tokens, outline_sections, len(ranges))
     else:
         ranges = [(start, min(start + page_tokens, read)) for start in range(0, read, page_tokens)]
     pages = []
@@ -162,6 +180,51 @@ def _sectioned_ranges(section_ends: list[int], page_tokens: int, outline_section
             touched += 1
         ranges.append((start, position))
     return ranges
+
+
+def _balanced_ranges(section_ends: list[int], page_tokens: int, outline_sections: int, pages: int) -> list[tuple[int, int]]:
+    """The pages of ``_sectioned_ranges`` made even: as many pages, each of whole pieces (the
+    sections, cut where greedy cuts them: at ``page_tokens`` from the start of one too long for a
+    page), within ``page_tokens`` and ``outline_sections``, ending where the sum of the pages'
+    squared sizes is least (so no page is left short while another is full). Dynamic programming
+    over the piece boundaries: pages x pieces x ``outline_sections`` steps; the first of equal
+    choices is taken, so the pages are the same on every run."""
+    pieces = _pieces(section_ends, page_tokens)
+    bounds = [0, *(end for _, end in pieces)]
+    count = len(pieces)
+    inf = float("inf")
+    # best[p][j]: the least cost of the first j pieces on p pages; back[p][j]: where its last page begins
+    best = [[inf] * (count + 1) for _ in range(pages + 1)]
+    back = [[0] * (count + 1) for _ in range(pages + 1)]
+    best[0][0] = 0
+    for page in range(1, pages + 1):
+        # page `page` can end only where the pages before it could reach, and the rest still fits
+        for j in range(max(page, count - (pages - page) * outline_sections), min(count, page * outline_sections) + 1):
+            for k in range(j - 1, max(j - outline_sections, 0) - 1, -1):
+                size = bounds[j] - bounds[k]
+                if size > page_tokens:
+                    break
+                cost = best[page - 1][k] + size * size
+                if cost < best[page][j]:
+                    best[page][j], back[page][j] = cost, k
+    ranges, j = [], count
+    for page in range(pages, 0, -1):
+        k = back[page][j]
+        ranges.append((bounds[k], bounds[j]))
+        j = k
+    return ranges[::-1]
+
+
+def _pieces(section_ends: list[int], page_tokens: int) -> list[tuple[int, int]]:
+    """The read ids as whole sections, each too long for one page cut at every ``page_tokens`` from its start."""
+    pieces, start = [], 0
+    for end in section_ends:
+        while end - start > page_tokens:
+            pieces.append((start, start + page_tokens))
+            start += page_tokens
+        pieces.append((start, end))
+        start = end
+    return pieces
 
 
 def _touched(spans: list[Span], start: int, end: int) -> tuple[int, ...]:

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from paper_explorer.agent.memory_reader import document
-from paper_explorer.agent.memory_reader.paging import encode_document, page_document
-from paper_explorer.agent.memory_reader.policy import capped, written_tokens
-from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
+from paper_explorer.agent.memory_reader.paging import Document, encode_document, page_document, verbatim_document
+from paper_explorer.agent.memory_reader.policy import capped, taken_answer, written_tokens
+from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, problem_text, update_prompt
 from paper_explorer.agent.memory_reader.settings import parse_scope
 from paper_explorer.agent.mismatch import Mismatch
 from paper_explorer.agent.policies.base import PolicyError
@@ -42,7 +42,7 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     if reading is None:
         return None  # it ended before its model was called: nothing was served
     settings = trajectory.policy.settings
-    prompts = prompts or ReaderPrompts.load()
+    prompts = prompts or ReaderPrompts.named(settings.get("prompts", "explorer"))
     if settings.get("prompts_sha256") != prompts.sha256:
         return Mismatch(
             where, f"served with the reader prompts {str(settings.get('prompts_sha256'))[:12]}, checked with {prompts.sha256[:12]}"
@@ -56,18 +56,25 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     mismatch = _scope(where, trajectory, reading, settings)
     if mismatch is not None:
         return mismatch
-    try:
-        sections = sections_read(trajectory, reading)
-    except PolicyError as error:
-        return Mismatch(where, f"the read records no longer make the document: {error}")
-    rebuilt = encode_document(sections, renderer, prompts)
+    verbatim = reading.document == "verbatim"
+    if verbatim:
+        if reading.document_text is None or reading.document_text != reading.document_text.strip():
+            return Mismatch(where, "the reader recorded a verbatim reading without the stripped text it paged")
+        rebuilt: Document = verbatim_document(reading.document_text, renderer)
+    else:
+        try:
+            sections = sections_read(trajectory, reading)
+        except PolicyError as error:
+            return Mismatch(where, f"the read records no longer make the document: {error}")
+        rebuilt = encode_document(sections, renderer, prompts)
     paging = page_document(
         rebuilt,
         page_tokens=settings["page_tokens"],
-        outlines=settings["outlines"],
+        outlines=settings["outlines"] and not verbatim,
         outline_sections=settings["outline_sections"],
         renderer=renderer,
         prompts=prompts,
+        balanced=settings.get("outline_fill") == "balanced",
     )
     if (reading.document_tokens, reading.pages) != (rebuilt.tokens, len(paging.pages)):
         return Mismatch(
@@ -109,7 +116,7 @@ def sections_read(trajectory: Trajectory, reading: Reading):
 
 
 def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, Any], renderer, prompts) -> Mismatch | None:
-    problem = renderer.text(trajectory.question)
+    problem = renderer.text(problem_text(trajectory.question, settings.get("prompts", "explorer")))
     cap = settings["memory_tokens"]
     sentinel = settings.get("keep_sentinel") or None
     planned = [(number, page) for number in range(1, settings["passes"] + 1) for page in range(len(paging.pages))]
@@ -148,7 +155,7 @@ def _updates(where, trajectory, reading, rebuilt, paging, settings: dict[str, An
         held = memory_ids(renderer, prompts, memory, cap)
         prompt = final_prompt(renderer, prompts, problem_ids=problem, memory_ids=held)
         mismatch = _served(f"{where} final answer", answer.served, answer.generation, prompt) or _answer(
-            f"{where} final answer", answer, renderer, settings["answer_tokens"]
+            f"{where} final answer", answer, renderer, settings["answer_tokens"], settings.get("answer_from", "boxed-or-text")
         )
         if mismatch is not None:
             return mismatch
@@ -179,14 +186,12 @@ def _written(at: str, update, before: str | None, renderer, prompts, cap: int, s
     return None
 
 
-def _answer(at: str, answer, renderer, answer_tokens: int) -> Mismatch | None:
-    """The answer taken from what the model wrote, and whether it was cut or empty."""
+def _answer(at: str, answer, renderer, answer_tokens: int, answer_from: str) -> Mismatch | None:
+    """The answer taken from what the model wrote, and whether it was cut, empty or unboxed."""
     if answer.served.reply_sha256 != reply_sha256(answer.text, None):
         return Mismatch(at, "the answer's text is not what the model sent back (its digest differs): the record was altered")
-    taken, _ = parse_answer(answer.text)
-    cut = bool(answer.generation.hit_cap) or len(renderer.text(answer.text)) > answer_tokens
-    invalid = f"cut at the answer cap of {answer_tokens} tokens" if cut else None if taken else "empty"
-    if (answer.answer, answer.invalid) != (None if invalid else taken, invalid):
+    taken, invalid = taken_answer(renderer, answer.text, answer.generation, answer_tokens, answer_from)
+    if (answer.answer, answer.invalid) != (taken, invalid):
         return Mismatch(at, f"the recorded answer ({answer.answer!r}, {answer.invalid}) is not what its text makes ({taken!r}, {invalid})")
     return None
 
@@ -197,7 +202,13 @@ def _scope(where: str, trajectory: Trajectory, reading: Reading, settings: dict[
     if reading.scope != scope or settings.get("oracle") != (scope == "paper"):
         return Mismatch(where, f"the recorded scope ({reading.scope}, oracle {settings.get('oracle')}) is not the settings' ({scope})")
     wanted = parse_scope(scope) if isinstance(scope, str) else None
-    if scope == "paper":
+    expected: list[str] | None
+    if reading.document == "verbatim":
+        # the question's own document, which only auto and verbatim page as given
+        allowed = settings.get("document", "auto") in ("auto", "verbatim") and trajectory.paper_id is not None
+        opened = bool(trajectory.steps) and trajectory.steps[0].action_text == document.outlines_action([str(trajectory.paper_id)])
+        expected = [str(trajectory.paper_id)] if allowed and opened else None
+    elif scope == "paper":
         expected = [trajectory.paper_id] if trajectory.paper_id is not None else None
     elif wanted is not None and trajectory.steps and trajectory.steps[0].action_text == document.search_action(trajectory.question):
         try:

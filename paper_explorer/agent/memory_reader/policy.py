@@ -37,8 +37,16 @@ from typing import Any
 from pydantic import SerializeAsAny
 
 from paper_explorer.agent.memory_reader import document
-from paper_explorer.agent.memory_reader.paging import Paging, Section, encode_document, page_document
-from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, parse_answer, update_prompt
+from paper_explorer.agent.memory_reader.paging import Document, Paging, encode_document, page_document, verbatim_document
+from paper_explorer.agent.memory_reader.prompts import (
+    ReaderPrompts,
+    answer_of,
+    final_prompt,
+    is_keep,
+    memory_ids,
+    problem_text,
+    update_prompt,
+)
 from paper_explorer.agent.memory_reader.settings import ReaderRecipe, parse_scope
 from paper_explorer.agent.policies.base import EpisodeStart, NoAnswer, Policy, PolicyError, Reply, action, steps_taken
 from paper_explorer.agent.policies.records import Inline, PolicySettings, SettingsRecord
@@ -69,7 +77,7 @@ class MemoryReader(Policy):
         if backend.renderer is None:
             raise PolicyError("the memory reader's backend has no tokenizer")
         self.backend, self.recipe = backend, recipe
-        self.prompts = prompts or ReaderPrompts.load()
+        self.prompts = prompts or ReaderPrompts.named(recipe.prompts)
         self.tokens = backend.renderer  # what pages and prompts are made of; the loop records no conversation prompt
         self.papers_wanted = parse_scope(recipe.scope)
         self.max_steps = max_steps  # the episode's: a plan that needs more says so before it runs out
@@ -102,6 +110,7 @@ class MemoryReader(Policy):
         self.calls: list[ToolCallRecord] = []  # the last step's tool calls, as the host recorded them
         self.reading = None
         self.submitted = False
+        self.verbatim = False  # this episode pages the question's own document as given
 
     def observed(self, step: Step) -> None:
         self.calls = step.tool_calls
@@ -112,7 +121,18 @@ class MemoryReader(Policy):
             refused = next((call.error for call in reversed(self.calls) if call.error is not None), "no reason recorded")
             raise NoAnswer(f"submit refused the answer: {refused}")
         if step == 0:
+            if self._reads_verbatim():
+                # its outline through the sandbox, so the run shows which document it read; then
+                # the pages, verbatim, in this process
+                assert self.episode.paper_id is not None  # a question's own document is its paper's context
+                self.verbatim = True
+                return Reply(document.outlines_action([self.episode.paper_id]))
             return self._first()
+        if self.verbatim:
+            failed = next((call.error or "" for call in self.calls if call.error is not None or call.name != "read"), None)
+            if failed is not None or not self.calls:
+                raise PolicyError(f"the question's own document could not be opened: {failed or 'the step called no tool'}")
+            return self._answer()
         if self.reads is None:  # the search's step: its hits name the papers
             assert self.papers_wanted is not None
             self.reads = document.Reads(document.top_papers(self.calls, self.papers_wanted))
@@ -131,6 +151,20 @@ class MemoryReader(Policy):
     def finish(self, messages: list[dict[str, str]]) -> dict[str, Any] | None:
         return {"reading": self.reading} if self.reading is not None else None
 
+    def _reads_verbatim(self) -> bool:
+        """Whether this episode pages the question's own document as given (``document``: verbatim,
+        or auto with a question that brings one) rather than papers read through the tools."""
+        if self.recipe.document == "sections":
+            return False
+        if self.episode.document is None:
+            if self.recipe.document == "verbatim":
+                raise PolicyError(
+                    f"{setting('policy.document', 'verbatim')} pages a question's own document (a LongBench or MemAgent "
+                    f"record's context); this question brings none: use {setting('policy.document', 'auto')} or sections"
+                )
+            return False
+        return True
+
     def _first(self) -> Reply:
         if self.papers_wanted is not None:
             return Reply(document.search_action(self.episode.question))
@@ -142,7 +176,12 @@ class MemoryReader(Policy):
         return Reply(outlines)
 
     def _answer(self) -> Reply:
-        answer = Reader(self, self.reads.sections() if self.reads is not None else []).run()
+        if self.verbatim:
+            assert self.episode.document is not None and self.episode.paper_id is not None
+            reader = Reader(self, verbatim_document(self.episode.document, self.tokens), [self.episode.paper_id], verbatim=True)
+        else:
+            reader = Reader(self, encode_document(self.reads.sections() if self.reads is not None else [], self.tokens, self.prompts))
+        answer = reader.run()
         if answer.strip().rstrip(".").lower() == UNANSWERABLE:
             # the final prompt asks for this when the memory holds no answer: it is the reader's
             # abstention, and counts as one (QASPER scores an abstention as this very answer)
@@ -158,21 +197,26 @@ class Reader:
     """One episode's paging, memory updates and final answer, recorded as they happen (so an
     episode that fails halfway keeps what was done)."""
 
-    def __init__(self, policy: MemoryReader, sections: list[Section]) -> None:
+    def __init__(self, policy: MemoryReader, document: Document, papers: list[str] | None = None, *, verbatim: bool = False) -> None:
         self.policy, self.recipe, self.prompts, self.tokens = policy, policy.recipe, policy.prompts, policy.tokens
-        self.document = encode_document(sections, self.tokens, self.prompts)
+        self.document = document
         self.paging: Paging = page_document(
             self.document,
             page_tokens=self.recipe.page_tokens,
-            outlines=self.recipe.outlines,
+            outlines=self.recipe.outlines and not verbatim,  # a verbatim document has no sections to outline
             outline_sections=self.recipe.outline_sections,
             renderer=self.tokens,
             prompts=self.prompts,
+            balanced=self.recipe.outline_fill == "balanced",
         )
-        self.problem = self.tokens.text(policy.episode.question)
+        self.problem = self.tokens.text(problem_text(policy.episode.question, self.recipe.prompts))
+        if papers is None:
+            papers = list(policy.reads.paper_ids) if policy.reads is not None else []
         self.reading = policy.reading = Reading(
             scope=self.recipe.scope,
-            papers=list(policy.reads.paper_ids) if policy.reads is not None else [],
+            papers=papers,
+            document="verbatim" if verbatim else None,
+            document_text=document.text if verbatim else None,
             document_tokens=self.document.tokens,
             read_tokens=0,
             unread_tokens=self.document.tokens,
@@ -269,10 +313,7 @@ class Reader:
         held = memory_ids(self.tokens, self.prompts, memory, self.recipe.memory_tokens)
         prompt = final_prompt(self.tokens, self.prompts, problem_ids=self.problem, memory_ids=held)
         reply = self.policy.backend.complete(prompt, max_new_tokens=self.recipe.answer_tokens)
-        answer, _ = parse_answer(reply.text)
-        # a server may write past max_tokens and say it did not: the text itself is counted too
-        cut = bool(reply.generation and reply.generation.hit_cap) or len(self.tokens.text(reply.text)) > self.recipe.answer_tokens
-        invalid = f"cut at the answer cap of {self.recipe.answer_tokens} tokens" if cut else None if answer else "empty"
+        answer, invalid = taken_answer(self.tokens, reply.text, reply.generation, self.recipe.answer_tokens, self.recipe.answer_from)
         self.reading.answer = MemoryAnswer(
             text=reply.text,
             answer=None if invalid else answer,
@@ -300,6 +341,20 @@ class Reader:
 
     def _spent(self, reply: Reply, prompt: list[int]) -> None:
         self.reading.model_tokens += len(prompt) + written_tokens(self.tokens, reply.text, reply.generation)
+
+
+def taken_answer(tokens, text: str, generation, answer_tokens: int, answer_from: str) -> tuple[str | None, str | None]:
+    """The answer a final call's text gives under the recipe, and why there is none (None: there is
+    one). A text cut at the cap is no answer; so is an empty one, or, under ``answer_from = "boxed"``,
+    one without a complete ``\\boxed{}`` (MemAgent's evaluation scores it 0)."""
+    answer = answer_of(text, answer_from)
+    # a server may write past max_tokens and say it did not: the text itself is counted too
+    cut = bool(generation and generation.hit_cap) or len(tokens.text(text)) > answer_tokens
+    if cut:
+        return None, f"cut at the answer cap of {answer_tokens} tokens"
+    if answer is None:
+        return None, "not in a \\boxed{}" if answer_from == "boxed" and text.strip() else "empty"
+    return answer, None
 
 
 def written_tokens(tokens, text: str, generation) -> int:

@@ -25,14 +25,16 @@ import hashlib
 import string
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import paper_explorer.corpus.files as files
 from paper_explorer.agent.errors import AgentError
 
 PROMPTS_FILE = Path(__file__).parent / "prompts" / "memory_reader.toml"
+# The packaged prompts, by the name the recipe's ``prompts`` setting gives.
+PROMPTS_FILES = {"explorer": PROMPTS_FILE, "memagent": Path(__file__).parent / "prompts" / "memagent.toml"}
 
-# Each key of the prompts file and the placeholders it must hold (no more, no fewer).
+# Each key of the prompts file and the placeholders it must hold (no more, no fewer; OPTIONAL ones may be left out).
 PLACEHOLDERS: dict[str, frozenset[str]] = {
     "update": frozenset({"problem", "memory", "section", "keep_instruction"}),
     "keep_instruction": frozenset({"sentinel"}),
@@ -43,6 +45,9 @@ PLACEHOLDERS: dict[str, frozenset[str]] = {
     "outline_continued": frozenset(),
     "document_section": frozenset({"heading", "text"}),
 }
+# An update prompt may tell the model of no keep sentinel (MemAgent's does not); then the file has
+# no keep_instruction, and a recipe with a sentinel is refused (ReaderRecipe).
+OPTIONAL: dict[str, frozenset[str]] = {"update": frozenset({"keep_instruction"})}
 
 
 class Renderer(Protocol):
@@ -58,7 +63,7 @@ class ReaderPrompts:
     """The words of the memory reader's prompts (see the file for what each key is)."""
 
     update: str
-    keep_instruction: str
+    keep_instruction: str | None  # None: the update prompt tells of no keep sentinel
     final: str
     no_memory: str
     outline: str
@@ -67,6 +72,13 @@ class ReaderPrompts:
     document_section: str
     path: Path
     sha256: str  # of the file's bytes
+
+    @classmethod
+    def named(cls, name: str) -> ReaderPrompts:
+        """The packaged prompts the recipe's ``prompts`` setting names (explorer or memagent)."""
+        if name not in PROMPTS_FILES:
+            raise AgentError(f"no packaged reader prompts named {name!r}; the names are {', '.join(PROMPTS_FILES)}")
+        return cls.load(PROMPTS_FILES[name])
 
     @classmethod
     def load(cls, path: Path = PROMPTS_FILE) -> ReaderPrompts:
@@ -81,12 +93,25 @@ class ReaderPrompts:
         unknown = sorted(set(table) - set(PLACEHOLDERS))
         if unknown:
             raise AgentError(f"{path}: unknown key {unknown[0]!r}; the keys are {', '.join(PLACEHOLDERS)}")
+        keeps = isinstance(table.get("update"), str) and "keep_instruction" in _names(table["update"])
         for key, expected in PLACEHOLDERS.items():
-            _check_template(path, key, table.get(key), expected)
-        return cls(**{key: table[key] for key in PLACEHOLDERS}, path=path, sha256=hashlib.sha256(data).hexdigest())
+            if key == "keep_instruction" and not keeps:
+                if key in table:
+                    raise AgentError(f"{path}: key 'keep_instruction' is given, but 'update' has no {{keep_instruction}} to take it")
+                continue
+            _check_template(path, key, table.get(key), expected, OPTIONAL.get(key, frozenset()))
+        values: dict[str, Any] = {key: table.get(key) for key in PLACEHOLDERS}  # each checked above, keep_instruction may be None
+        return cls(**values, path=path, sha256=hashlib.sha256(data).hexdigest())
 
 
-def _check_template(path: Path, key: str, template: object, expected: frozenset[str]) -> None:
+def _names(template: str) -> set[str]:
+    try:
+        return {name for name, _, _ in _fields(template)}
+    except ValueError:
+        return set()  # refused, saying why, by _check_template
+
+
+def _check_template(path: Path, key: str, template: object, expected: frozenset[str], optional: frozenset[str] = frozenset()) -> None:
     if template is None:
         raise AgentError(f"{path}: missing key {key!r}")
     if not isinstance(template, str):
@@ -99,7 +124,7 @@ def _check_template(path: Path, key: str, template: object, expected: frozenset[
     unknown = sorted(set(names) - expected)
     if unknown:
         raise AgentError(f"{path}: key {key!r} has an unknown placeholder {{{unknown[0]}}}; it takes {_listed(expected)}")
-    missing = sorted(expected - set(names))
+    missing = sorted(expected - optional - set(names))
     if missing:
         raise AgentError(f"{path}: key {key!r} lacks the placeholder {{{missing[0]}}}; it takes {_listed(expected)}")
     dressed = next((name for name, spec, conversion in fields if spec or conversion), None)
@@ -152,7 +177,9 @@ def update_prompt(
 ) -> list[int]:
     """The prompt of one memory update: the problem, the memory so far, then the section (the
     page-local outline's ids, then the page's). The keep instruction is filled only with a sentinel."""
-    keep = prompts.keep_instruction.format(sentinel=sentinel) if sentinel else ""
+    if sentinel and prompts.keep_instruction is None:
+        raise AgentError(f"{prompts.path}: the update prompt tells of no keep sentinel, so {sentinel!r} cannot be used with it")
+    keep = prompts.keep_instruction.format(sentinel=sentinel) if sentinel and prompts.keep_instruction is not None else ""
     values: dict[str, list[int] | str] = {
         "problem": problem_ids,
         "memory": memory_ids,
@@ -165,6 +192,12 @@ def update_prompt(
 def final_prompt(renderer: Renderer, prompts: ReaderPrompts, *, problem_ids: list[int], memory_ids: list[int]) -> list[int]:
     """The prompt of the final answer: the problem and the memory, no page text."""
     return build(renderer, prompts.final, {"problem": problem_ids, "memory": memory_ids})
+
+
+def problem_text(question: str, prompts_name: str) -> str:
+    """The question as the prompts hold it: MemAgent's evaluation strips it (``item['input'].strip()``);
+    ours keeps it as given, as every reader trajectory before the memagent prompts was served."""
+    return question.strip() if prompts_name == "memagent" else question
 
 
 def memory_ids(renderer: Renderer, prompts: ReaderPrompts, memory: str | None, cap: int) -> list[int]:
@@ -197,6 +230,55 @@ def parse_answer(text: str) -> tuple[str | None, str]:
     if answer is not None:
         return answer.strip() or None, "boxed"
     return text.strip() or None, "plain"
+
+
+def boxed_only(text: str) -> str | None:
+    """The answer as MemAgent's evaluation takes it (``answer_from = "boxed"``): the text after the
+    last ``</think>`` if any (its ``extract_solution``), then the content of the LAST ``\\boxed``
+    (its ``extract_boxed_answer``: ``\\boxed{...}`` with braces counted from it, or ``\\boxed x``
+    up to a ``$``). None where that gives none: no box, the last one never closed, or one the upstream
+    code would fail an assertion on (an ``\\fbox``), all of which it scores 0. An empty or blank
+    answer is None too: upstream scores it 0 as well. Ported, and tested against upstream's own code."""
+    if "</think>" in text:
+        text = text.split("</think>")[-1].strip()
+    found = _last_boxed(text)
+    if found is None:
+        return None
+    if "\\boxed " in found:
+        answer = found[len("\\boxed ") :]
+    elif found.startswith(BOX) and found.endswith("}"):
+        answer = found[len(BOX) : -1]
+    else:
+        return None
+    return answer.strip() or None
+
+
+def _last_boxed(text: str) -> str | None:
+    """MemAgent's ``last_boxed_only_string``, step for step (taskutils/memory_eval/utils/__init__.py)."""
+    index = text.rfind("\\boxed")
+    if "\\boxed " in text:
+        return "\\boxed " + text.split("\\boxed ")[-1].split("$")[0]
+    if index < 0:
+        index = text.rfind("\\fbox")
+        if index < 0:
+            return None
+    depth = 0
+    for position in range(index, len(text)):
+        if text[position] == "{":
+            depth += 1
+        if text[position] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[index : position + 1]
+    return None
+
+
+def answer_of(text: str, answer_from: str) -> str | None:
+    """The final call's answer under the recipe's ``answer_from``: ``boxed`` (MemAgent's rule,
+    ``boxed_only``) or ``boxed-or-text`` (``parse_answer``)."""
+    if answer_from == "boxed":
+        return boxed_only(text)
+    return parse_answer(text)[0]
 
 
 def _closing_brace(text: str, start: int) -> int | None:

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from paper_explorer.agent.policy_registry import PolicyConfig
 
@@ -81,8 +81,27 @@ class ReaderRecipe(PolicyConfig):
         le=10**12,
         description="Model tokens (prompts and outputs, every call) an episode may spend; pages past it are left unread, counted.",
     )
-    preset: Literal["memagent-readall", "memagent-readtwice"] | None = Field(
-        None, description="MemAgent's recipe, memagent-readall or memagent-readtwice (a setting given wins)."
+    document: Literal["auto", "sections", "verbatim"] = Field(
+        "auto",
+        description="What is paged: verbatim (a benchmark's own context, its token stream as given), sections "
+        "(papers read through the tools, laid out as sections), or auto (verbatim where the question brings one).",
+    )
+    prompts: Literal["explorer", "memagent"] = Field(
+        "explorer", description="The prompts' words: explorer (ours) or memagent (MemAgent's own TEMPLATE and TEMPLATE_FINAL_BOXED)."
+    )
+    answer_from: Literal["boxed-or-text", "boxed"] = Field(
+        "boxed-or-text",
+        description="The answer: the last \\boxed{} (else the whole text: boxed-or-text; else none, scored 0: boxed).",
+    )
+    outline_fill: Literal["greedy", "balanced"] = Field(
+        "greedy",
+        description="With outlines: fill each page in turn (greedy), or spread the sections over as many pages "
+        "as evenly as they go (balanced).",
+    )
+    preset: Literal["memagent", "memagent-readall", "memagent-readtwice"] | None = Field(
+        None,
+        description="memagent (MemAgent's released reader: its prompts and caps), or our prompts with its numbers: "
+        "memagent-readall, memagent-readtwice (a setting given wins).",
     )
 
     @field_validator("scope")
@@ -97,6 +116,15 @@ class ReaderRecipe(PolicyConfig):
         if sentinel != sentinel.strip() or "\n" in sentinel:
             raise ValueError(f"{sentinel!r}: write the keep sentinel without spaces around it and on one line (empty: none)")
         return sentinel
+
+    @model_validator(mode="after")
+    def _keep_needs_instruction(self) -> ReaderRecipe:
+        if self.prompts == "memagent" and self.keep_sentinel:
+            raise ValueError(
+                f"the memagent prompts tell the model of no keep sentinel, so {self.keep_sentinel!r} would never be written "
+                "on purpose: give an empty keep sentinel (the memagent preset does)"
+            )
+        return self
 
     @classmethod
     def run_defaults(cls, policy: dict[str, Any], episode: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

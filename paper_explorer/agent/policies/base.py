@@ -25,6 +25,9 @@ class EpisodeStart:
     question_id: str | None = None
     sample: int = 0  # which of a question's K attempts (explorer eval --samples K)
     paper_id: str | None = None  # the question's own paper (the memory reader's oracle scope); None for free text
+    # the question's own document exactly as its benchmark gives it (``Paper.context``), None for a
+    # question about shared papers: the memory reader's verbatim page source, read in the host's process
+    document: str | None = None
     record_ids: bool = (
         False  # the episode keeps served prompts' ids (EpisodeConfig.record_prompt_ids): calls the loop does not record need to know
     )
