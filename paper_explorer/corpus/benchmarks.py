@@ -1,7 +1,7 @@
 """LongBench QA lines and MemAgent's HotpotQA eval files: each record is one question over its own documents.
 
-Two layouts, recognised from the content by ``corpus.loading`` (a record with a ``context`` that is
-neither our JSONL nor QASPER's):
+Two layouts, recognised from the content by ``corpus.loading`` (a record with a ``context`` or an
+``input`` that is neither our JSONL nor QASPER's; ``layout``):
 
 * LongBench v1 (THUDM/LongBench, ``data/<subset>.jsonl`` in its ``data.zip``): one JSON object per
   line, ``{input, context, answers, length, dataset, language, all_classes, _id}``. Accepted: the
@@ -96,9 +96,10 @@ class RawMemAgent(_Raw):
 
 
 def layout(raw: dict) -> Layout | None:
-    """Which benchmark a record is from: it holds a ``context`` and is not one of our own layouts
-    (``paper``: explorer JSONL; ``full_text``: QASPER's). None when it is not a benchmark record."""
-    if "context" not in raw or "paper" in raw or "full_text" in raw:
+    """Which benchmark a record is from: it holds a ``context`` or an ``input`` (no layout of ours
+    has either at its top) and is not one of our own layouts (``paper``: explorer JSONL;
+    ``full_text``: QASPER's). None when it is not a benchmark record."""
+    if not {"context", "input"} & raw.keys() or "paper" in raw or "full_text" in raw:
         return None
     return "memagent" if MEMAGENT_KEYS & raw.keys() and not LONGBENCH_KEYS & raw.keys() else "longbench"
 
@@ -113,7 +114,8 @@ def from_record(raw: dict, place: str) -> tuple[Paper, list[Question]]:
         )
     if not (MEMAGENT_KEYS | LONGBENCH_KEYS) & keys:
         raise CorpusError(
-            f"{place}: a record with a context but neither LongBench's _id and dataset nor MemAgent's num_docs and index; "
+            f"{place}: a record with {' and '.join(sorted({'context', 'input'} & keys))} but neither LongBench's _id and dataset "
+            "nor MemAgent's num_docs and index; "
             "expected a LongBench line or a record of MemAgent's eval files"
         )
     if layout(raw) == "memagent":

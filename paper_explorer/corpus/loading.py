@@ -7,7 +7,7 @@ The layout is recognised from the content, not the file name:
 * JSON rows (a list, or one object per line) with ``full_text`` as columns -> Hugging Face;
 * one ``{"schema_version": 1, "paper": {...}, "questions": [...]}`` object per line -> ours,
   written by ``explorer corpus export`` and ``explorer corpus generate``;
-* records (a list, or one object per line) with a ``context`` -> LongBench or MemAgent
+* records (a list, or one object per line) with a ``context`` or an ``input`` -> LongBench or MemAgent
   (``corpus.benchmarks``): each is one question and the paper that is its own document set.
 
 A questions file (``questions=``, ``with_questions``) holds questions, one per line, or such

@@ -172,7 +172,7 @@ def test_a_longbench_line_with_a_bad_field_is_refused_naming_it(tmp_path, change
     assert message.startswith(f"{tmp_path / 'bad.jsonl'}:1: ") and fragment in message, message
 
 
-@pytest.mark.parametrize("missing", ["_id", "input", "answers", "dataset"])
+@pytest.mark.parametrize("missing", ["_id", "input", "context", "answers", "dataset"])
 def test_a_longbench_line_missing_a_key_is_refused_naming_it(tmp_path, missing):
     record = {key: value for key, value in longbench_record("musique", 0).items() if key != missing}
     assert f"bad.jsonl:1: field '{missing}' is missing; add it" in refused(tmp_path, [record])
@@ -209,7 +209,9 @@ def test_records_that_mix_or_miss_both_benchmarks_keys_are_refused(tmp_path):
     mixed = longbench_record("hotpotqa", 0) | {"num_docs": 10, "index": 2}
     assert "both LongBench's keys" in refused(tmp_path, [mixed])
     bare = {"context": "some text", "input": "a question?", "answers": ["x"]}
-    assert "neither LongBench's _id and dataset nor MemAgent's num_docs and index" in refused(tmp_path, [bare], "bare.jsonl")
+    assert "with context and input but neither LongBench's _id and dataset nor MemAgent's num_docs and index" in refused(
+        tmp_path, [bare], "bare.jsonl"
+    )
 
 
 # -- splits, hashes, stats ----------------------------------------------------------------------------
