@@ -100,6 +100,37 @@ def qwen3_tokenizer() -> Path:
     return directory
 
 
+# Long-context benchmark files (tests/benchmark_files.py builds them from generated words), once per session.
+
+
+@pytest.fixture(scope="session")
+def longbench_file(tmp_path_factory) -> Path:
+    """A LongBench JSONL of the five subsets of the released table (narrativeqa, qasper, hotpotqa,
+    2wikimqa, musique), three records each, in their own layouts."""
+    from tests.benchmark_files import longbench_records, write_jsonl
+
+    return write_jsonl(tmp_path_factory.mktemp("longbench") / "longbench.jsonl", longbench_records())
+
+
+@pytest.fixture(scope="session")
+def memagent_file(tmp_path_factory) -> Path:
+    """MemAgent's eval_{N}.json layout, small: three questions over 20 documents each."""
+    from tests.benchmark_files import memagent_record, write_memagent
+
+    records = [memagent_record(20, index).record for index in (3, 14, 15)]
+    return write_memagent(tmp_path_factory.mktemp("memagent") / "eval_20.json", records)
+
+
+@pytest.fixture(scope="session")
+def memagent_224k(tmp_path_factory):
+    """MemAgent's eval_1600.json layout with ONE question over 1,600 documents, about 224,000
+    Qwen3-8B tokens (``tests.benchmark_files.LongContextFile``: the file, the question's id, its
+    answer, the numbers of its two supporting documents). Built in a fraction of a second."""
+    from tests.benchmark_files import write_long_file
+
+    return write_long_file(tmp_path_factory.mktemp("memagent-224k"))
+
+
 # The real pretrained SmolLM2-135M-Instruct, converted from its wheel's GGUF file by `make smollm2`:
 # $EXPLORER_SMOLLM2 (a user's own converted copy), else .models/ in the checkout. Missing, it
 # skips - and fails under CI=true, which makes it before the tests.

@@ -59,6 +59,7 @@ PARSE_ONLY = {
     "server": "needs a running model server",
     "hub": "downloads a model from the Hugging Face hub",
     "qasper": "needs QASPER's official files",
+    "benchmarks": "downloads LongBench's or MemAgent's files from the Hugging Face hub",
     "setup": "sets up the checkout itself",
     "qwen3": "needs a Qwen3 tokenizer, in which each probe option is one token",
     "download": "downloads and converts a real model (make smollm2 does it once for the tests)",

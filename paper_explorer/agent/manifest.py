@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from paper_explorer.agent.config import EvalConfig
 from paper_explorer.agent.trajectory import Hashes, Trajectory
@@ -28,6 +28,9 @@ class RunManifest(BaseModel):
     created_at: str
     command: list[str]
     corpus: list[str]  # the files the corpus was loaded from (empty: the generated demo corpus)
+    file_sha256: dict[str, str] = Field(default_factory=dict, exclude_if=lambda files: not files)
+    """The SHA-256 of each file read, the corpus's and a questions file's, as stored: the files a
+    run used, pinned (left out when none was read: the demo corpus; older manifests lack it)."""
     config: RecordedEvalConfig
     hashes: Hashes
     isolation: str  # the sandbox's layers on this machine (tools.sandbox)

@@ -72,7 +72,9 @@ def stats(
     table.add_column(no_wrap=True)
     table.add_column(overflow="fold")  # a hash is one long word: folded whole, never cut with an ellipsis
     for key, value in summary.items():
-        if isinstance(value, dict):
+        if key == "file_sha256":  # as sha256sum prints them, one file a line: `sha256sum -c` checks a copy
+            value = "\n".join(f"{digest}  {file}" for file, digest in value.items()) or "-"
+        elif isinstance(value, dict):
             value = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
         elif isinstance(value, list):
             value = ", ".join(value)

@@ -19,9 +19,17 @@ from paper_explorer.corpus.loading import with_questions
 
 log = logging.getLogger(__name__)
 
-CORPUS_HELP = "Corpus file or directory (QASPER v0.3 JSON, Hugging Face qasper rows, or explorer JSONL). Default: the bundled demo corpus."
+CORPUS_HELP = (
+    "Corpus file or directory (QASPER v0.3 JSON, Hugging Face qasper rows, explorer JSONL, LongBench QA lines, "
+    "or MemAgent's HotpotQA eval files). Default: the bundled demo corpus."
+)
 CorpusOption = typer.Option(None, "--corpus", "-c", envvar="EXPLORER_CORPUS", help=CORPUS_HELP)
-QuestionsOption = typer.Option(None, "--questions", help="JSONL of questions that replaces the corpus's own.")
+QuestionsOption = typer.Option(
+    None,
+    "--questions",
+    help="JSONL of questions that replaces the corpus's own; or a LongBench or MemAgent file, whose contexts "
+    "join the corpus as their questions' own documents.",
+)
 JsonOption = typer.Option(False, "--json", help="Print machine-readable JSON instead of tables.")
 SplitOfOption = typer.Option(
     None,

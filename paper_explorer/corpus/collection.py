@@ -45,6 +45,9 @@ class Corpus:
     questions: tuple[Question, ...] = ()
     warnings: tuple[LoadWarning, ...] = ()
     sources: tuple[str, ...] = ()
+    file_sha256: dict[str, str] = field(default_factory=dict)
+    """The SHA-256 of each file read (the corpus files, a questions file), by its name as given:
+    for a user to pin the files. Not part of ``sha256``, which covers the parsed content."""
     _by_id: dict[str, Paper] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +86,7 @@ class Corpus:
             questions=tuple(q for q in self.questions if q.paper_id in in_split),
             warnings=self.warnings,
             sources=self.sources,
+            file_sha256=self.file_sha256,
         )
 
     def warning_counts(self) -> dict[str, int]:

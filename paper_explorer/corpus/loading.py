@@ -1,11 +1,20 @@
-"""Read a corpus from QASPER v0.3 JSON, Hugging Face ``allenai/qasper`` rows, or our JSONL.
+"""Read a corpus from QASPER v0.3 JSON, Hugging Face ``allenai/qasper`` rows, our JSONL, or a
+long-context benchmark's records (LongBench QA lines, MemAgent's HotpotQA eval files).
 
 The layout is recognised from the content, not the file name:
 
 * a JSON object keyed by paper id whose values have ``full_text`` -> QASPER v0.3;
 * JSON rows (a list, or one object per line) with ``full_text`` as columns -> Hugging Face;
 * one ``{"schema_version": 1, "paper": {...}, "questions": [...]}`` object per line -> ours,
-  written by ``explorer corpus export`` and ``explorer corpus generate``.
+  written by ``explorer corpus export`` and ``explorer corpus generate``;
+* records (a list, or one object per line) with a ``context`` or an ``input`` -> LongBench or MemAgent
+  (``corpus.benchmarks``): each is one question and the paper that is its own document set.
+
+A questions file (``questions=``, ``with_questions``) holds questions, one per line, or such
+benchmark records: their papers join the corpus beside its own.
+
+Each file's SHA-256 (of its bytes as stored) is taken from the bytes read, for ``corpus stats``
+and a run's manifest to pin the files.
 
 A directory loads every ``*.json`` and ``*.jsonl`` file in it, in name order (so the official
 train, dev and test files load together). Any problem raises ``CorpusError`` with one line
@@ -22,6 +31,7 @@ questions file is also refused while it still holds a template's placeholders
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -31,6 +41,7 @@ from typing import Literal, NamedTuple
 from pydantic import ValidationError
 
 import paper_explorer.corpus.files as files
+from paper_explorer.corpus import benchmarks
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.errors import CorpusError, LoadWarning, from_validation_error, where
 from paper_explorer.corpus.jsonl import every_line
@@ -40,7 +51,11 @@ from paper_explorer.corpus.schema import FIGURE_EVIDENCE_PREFIX, Items, Paper, Q
 from paper_explorer.corpus.splits import ALIASES, SPLITS, split_from_name
 
 SCHEMA_VERSION = 1
-SUPPORTED = "QASPER v0.3 JSON, Hugging Face allenai/qasper rows (JSON or JSONL), or explorer JSONL"
+SUPPORTED = (
+    "QASPER v0.3 JSON, Hugging Face allenai/qasper rows (JSON or JSONL), explorer JSONL, "
+    "LongBench QA lines, or MemAgent's HotpotQA eval files"
+)
+QUESTIONS = "one question per line (`explorer schema question` shows the format), or LongBench or MemAgent records"
 
 
 class _Duplicates:
@@ -60,12 +75,18 @@ class _Duplicates:
         return result
 
 
-def _read_text(path: Path, inside: Path | None = None) -> tuple[bytes, str]:
-    """The file's bytes without a UTF-8 byte order mark, and its text; one line if it is not a
+class _FileText(NamedTuple):
+    data: bytes  # without a UTF-8 byte order mark
+    text: str
+    sha256: str  # of the bytes as stored: what sha256sum prints
+
+
+def _read_text(path: Path, inside: Path | None = None) -> _FileText:
+    """The file's bytes without a UTF-8 byte order mark, its text and its SHA-256; one line if it is not a
     regular file (``corpus.files``: bounded, not a link out of ``inside``), not UTF-8, or binary."""
     try:
         data = files.read_bytes(path, limit=files.DATA_BYTES, inside=inside, what="corpus")
-        return data.removeprefix(codecs.BOM_UTF8), files.decode(data, path)
+        return _FileText(data.removeprefix(codecs.BOM_UTF8), files.decode(data, path), hashlib.sha256(data).hexdigest())
     except FileNotFoundError:
         raise CorpusError(f"{path}: no such file; check the path") from None
     except files.FileRefused as error:
@@ -95,11 +116,19 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> object:
     return value
 
 
-def _json_documents(path: Path, expected: str = SUPPORTED, inside: Path | None = None) -> Iterator[tuple[int | None, object]]:
+def _json_documents(
+    path: Path, expected: str = SUPPORTED, inside: Path | None = None, digests: dict[str, str] | None = None
+) -> Iterator[tuple[int | None, object]]:
     """(line number or None, parsed value): one value for a JSON file, one per line for JSONL.
-    ``inside``: the corpus directory the file was found in (a link out of it is refused)."""
-    data, text = _read_text(path, inside)
-    if not text.strip():
+    ``inside``: the corpus directory the file was found in (a link out of it is refused);
+    ``digests`` gets the file's SHA-256 under its name. The file's bytes and text are let go
+    before the first value is yielded (a benchmark file may hold hundreds of megabytes)."""
+    read = _read_text(path, inside)
+    if digests is not None:
+        digests[str(path)] = read.sha256
+    data, text = read.data, read.text
+    del read
+    if not text or text.isspace():  # not text.strip(): that copies the whole text
         raise CorpusError(f"{path}: the file is empty; expected {expected}")
     if path.suffix != ".jsonl":
         try:
@@ -107,15 +136,21 @@ def _json_documents(path: Path, expected: str = SUPPORTED, inside: Path | None =
         except _ExtraData:
             pass  # more than one value: JSONL under another name
         else:
+            del data, text
             yield None, value
             return
-    for line in every_line(data):  # bytes split on \n only: a paper's text may hold U+2028, which splitlines() splits
+    del text
+    lines = every_line(data)  # bytes split on \n only: a paper's text may hold U+2028, which splitlines() splits
+    del data
+    for line in lines:
         yield line.number, _parse_json(path, line.data.decode("utf-8"), line.number)
 
 
-def _records(path: Path, inside: Path | None = None) -> Iterator[tuple[int | None, str | None, object]]:
+def _records(
+    path: Path, inside: Path | None = None, digests: dict[str, str] | None = None
+) -> Iterator[tuple[int | None, str | None, object]]:
     """(line, paper id if known from the layout, raw record) for every paper in the file."""
-    for line, value in _json_documents(path, inside=inside):
+    for line, value in _json_documents(path, inside=inside, digests=digests):
         if isinstance(value, dict) and line is None and not _is_row(value):
             for paper_id, raw in value.items():
                 yield None, paper_id, raw
@@ -127,7 +162,14 @@ def _records(path: Path, inside: Path | None = None) -> Iterator[tuple[int | Non
 
 
 def _is_row(value: dict) -> bool:
-    return "paper" in value or ("id" in value and "full_text" in value)
+    return "paper" in value or ("id" in value and "full_text" in value) or benchmarks.layout(value) is not None
+
+
+def _record_place(path: Path, line: int | None, key: str | None) -> str:
+    """Where a record is: its line, or its position in a JSON array (``record #3``, counted from 0)."""
+    if line is None and key is not None and key.startswith("#"):
+        return f"{path}: record {key}"
+    return where(str(path), line)
 
 
 class _Placed(NamedTuple):
@@ -159,6 +201,8 @@ def _paper_from_record(path: Path, line: int | None, key: str | None, raw: objec
                 "wrap papers in one object keyed by paper id, as the official files do"
             )
         return _validated(path, line, paper_id, lambda: from_hf_row(RawHfRow.model_validate(raw)))
+    if benchmarks.layout(raw) is not None:
+        return benchmarks.from_record(raw, _record_place(path, line, key))
     shown = ", ".join(sorted(raw)[:6]) or "no keys"
     raise CorpusError(f"{where(str(path), line, paper_id)}: unrecognised record with {shown}; expected {SUPPORTED}")
 
@@ -213,6 +257,7 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, sp
     papers: list[Paper] = []
     all_questions: list[_Placed] = []
     first_seen: dict[str, str] = {}
+    digests: dict[str, str] = {}
     stated = dict(split_of or {})
     found = corpus_files(path)
     inside = path if path.is_dir() else None
@@ -221,24 +266,34 @@ def load(path: str | os.PathLike, questions: str | os.PathLike | None = None, sp
         raise CorpusError(f"--split-of names {sorted(unknown)[0]}, which is not a file of the corpus {path}")
     for file in found:
         named = split_from_name(file)
-        for line, key, raw in _records(file, inside):
+        for line, key, raw in _records(file, inside, digests):
             paper, paper_questions = _paper_from_record(file, line, key, raw)
             split = stated.get(str(file.resolve())) or paper.split or _row_split(raw) or named
             if split != paper.split:
                 paper = paper.model_copy(update={"split": split})
             place = where(str(file), line, paper.id)
-            if paper.id in first_seen:
-                raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); each paper may appear once")
-            first_seen[paper.id] = where(str(file), line)
+            _add_paper(papers, first_seen, paper, place, _record_place(file, line, key))
             for question in paper_questions:
                 if question.paper_id != paper.id:
                     raise CorpusError(f"{place}: question {question.id!r} names paper {question.paper_id!r}; fix its paper_id")
-            papers.append(paper)
-            official = not (isinstance(raw, dict) and "paper" in raw)  # not explorer JSONL: one of QASPER's layouts
-            all_questions.extend(_Placed(place, question, official) for question in paper_questions)
+            all_questions.extend(_Placed(place, question, _is_qasper(raw)) for question in paper_questions)
     if questions is not None:
-        all_questions = list(_question_lines(Path(questions)))
-    return _assemble(papers, all_questions, sources=tuple(str(p) for p in corpus_files(path)))
+        all_questions = _questions_file(Path(questions), papers, first_seen, digests)
+    return _assemble(papers, all_questions, sources=tuple(str(p) for p in found), file_sha256=digests)
+
+
+def _is_qasper(raw: object) -> bool:
+    """Whether a record is in one of QASPER's layouts (neither explorer JSONL nor a benchmark's),
+    whose gold answers are taken as published."""
+    return not (isinstance(raw, dict) and ("paper" in raw or benchmarks.layout(raw) is not None))
+
+
+def _add_paper(papers: list[Paper], first_seen: dict[str, str], paper: Paper, place: str, seen_as: str) -> None:
+    """Append ``paper``, refusing an id already taken (``first_seen``: id -> where it was first)."""
+    if paper.id in first_seen:
+        raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); each paper may appear once")
+    first_seen[paper.id] = seen_as
+    papers.append(paper)
 
 
 def _row_split(raw: object) -> str | None:
@@ -251,25 +306,46 @@ def _row_split(raw: object) -> str | None:
 
 
 def with_questions(corpus: Corpus, questions: str | os.PathLike) -> Corpus:
-    """The corpus's papers with the questions of a JSONL file instead of its own."""
-    return _assemble(list(corpus.papers), list(_question_lines(Path(questions))), corpus.sources)
+    """The corpus's papers with the questions of a JSONL file instead of its own (and, for a
+    benchmark's records, the papers that are their own documents beside the corpus's)."""
+    papers = list(corpus.papers)
+    first_seen = {paper.id: "the corpus" for paper in papers}
+    digests = dict(corpus.file_sha256)
+    placed = _questions_file(Path(questions), papers, first_seen, digests)
+    return _assemble(papers, placed, corpus.sources, file_sha256=digests)
 
 
-def _question_lines(path: Path) -> Iterator[_Placed]:
-    for line, value in _json_documents(path, "one question per line (`explorer schema question` shows the format)"):
-        place = where(str(path), line)
-        if not isinstance(value, dict):
-            raise CorpusError(
-                f"{place}: expected one question object per line, got {type(value).__name__}; `explorer schema question` shows the format"
-            )
-        refuse_unfilled(place, value)
-        try:
-            yield _Placed(place, Question.model_validate(value))
-        except ValidationError as error:
-            raise from_validation_error(error, place) from None
+def _questions_file(path: Path, papers: list[Paper], first_seen: dict[str, str], digests: dict[str, str]) -> list[_Placed]:
+    """The questions of a questions file; a benchmark record's paper is appended to ``papers``."""
+    placed: list[_Placed] = []
+    for line, value in _json_documents(path, QUESTIONS, digests=digests):
+        if line is None and isinstance(value, list) and any(isinstance(item, dict) and benchmarks.layout(item) for item in value):
+            records = [(f"{path}: record #{index}", item) for index, item in enumerate(value)]  # MemAgent's eval files
+        else:
+            records = [(where(str(path), line), value)]
+        for place, raw in records:
+            if isinstance(raw, dict) and benchmarks.layout(raw) is not None:
+                paper, questions = benchmarks.from_record(raw, place)
+                _add_paper(papers, first_seen, paper, where(str(path), line, paper.id), place)
+                placed.extend(_Placed(place, question) for question in questions)
+            else:
+                placed.append(_question(place, raw))
+    return placed
 
 
-def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str, ...]) -> Corpus:
+def _question(place: str, value: object) -> _Placed:
+    if not isinstance(value, dict):
+        raise CorpusError(
+            f"{place}: expected one question object per line, got {type(value).__name__}; `explorer schema question` shows the format"
+        )
+    refuse_unfilled(place, value)
+    try:
+        return _Placed(place, Question.model_validate(value))
+    except ValidationError as error:
+        raise from_validation_error(error, place) from None
+
+
+def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str, ...], file_sha256: dict[str, str] | None = None) -> Corpus:
     by_id = {paper.id: paper for paper in papers}
     seen: dict[str, str] = {}
     warnings: list[LoadWarning] = []
@@ -291,6 +367,7 @@ def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str,
         questions=tuple(placed.question for placed in questions),
         warnings=tuple(warnings),
         sources=sources,
+        file_sha256=dict(file_sha256 or {}),
     )
 
 

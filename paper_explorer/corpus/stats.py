@@ -33,6 +33,7 @@ class CorpusStats(Record):
     """Papers, paragraphs and questions counted, by answer kind and split, and the content hashes."""
 
     sources: list[str]  # the files (or the demo generator) the corpus was read from
+    file_sha256: dict[str, str]  # each file read (corpus files, a questions file): the SHA-256 of its bytes, to pin it
     papers: int
     sections: int
     paragraphs: int  # non-empty ones: what is indexed and shown
@@ -46,6 +47,7 @@ class CorpusStats(Record):
     figure_evidence: int  # evidence strings that cite a figure or table ("FLOAT SELECTED")
     papers_per_split: dict[str, int]  # "none" for papers without a split
     questions_per_split: dict[str, int]  # by their paper's split
+    questions_per_benchmark: dict[str, int]  # by Question.benchmark ("longbench/hotpotqa"), "none" where it has none
     warnings: dict[str, int]  # load warnings by kind
     sha256: str  # papers and questions together
     corpus_sha256: str  # the papers: a run's manifest and a preregistration call it so
@@ -61,6 +63,7 @@ def corpus_stats(corpus: Corpus, index: BM25Index, index_seconds: float) -> Corp
     split_of = {paper.id: paper.split or "none" for paper in papers}
     return CorpusStats(
         sources=list(corpus.sources),
+        file_sha256=dict(corpus.file_sha256),
         papers=len(papers),
         sections=sum(len(paper.sections) for paper in papers),
         paragraphs=len(paragraphs),
@@ -74,6 +77,7 @@ def corpus_stats(corpus: Corpus, index: BM25Index, index_seconds: float) -> Corp
         figure_evidence=sum(1 for q in questions for a in q.answers for text in a.evidence if text.startswith(FIGURE_EVIDENCE_PREFIX)),
         papers_per_split=dict(sorted(Counter(paper.split or "none" for paper in papers).items())),
         questions_per_split=dict(sorted(Counter(split_of[q.paper_id] for q in questions).items())),
+        questions_per_benchmark=dict(sorted(Counter(q.benchmark or "none" for q in questions).items())),
         warnings=corpus.warning_counts(),
         sha256=corpus.sha256,
         corpus_sha256=corpus.papers_sha256,

@@ -294,6 +294,7 @@ def merged_manifest(runs: list[ShardRun], questions: list, command: list[str], c
         created_at=_now(),
         command=command,
         corpus=corpus_sources,
+        file_sha256=first.file_sha256,
         config=config,
         hashes=first.hashes,
         isolation=first.isolation,

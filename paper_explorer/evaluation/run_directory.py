@@ -392,6 +392,7 @@ def write_manifest(path: Path, corpus: Corpus, config: RecordedEvalConfig, hashe
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
         command=sys.argv[1:],
         corpus=[str(Path(s).resolve()) if Path(s).exists() else str(s) for s in corpus.sources],
+        file_sha256={str(Path(file).resolve()): digest for file, digest in corpus.file_sha256.items()},
         config=config,
         hashes=hashes,
         isolation=isolation,
