@@ -157,7 +157,7 @@ def compare_command(
         console.print(table)
 
 
-def _compare_tables(result: RunComparison) -> list[Table | str]:
+def _compare_tables(result: RunComparison) -> list[Table | Text | str]:
     """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves, calibration."""
     from paper_explorer.evaluation.report import CALIBRATION_HEADER, calibration_rows
     from paper_explorer.evaluation.report_compare import figure_header, figure_rows
@@ -249,7 +249,22 @@ def _compare_tables(result: RunComparison) -> list[Table | str]:
         ]
         for cells in calibration_rows(paired.a, "A", paired.mass_a) + calibration_rows(paired.b, "B", paired.mass_b):
             calibration[0].add_row(*(untrusted(cell) for cell in cells))
-    return [figures, abstention, mcnemar, fisher, rest, moves, *calibration]
+    return [figures, *_benchmark_tables(result), abstention, mcnemar, fisher, rest, moves, *calibration]
+
+
+def _benchmark_tables(result: RunComparison) -> list[Table | Text]:
+    """compare's per-benchmark figures on the paired questions (``evaluation.benchmarks``), and why
+    LongBench's QA average is missing when it is; nothing when no paired question carries a benchmark."""
+    from paper_explorer.evaluation.benchmarks import PAIRED_HEADER, missing_note, paired_rows
+
+    if result.benchmarks is None:
+        return []
+    table = Table(*PAIRED_HEADER, title="per benchmark on the paired questions (x100)")
+    for cells in paired_rows(result.benchmarks):
+        table.add_row(*(untrusted(cell) for cell in cells))  # a benchmark's name comes from the questions file
+    average = result.benchmarks.longbench_qa
+    note = missing_note(average.a if average is not None else None)
+    return [table] if note is None else [table, untrusted(note, "yellow")]
 
 
 def _tokens(value: float | None, signed: bool = False) -> str:

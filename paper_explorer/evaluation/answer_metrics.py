@@ -31,6 +31,7 @@ from paper_explorer.evaluation.answers import (
     answer_evidence_f1,
     best_over_references,
     exact_match,
+    hotpotqa_f1,
     sub_exact_match,
     substring_exact_match,
     token_f1,
@@ -46,6 +47,10 @@ EXACT_MATCH = "exact_match"
 # an episode that decided and 0 of one that did not.
 EVIDENCE_F1 = "evidence_f1"
 EVIDENCE_F1_STRICT = "evidence_f1_strict"
+# The per-benchmark tables (evaluation.benchmarks) read these: a benchmark's F1 is answer_f1
+# (LongBench's qa_f1_score) or HotpotQA's; its SubEM the bidirectional substring one.
+HOTPOTQA_F1 = "hotpotqa_f1"
+SUB_EXACT_MATCH_SUBSTRING = "sub_exact_match_substring"
 
 
 @dataclass(frozen=True)
@@ -121,9 +126,7 @@ register_metric(Metric(EXACT_MATCH, "exact match", lambda a: best(exact_match, a
 # SubEM, ours: whole tokens (answers.sub_exact_match); LongBench's: character substrings (answers.substring_exact_match)
 register_metric(Metric("sub_exact_match", "SubEM (whole tokens)", lambda a: best(sub_exact_match, a), yes_no=True, required=True))
 register_metric(
-    Metric(
-        "sub_exact_match_substring", "SubEM (substring, LongBench)", lambda a: best(substring_exact_match, a), yes_no=True, required=True
-    )
+    Metric(SUB_EXACT_MATCH_SUBSTRING, "SubEM (substring, LongBench)", lambda a: best(substring_exact_match, a), yes_no=True, required=True)
 )
 # QASPER's official rule: empty predicted and gold evidence count 1.0
 register_metric(Metric(EVIDENCE_F1, "evidence F1", evidence_f1, compared=False, required=True))
@@ -136,6 +139,9 @@ register_metric(
 register_metric(
     Metric(EVIDENCE_F1_STRICT, "evidence F1 (strict)", lambda a: evidence_f1(a) if a.decided else 0.0, compared=False, required=True)
 )
+# HotpotQA's F1 (answers.hotpotqa_f1): no credit for a yes/no/noanswer that is not the gold's.
+# Registered after runs were scored: their lines lack it (not required).
+register_metric(Metric(HOTPOTQA_F1, "HotpotQA F1 (yes/no/noanswer exact)", lambda a: best(hotpotqa_f1, a)))
 
 
 # -- the records' flat JSON ---------------------------------------------------------------------

@@ -1,8 +1,13 @@
-"""Answer metrics with the semantics of QASPER's official evaluator (``qasper_evaluator.py``).
+"""Answer metrics with the semantics of QASPER's official evaluator (``qasper_evaluator.py``), and
+the long-context benchmarks' own (LongBench's ``metrics.py``, HotpotQA's F1 as MemAgent scores it).
 
 A prediction is scored against each annotator's reference (``Answer.reference_text``: the
 extractive spans joined with ", ", the free-form answer, "Yes"/"No", or "Unanswerable") and
-keeps the best. An abstention is the prediction "Unanswerable".
+keeps the best. An abstention is the prediction "Unanswerable". A benchmark question's references
+are its answers, one free-form ``Answer`` each; keeping the best over them is LongBench's
+``eval.py`` scorer (MemAgent's ``ruler_hqa.py`` scores only the first: docs/statistics.md).
+
+Each function here is tested against its upstream's code, kept verbatim in tests/evaluation/upstream/.
 """
 
 from __future__ import annotations
@@ -26,7 +31,27 @@ def normalize_answer(text: str) -> str:
 
 
 def token_f1(prediction: str, reference: str) -> float:
-    predicted, gold = normalize_answer(prediction).split(), normalize_answer(reference).split()
+    """SQuAD's token F1 on normalised text: QASPER's ``token_f1_score`` and, token for token,
+    LongBench's ``qa_f1_score`` (the metric of its English QA subsets)."""
+    return _f1(normalize_answer(prediction).split(), normalize_answer(reference).split())
+
+
+# HotpotQA's answers that are a decision, not a span: only the same decision earns credit.
+HOTPOTQA_DECISIONS = ("yes", "no", "noanswer")
+
+
+def hotpotqa_f1(prediction: str, reference: str) -> float:
+    """HotpotQA's answer F1 (its ``hotpot_evaluate_v1.py``, as MemAgent's ``utils.f1_score`` scores
+    HotpotQA): the token F1 above, except that when either side normalises to "yes", "no" or
+    "noanswer" and the other does not normalise to the same, it scores 0 ("yes, it was" against
+    "yes" earns nothing, where ``token_f1`` gives it 0.5)."""
+    predicted, gold = normalize_answer(prediction), normalize_answer(reference)
+    if (predicted in HOTPOTQA_DECISIONS or gold in HOTPOTQA_DECISIONS) and predicted != gold:
+        return 0.0
+    return _f1(predicted.split(), gold.split())
+
+
+def _f1(predicted: list[str], gold: list[str]) -> float:
     common = Counter(predicted) & Counter(gold)
     same = sum(common.values())
     if same == 0:
@@ -36,6 +61,7 @@ def token_f1(prediction: str, reference: str) -> float:
 
 
 def exact_match(prediction: str, reference: str) -> float:
+    """Equal after normalisation: QASPER's and MemAgent's ``exact_match_score``."""
     return float(normalize_answer(prediction) == normalize_answer(reference))
 
 
@@ -60,12 +86,14 @@ def sub_exact_match(prediction: str, reference: str) -> float:
 
 
 def substring_exact_match(prediction: str, reference: str) -> float:
-    """SubEM as LongBench and MemAgent score it ("SubEM (substring, LongBench)", key
-    ``sub_exact_match_substring``): after the same normalisation, the prediction contains the
-    reference or is contained in it as a *character* substring, so "1" counts inside "10" and
-    "cat" inside "concatenate". Empty (or empty after normalisation: whitespace or punctuation
-    only) on either side scores zero: their code would find "" inside every reference, but an
-    empty answer is no answer (the issue's rule: empty or invalid answers score zero)."""
+    """The bidirectional SubEM that LongBench results are reported with, MemAgent's
+    ``sub_exact_match_score`` ("SubEM (substring, LongBench)", key ``sub_exact_match_substring``):
+    after the same normalisation, the prediction contains the reference or is contained in it as
+    a *character* substring, so "1" counts inside "10" and "cat" inside "concatenate".
+    Unlike upstream, empty (or empty after normalisation: whitespace, punctuation or an article
+    only) on either side scores zero. Their code finds "" inside every string, so an empty answer
+    would match every reference, and every answer a reference that normalises to nothing; an empty
+    answer is no answer (the issue's rule: empty or invalid answers score zero)."""
     predicted, gold = normalize_answer(prediction), normalize_answer(reference)
     if not predicted or not gold:
         return 0.0

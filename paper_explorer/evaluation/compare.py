@@ -15,6 +15,9 @@ correctness figure, and left out of the abstention tests. Tokens spent (``evalua
 are paired too: the mean per run and a bootstrap interval of the per-question difference, on the
 paired questions whose episodes both made a model call.
 
+Questions that carry a benchmark (``Question.benchmark``) are also compared per benchmark, on the
+paired questions, as the benchmarks' tables report them (``evaluation.benchmarks``).
+
 Calibration (``evaluation.calibration``): each run's figures per probe, on the paired questions,
 when either run measured probes; the runs' probes are not paired episode by episode.
 
@@ -39,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model
 
 from paper_explorer.agent.policies.settings import adapter_of, model_of
 from paper_explorer.evaluation.answer_metrics import ANSWER_F1, EXACT_MATCH, answer_metric, answer_metrics, flattened, gathered
+from paper_explorer.evaluation.benchmarks import PairedBenchmarks, paired_benchmarks
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.records import AbstentionTable, FisherTest, MeanInterval, ProbeCalibration, ProbeMass
@@ -167,6 +171,8 @@ class RunComparison(Record):
     paired_questions: int
     # each compared answer metric by name, written flat here (each under its own key, in the registry's order)
     answer_metrics: dict[str, PairedMetric] = {}
+    # per benchmark/subset on the paired questions, and LongBench's QA average (evaluation.benchmarks); None: no benchmark
+    benchmarks: PairedBenchmarks | None = None
     model_tokens: PairedTokens
     setting_a: RunSetting
     setting_b: RunSetting
@@ -422,6 +428,7 @@ def compare_runs(a: Run, b: Run, top: int = 10) -> RunComparison:
         same_corpus=None if corpus_a is None or corpus_b is None else corpus_a == corpus_b,
         paired_questions=len(shared),
         answer_metrics=paired_metrics(pa, pb),
+        benchmarks=paired_benchmarks(pa, pb),
         model_tokens=paired_tokens(pa, pb),
         setting_a=setting_a,
         setting_b=setting_b,

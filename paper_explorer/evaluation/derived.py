@@ -38,7 +38,9 @@ What is checked, without the corpus:
 
 With the corpus in hand (``explorer report``, ``explorer export``), ``check_with_corpus`` checks that
 the episodes ask the questions the manifest selected (their hash), and recomputes every line whole,
-gold fields included, and the retrieval figures.
+gold fields included, and the retrieval figures. An answer metric registered after the run was
+scored (``Metric.required`` False) may be absent from a line, as ``Run.load`` reads it; one that
+is there must be what the line's trajectory and gold question give.
 
 Not protected: scores.jsonl and metrics.json rewritten together, with gold fields changed
 consistently and the digests recomputed, are accepted where the corpus is not at hand (a digest
@@ -394,6 +396,7 @@ def check_with_corpus(
 
     run = _Check(directory)
     by_id = {question.id: question for question in corpus.questions}
+    registered_later = {metric.name for metric in answer_metrics() if not metric.required}
     if selected_sha256 is not None:
         ids = {trajectory.question_id for trajectory in trajectories}
         if questions_sha256([question for question in corpus.questions if question.id in ids]) != selected_sha256:
@@ -411,6 +414,8 @@ def check_with_corpus(
             )
         written, computed = score.model_dump(), score_episode(trajectory, question).model_dump()
         for name in dict.fromkeys([*written, *computed]):  # as scores.jsonl holds them: each answer metric under its key
+            if name in registered_later and name not in written:
+                continue  # the line was scored before the metric existed: its figure is None, as Run.load reads it
             if not _same(written.get(name), computed.get(name)):
                 raise run.refuse(
                     SCORES,

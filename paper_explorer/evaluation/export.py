@@ -412,6 +412,7 @@ def trajectory_features():
             "num_steps": integer,
             "tool_calls": integer,
             "tool_calls_before_end": integer,
+            "benchmark": text,  # Question.benchmark ("longbench/hotpotqa"); None for QASPER and users' questions
             "type": text,
             "answerable": Value("bool"),
             **{metric.name: number for metric in answer_metrics()},
@@ -462,6 +463,7 @@ def _row(trajectory: Trajectory, score: EpisodeScore, gold: dict[str, list[str]]
         "num_steps": score.steps,
         "tool_calls": score.tool_calls,
         "tool_calls_before_end": score.tool_calls_before_end,
+        "benchmark": score.benchmark,
         "type": score.type,
         "answerable": score.answerable,
         **{metric.name: score.metric(metric.name) for metric in answer_metrics()},

@@ -188,6 +188,39 @@ class SampleMetrics(Record):
     agreement: float  # mean share of a question's samples that give its most common prediction
 
 
+class BenchmarkFigures(Record):
+    """One benchmark/subset of a run (``evaluation.benchmarks``), as its released tables report it:
+    the means over its scored episodes, every episode in the denominator (one that failed, ran
+    out of its limits or gave no valid answer scores 0 and is counted in ``failed`` or ``no_answer``)."""
+
+    questions: int
+    episodes: int  # questions x samples
+    exact_match: float | None  # None: an episode was scored before the metric existed
+    f1: float | None
+    f1_metric: str  # the answer metric that is this benchmark's F1: answer_f1 (LongBench's qa_f1_score) or hotpotqa_f1
+    sub_exact_match: float | None  # bidirectional, substring (sub_exact_match_substring)
+    failed: int  # ended at a step or context limit, or in a policy error
+    no_answer: int  # the policy's own answer was invalid (agent.policies.base.NoAnswer: empty, or cut at its cap)
+
+
+class MacroAverage(Record):
+    """LongBench's QA average as its released tables report it: the mean of its five subsets'
+    means (each subset weighs the same, whatever its size); None when a subset is missing."""
+
+    subsets: list[str]
+    exact_match: float | None
+    f1: float | None
+    sub_exact_match: float | None
+    missing: list[str]  # the subsets the run has no question of
+
+
+class BenchmarkTables(Record):
+    """The per-benchmark tables of a run whose questions carry ``Question.benchmark``."""
+
+    by_benchmark: dict[str, BenchmarkFigures]  # by "benchmark/subset", sorted
+    longbench_qa: MacroAverage | None = None  # None: the run has no longbench question
+
+
 class DerivedFrom(Record):
     """What scores.jsonl and metrics.json were computed from, as ``evaluation.derived`` digests it:
     ``Run.load`` refuses a run whose log or scores are no longer these."""
@@ -224,6 +257,8 @@ class RunMetrics(MetricValues, Record):
     answer_metrics: dict[str, float | None] = Field(default_factory=dict)
     answer_intervals: dict[str, MeanInterval] = Field(default_factory=dict)
     answer_f1_by_type: dict[str, float]
+    # per benchmark/subset and LongBench's QA average (evaluation.benchmarks); None: no question carries a benchmark
+    benchmarks: BenchmarkTables | None = None
     abstention: AbstentionTable
     false_abstention_rate: float | None
     missed_abstention_rate: float | None

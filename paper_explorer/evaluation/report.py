@@ -18,8 +18,18 @@ from typing import Any
 
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.evaluation.answer_metrics import ANSWER_F1, answer_metrics
+from paper_explorer.evaluation.benchmarks import TABLE_CAPTION, TABLE_HEADER, missing_note, table_rows
 from paper_explorer.evaluation.detectors import DETECTORS
-from paper_explorer.evaluation.records import Interval, ProbeCalibration, ProbeMass, ReplayDrift, RunMetrics, figure_label, figure_text
+from paper_explorer.evaluation.records import (
+    BenchmarkTables,
+    Interval,
+    ProbeCalibration,
+    ProbeMass,
+    ReplayDrift,
+    RunMetrics,
+    figure_label,
+    figure_text,
+)
 from paper_explorer.evaluation.report_data import ReportEpisode, report_episodes
 from paper_explorer.evaluation.report_plots import bar_chart, count_histogram, f1_histogram, reliability_diagram
 from paper_explorer.evaluation.run_directory import Run
@@ -64,6 +74,25 @@ def metrics_rows(metrics: RunMetrics) -> str:
     """The headline figures, each under its metrics.json key and what it means (``records.figure_label``)."""
     return "".join(
         f"<tr><th>{html.escape(figure_label(name))}</th><td>{figure_text(name, value)}</td></tr>" for name, value in metrics.headline()
+    )
+
+
+def html_table(table_id: str, header: list[str], rows: list[list[str]]) -> str:
+    """A table of text cells, every cell escaped."""
+    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
+
+
+def benchmarks_section(tables: BenchmarkTables | None) -> str:
+    """The per-benchmark table (``evaluation.benchmarks``); nothing for a run whose questions carry no benchmark."""
+    if tables is None:
+        return ""
+    note = missing_note(tables.longbench_qa)
+    missing = "" if note is None else f'<p class="muted">{html.escape(note)}.</p>'
+    return (
+        f'<h2>Per benchmark</h2><p class="muted">{html.escape(TABLE_CAPTION)}</p>'
+        f"{html_table('benchmarks', TABLE_HEADER, table_rows(tables))}{missing}"
     )
 
 
@@ -172,6 +201,7 @@ def report_html(run: Run, episodes: list[ReportEpisode]) -> str:
     )
     main = MAIN.format(
         rows=metrics_rows(metrics),
+        benchmarks=benchmarks_section(metrics.benchmarks),
         abstention=abstention,
         replay=replay_section(metrics.replay),
         calibration=calibration_section([("", metrics.calibration, metrics.probe_mass)]),
@@ -351,7 +381,7 @@ HEADER = """<h1>{title}</h1>
 
 MAIN = """<section>
 <h2>Metrics</h2><table id="metrics">{rows}</table>
-<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th><th>no answer</th></tr>{abstention}</table>
+{benchmarks}<h2>How episodes ended</h2><table id="abstention"><tr><th>gold \\ ended</th><th>answered</th><th>abstained</th><th>step limit</th><th>context limit</th><th>policy error</th><th>no answer</th></tr>{abstention}</table>
 {replay}{calibration}<h2>Plots</h2><div id="plots">{plots}</div>
 <h2>Episodes</h2>
 <label>flag <select id="flag-filter"><option value="">all episodes</option></select></label>

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict
 
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.evaluation.answer_metrics import ANSWER_F1, answer_metrics
+from paper_explorer.evaluation.benchmarks import PAIRED_HEADER, missing_note, paired_rows
 from paper_explorer.evaluation.compare import PairedFigure, RunComparison, confound_note, scored_by_question
-from paper_explorer.evaluation.report import calibration_section, page, page_data, write_html
+from paper_explorer.evaluation.report import calibration_section, html_table, page, page_data, write_html
 from paper_explorer.evaluation.report_data import report_episodes
 from paper_explorer.evaluation.report_plots import bar_chart, column_chart
 from paper_explorer.evaluation.run_directory import Run
@@ -111,12 +112,6 @@ def _percent_change(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{b - a:+.1%}"
 
 
-def _table(table_id: str, header: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(cell)}</th>" for cell in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
-    return f'<table id="{table_id}"><tr>{head}</tr>{body}</table>'
-
-
 def figure_header(comparison: RunComparison) -> list[str]:
     """The paired figures' columns, the interval's named by its confidence (every paired interval has the tokens')."""
     return ["figure", "A", "B", "B - A", f"{comparison.model_tokens.paired_difference_ci95.confidence:.0%} CI of B - A"]
@@ -151,8 +146,8 @@ def figure_rows(comparison: RunComparison) -> list[list[str]]:
 
 def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
     """compare's figures, then its tests and tables, as ``explorer compare`` prints them, in HTML."""
-    figures = _table("figures", figure_header(comparison), figure_rows(comparison))
-    abstention = _table(
+    figures = html_table("figures", figure_header(comparison), figure_rows(comparison))
+    abstention = html_table(
         "paired-abstention",
         ["gold \\ decision", "A answered", "A abstained", "A neither", "B answered", "B abstained", "B neither"],
         [
@@ -160,7 +155,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
             for (row, ca), (_, cb) in zip(comparison.abstention.a.rows(), comparison.abstention.b.rows())
         ],
     )
-    mcnemar = _table(
+    mcnemar = html_table(
         "mcnemar",
         ["outcome (yes/no per question)", "pairs", "yes in both", "yes in A only", "yes in B only", "no in both", "two-sided p"],
         [
@@ -168,7 +163,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
             for t in [*comparison.mcnemar_answers, *comparison.mcnemar_abstention]
         ],
     )
-    fisher = _table(
+    fisher = html_table(
         "fisher",
         ["gold", "A abstained", "A answered", "B abstained", "B answered", "odds ratio", "two-sided p"],
         [
@@ -185,7 +180,7 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
         ],
     )
     u = comparison.unpaired
-    unpaired = _table(
+    unpaired = html_table(
         "unpaired",
         ["not paired (NOT comparable between runs)", "A", "B"],
         [
@@ -206,6 +201,19 @@ def statistics_tables(comparison: RunComparison) -> tuple[str, str]:
     return figures, tests
 
 
+def paired_benchmarks_section(comparison: RunComparison) -> str:
+    """compare's per-benchmark figures (``evaluation.benchmarks``); nothing when no paired question carries a benchmark."""
+    paired = comparison.benchmarks
+    if paired is None:
+        return ""
+    note = missing_note(paired.longbench_qa.a if paired.longbench_qa is not None else None)
+    missing = "" if note is None else f'<p class="muted">{html.escape(note)}.</p>'
+    return (
+        f'<h2>Per benchmark on the paired questions</h2><p class="muted">x100; F1 by each benchmark\'s rule; every '
+        f"episode counts, a failed one or one without an answer at 0.</p>{html_table('paired-benchmarks', PAIRED_HEADER, paired_rows(paired))}{missing}"
+    )
+
+
 def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -> str:
     pairs = paired_questions(a, b, comparison)
     wanted = {p.episode_a for p in pairs}, {p.episode_b for p in pairs}
@@ -218,6 +226,7 @@ def comparison_html(a: Run, b: Run, comparison: RunComparison, corpus: Corpus) -
         f"{len(pairs)} paired questions: answer F1 higher in B on {better}, lower on {worse}, the same on {len(pairs) - better - worse}"
     )
     figures, statistics = statistics_tables(comparison)
+    figures += paired_benchmarks_section(comparison)
     names = [f"{run.directory.name} ({run.manifest.config.policy.name})" for run in (a, b)]
     title = html.escape(f"{names[0]} vs {names[1]}")
     settings = [setting.describe() for setting in (comparison.setting_a, comparison.setting_b)]

@@ -32,6 +32,7 @@ from paper_explorer.evaluation.answer_metrics import (
     registered_only,
 )
 from paper_explorer.evaluation.answers import ABSTENTION, answer_type, normalize_answer
+from paper_explorer.evaluation.benchmarks import benchmark_tables
 from paper_explorer.evaluation.calibration import probe_mass, run_calibration
 from paper_explorer.evaluation.detectors import SHORTCUT_COLLAPSE_RATE, Flag, detect, detector_rates, verdict
 from paper_explorer.evaluation.records import (
@@ -133,6 +134,7 @@ class EpisodeScore(MetricValues, BaseModel):
         ge=0
     )  # research whose result reached the policy before the end (agent.trajectory.research_before_end)
     flags: list[Flag]
+    benchmark: str | None = None  # the question's Question.benchmark ("longbench/hotpotqa"): its per-benchmark table
     type: str | None = None
     answerable: bool | None = None
     # by metric name; written flat (each under its own key, in the registry's order), here in the line
@@ -195,6 +197,7 @@ def score_episode(trajectory: Trajectory, question: Question | None) -> EpisodeS
             decided=trajectory.outcome.status in ENDED_BY_POLICY,
         )
         gold = {
+            "benchmark": question.benchmark,
             "type": answer_type(predicted, question) or question_type(question),
             "answerable": question.answerable,
             "answer_metrics": {metric.name: metric.score(answered) for metric in answer_metrics()},
@@ -284,6 +287,7 @@ def run_metrics(scores: list[EpisodeScore], collapse_threshold: float = SHORTCUT
         answer_metrics=figures,
         answer_intervals=intervals,
         answer_f1_by_type={kind: fmean(values) for kind, values in sorted(by_type.items())},
+        benchmarks=benchmark_tables(scored),
         abstention=table,
         false_abstention_rate=rate(table.answerable, "abstained"),
         missed_abstention_rate=rate(table.unanswerable, "answered"),

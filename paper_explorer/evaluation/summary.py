@@ -12,7 +12,8 @@ from rich.text import Text
 
 from paper_explorer.agent.terminal_text import untrusted
 from paper_explorer.evaluation.answer_metrics import EVIDENCE_F1, EVIDENCE_F1_STRICT
-from paper_explorer.evaluation.records import ReplayDrift, RunMetrics, figure_label, figure_text
+from paper_explorer.evaluation.benchmarks import TABLE_CAPTION, TABLE_HEADER, missing_note, table_rows
+from paper_explorer.evaluation.records import BenchmarkTables, ReplayDrift, RunMetrics, figure_label, figure_text
 
 
 def _shown(value) -> str:
@@ -48,6 +49,8 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         if name != "questions":
             table.add_row(retrieval_label(name, metrics.searched_episodes), _shown(value))
     console.print(table)
+    if metrics.benchmarks is not None:
+        print_benchmarks(console, metrics.benchmarks)
     abstention = Table("gold \\ ended", "answered", "abstained", *NO_ANSWER, title="how episodes ended")
     for row, counts in metrics.abstention.rows():
         abstention.add_row(row, str(counts.answered), str(counts.abstained), *(str(getattr(counts, n)) for n in NO_ANSWER))
@@ -135,6 +138,18 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
         console.print(
             untrusted(f"written: {out / 'manifest.json'}, {out / 'trajectories.jsonl'}, {out / 'scores.jsonl'}, {out / 'metrics.json'}")
         )
+
+
+def print_benchmarks(console: Console, tables: BenchmarkTables) -> None:
+    """The per-benchmark table (``evaluation.benchmarks``), and why LongBench's QA average is missing when it is."""
+    table = Table(*TABLE_HEADER, title="per benchmark")
+    for cells in table_rows(tables):
+        table.add_row(*(untrusted(cell) for cell in cells))  # a benchmark's name comes from the questions file
+    console.print(table)
+    console.print(Text(TABLE_CAPTION))
+    note = missing_note(tables.longbench_qa)
+    if note is not None:
+        console.print(untrusted(note, "yellow"))
 
 
 def print_replay_drift(console: Console, drift: ReplayDrift) -> None:

@@ -58,7 +58,8 @@ def page_data(path) -> dict:
 
 def test_a_registered_metric_is_scored_and_aggregated(runs):
     scores = lines(runs / "scripted" / "scores.jsonl")
-    assert all(list(line).index("short_answer") == list(line).index("evidence_f1_strict") + 1 for line in scores)
+    before = [metric.name for metric in answer_metrics.answer_metrics()][-2]  # registered just before it
+    assert all(list(line).index("short_answer") == list(line).index(before) + 1 for line in scores)
     assert [line["short_answer"] for line in scores] == [float(0 < len(line["prediction"].split()) <= 3) for line in scores]
     metrics = json.loads((runs / "scripted" / "metrics.json").read_text())
     assert metrics["short_answer"] == pytest.approx(fmean(line["short_answer"] for line in scores))
@@ -93,7 +94,7 @@ def test_a_registered_metric_is_in_the_report_data_inspect_and_the_export(runs, 
     assert any(m["name"] == "short_answer" for m in page_data(tmp_path / "pair.html")["metrics"])
     shown = run_cli("inspect", str(runs / "scripted"), env=WIDE)
     assert shown.returncode == 0 and f"short_answer: {LABEL} (lower is better)" in shown.stdout
-    episode = run_cli("inspect", str(runs / "scripted"), "--episode", lines(runs / "scripted" / "scores.jsonl")[0]["episode_id"])
+    episode = run_cli("inspect", str(runs / "scripted"), "--episode", lines(runs / "scripted" / "scores.jsonl")[0]["episode_id"], env=WIDE)
     assert f"{LABEL} " in episode.stdout
     pytest.importorskip("datasets")
     from paper_explorer.evaluation.export import read_run, trajectory_features, trajectory_rows
@@ -115,7 +116,8 @@ def test_a_run_scored_before_the_metric_existed_loads_without_it(runs):
 
 
 def test_the_existing_metrics_keep_their_keys_and_order(runs):
-    """What users and older runs read: a line of scores.jsonl and metrics.json as they always were."""
+    """What users and older runs read: a line of scores.jsonl and metrics.json as they always were,
+    a metric registered since (hotpotqa_f1) after them."""
     line = lines(runs / "before" / "scores.jsonl")[0]
     assert list(line)[list(line).index("answerable") :] == [
         "answerable",
@@ -126,10 +128,11 @@ def test_the_existing_metrics_keep_their_keys_and_order(runs):
         "evidence_f1",
         "evidence_f1_text_only",
         "evidence_f1_strict",
+        "hotpotqa_f1",
         "abstained",
     ]
     metrics = json.loads((runs / "before" / "metrics.json").read_text())
-    assert list(metrics)[:11] == [
+    assert list(metrics)[:12] == [
         "episodes",
         "scored",
         "answer_f1",
@@ -140,6 +143,7 @@ def test_the_existing_metrics_keep_their_keys_and_order(runs):
         "evidence_f1",
         "evidence_f1_text_only",
         "evidence_f1_strict",
+        "hotpotqa_f1",
         "answer_f1_by_type",
     ]
     assert set(metrics["answer_f1_ci95"]) == {"mean", "low", "high", "confidence"}
