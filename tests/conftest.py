@@ -100,6 +100,16 @@ def qwen3_tokenizer() -> Path:
     return directory
 
 
+@pytest.fixture(scope="session")
+def qwen3_vocab_model(tmp_path_factory, qwen3_tokenizer):
+    """A tiny random-weight model on the real Qwen3 vocabulary (about 50 MB, seconds): a context's
+    tokens counted as Qwen3-8B counts them."""
+    from paper_explorer.agent.testing.tiny_model import build_tiny_model
+
+    pytest.importorskip("torch")
+    return build_tiny_model(tmp_path_factory.mktemp("qwen3-vocab") / "model", tokenizer_from=qwen3_tokenizer)
+
+
 # Long-context benchmark files (tests/benchmark_files.py builds them from generated words), once per session.
 
 

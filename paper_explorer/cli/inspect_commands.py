@@ -259,12 +259,31 @@ def _benchmark_tables(result: RunComparison) -> list[Table | Text]:
 
     if result.benchmarks is None:
         return []
-    table = Table(*PAIRED_HEADER, title="per benchmark on the paired questions (x100)")
+    # 80 columns hold every figure: the name folds, and each F1's rule is said below the table
+    table = Table(title="per benchmark on the paired questions (x100)")
+    name, pairs, figure, *figures = PAIRED_HEADER
+    table.add_column(name, overflow="fold")
+    table.add_column(pairs, justify="right", no_wrap=True)
+    table.add_column(figure, no_wrap=True)
+    for heading in figures:
+        table.add_column(heading, justify="right")
+    rules: dict[str, list[str]] = {}
+    benchmark = ""
     for cells in paired_rows(result.benchmarks):
-        table.add_row(*(untrusted(cell) for cell in cells))  # a benchmark's name comes from the questions file
+        benchmark = cells[0] or benchmark
+        label = cells[2]
+        if label.startswith("F1 (") and label.endswith(")"):
+            named = rules.setdefault(label[len("F1 (") : -1], [])
+            if benchmark.partition("/")[0] + "/" not in named:
+                named.append(benchmark.partition("/")[0] + "/")
+            label = "F1"
+        elif label == "failed / no answer":
+            label = "failed/none"
+        table.add_row(*(untrusted(cell) for cell in [cells[0], cells[1], label, *cells[3:]]))  # names come from the questions file
+    notes: list[Table | Text] = [untrusted(f"F1 of {', '.join(names)}: {rule}", "dim") for rule, names in rules.items()]
     average = result.benchmarks.longbench_qa
     note = missing_note(average.a if average is not None else None)
-    return [table] if note is None else [table, untrusted(note, "yellow")]
+    return [table, *notes] if note is None else [table, *notes, untrusted(note, "yellow")]
 
 
 def _tokens(value: float | None, signed: bool = False) -> str:

@@ -142,11 +142,29 @@ def print_summary(console: Console, metrics: RunMetrics, out: Path | None = None
 
 def print_benchmarks(console: Console, tables: BenchmarkTables) -> None:
     """The per-benchmark table (``evaluation.benchmarks``), and why LongBench's QA average is missing when it is."""
-    table = Table(*TABLE_HEADER, title="per benchmark")
-    for cells in table_rows(tables):
-        table.add_row(*(untrusted(cell) for cell in cells))  # a benchmark's name comes from the questions file
+    # 80 columns hold every figure: the rows go by benchmark, each subset under its benchmark's
+    # name, and each row's F1 rule is said below the table
+    name, _, *figures, _ = TABLE_HEADER
+    table = Table(title="per benchmark")
+    table.add_column(name, overflow="fold")
+    table.add_column("n", justify="right", no_wrap=True)
+    for heading in figures:
+        table.add_column(heading, justify="right", no_wrap=True)
+    rules: dict[str, list[str]] = {}  # a rule, and the benchmarks it scores
+    group = None
+    for label, *cells, rule in table_rows(tables):
+        benchmark, slash, subset = label.partition("/")
+        if slash and benchmark != group:
+            table.add_row(untrusted(benchmark + "/", "bold"), *[""] * len(cells))
+        group = benchmark if slash else None
+        # a benchmark's name comes from the questions file
+        table.add_row(untrusted("  " + subset if slash else label), *(untrusted(cell) for cell in cells))
+        if slash and benchmark + "/" not in rules.setdefault(rule, []):
+            rules[rule].append(benchmark + "/")
     console.print(table)
     console.print(Text(TABLE_CAPTION))
+    for rule, names in rules.items():
+        console.print(untrusted(f"F1 of {', '.join(names)}: {rule}", "dim"))
     note = missing_note(tables.longbench_qa)
     if note is not None:
         console.print(untrusted(note, "yellow"))

@@ -321,15 +321,6 @@ def test_a_server_that_counts_other_tokens_fails_the_check(qwen3_tokenizer, smal
 # -- honest runs of the model policies hold ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def qwen3_vocab_model(tmp_path_factory, qwen3_tokenizer):
-    """A tiny random-weight model on the real Qwen3 vocabulary (about 50 MB, seconds)."""
-    from paper_explorer.agent.testing.tiny_model import build_tiny_model
-
-    pytest.importorskip("torch")
-    return build_tiny_model(tmp_path_factory.mktemp("qwen3-vocab") / "model", tokenizer_from=qwen3_tokenizer)
-
-
 def test_an_honest_hf_run_holds(qwen3_vocab_model, qwen3_tokenizer, tmp_path):
     for flags in ([], ["--thinking", "--thinking-budget", "4"]):
         out = tmp_path / ("thinking" if flags else "plain")

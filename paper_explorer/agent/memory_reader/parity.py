@@ -80,7 +80,7 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
         return Mismatch(
             where,
             f"the reader recorded {reading.document_tokens} document tokens in {reading.pages} pages; "
-            f"the observations make {rebuilt.tokens} in {len(paging.pages)}",
+            f"{'its recorded text' if verbatim else 'the observations'} make(s) {rebuilt.tokens} in {len(paging.pages)}",
         )
     # What a budget left unread is a reported figure (scores, compare): it must be what the updates read.
     read = max((update.end for update in reading.updates), default=0)
