@@ -49,7 +49,8 @@ class EpisodeRunner:
         ``policy``: this episode's own copy, when several run at once (``Policy.for_episode``)."""
         question_id = question.id if question else None
         policy = policy or self.policy
-        with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
+        paper_id = question.paper_id if question else None
+        with Sandbox(self.corpus, self.limits, index=self.index, paper_id=paper_id) as sandbox:
             return run_episode(
                 text,
                 policy,
@@ -57,7 +58,7 @@ class EpisodeRunner:
                 self.config,
                 self.hashes,
                 question_id=question_id,
-                paper_id=question.paper_id if question else None,
+                paper_id=paper_id,
                 episode_id=episode_id(policy.name, question_id, text, sample),
                 sample=sample,
                 on_step=on_step,
