@@ -101,6 +101,9 @@ def search(
         raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` lists its size")
     index = BM25Index.cached(corpus).scoped(paper_id)
     hits = index.search(query, k=k, paper_id=paper_id)
+    own = sum(1 for paper in corpus.papers if paper.own_documents)
+    if paper_id is None and own:
+        typer.echo(f"note: {own} papers hold their questions' own documents and are searched only with --paper-id", err=True)
     if as_json:
         _print_json([asdict(hit) for hit in hits])
         return

@@ -292,6 +292,7 @@ def test_explorer_exec_runs_as_an_episode_about_the_paper_it_names(corpus_file, 
 def test_explorer_corpus_search_searches_own_documents_only_when_named(corpus_file):
     shared = run_cli("corpus", "search", "zebras Okavango", "--corpus", str(corpus_file), "--json")
     assert shared.returncode == 0 and json.loads(shared.stdout) == []
+    assert "2 papers hold their questions' own documents and are searched only with --paper-id" in shared.stderr
     own = run_cli("corpus", "search", "zebras Okavango", "--corpus", str(corpus_file), "--paper-id", "lb-A", "--json")
     assert own.returncode == 0 and json.loads(own.stdout)[0]["paper_id"] == "lb-A"
 
