@@ -626,7 +626,10 @@ def _episode(control: socket.socket, link_fd: int, host: EpisodeHost) -> None:
 # -- the policy's process: one fork server per corpus and index ------------------------------------
 
 _servers: dict[tuple[int, int, int], tuple[Zygote, IdleHosts]] = {}
-_servers_lock = threading.Lock()
+# Re-entrant: a server's finalizer (``_close_server``) takes it, and the garbage collector may run
+# one, for a corpus or index collected meanwhile, in the thread that holds it (pickling a payload
+# allocates); a plain lock deadlocked there.
+_servers_lock = threading.RLock()
 
 
 def host_server(corpus, index) -> tuple[Zygote, IdleHosts]:
@@ -654,7 +657,7 @@ def _close_server(key: tuple[int, int, int], server: Zygote) -> None:
 
 def _forget_servers_in_child() -> None:
     global _servers_lock
-    _servers_lock = threading.Lock()
+    _servers_lock = threading.RLock()
     for server, _ in _servers.values():  # the idle hosts are the parent's: never asked from here
         server.forget()
     _servers.clear()
