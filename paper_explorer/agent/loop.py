@@ -172,6 +172,7 @@ def run_episode(
         probes=probes,
         hashes=hashes,
         isolation=sandbox.isolation,
+        documents=sandbox.documents,
         versions=versions(),
         started_at=started_at,
         seconds=time.perf_counter() - started,

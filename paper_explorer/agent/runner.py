@@ -49,7 +49,8 @@ class EpisodeRunner:
         ``policy``: this episode's own copy, when several run at once (``Policy.for_episode``)."""
         question_id = question.id if question else None
         policy = policy or self.policy
-        with Sandbox(self.corpus, self.limits, index=self.index) as sandbox:
+        paper_id = question.paper_id if question else None
+        with Sandbox(self.corpus, self.limits, index=self.index, paper_id=paper_id) as sandbox:
             return run_episode(
                 text,
                 policy,
@@ -57,8 +58,8 @@ class EpisodeRunner:
                 self.config,
                 self.hashes,
                 question_id=question_id,
-                paper_id=question.paper_id if question else None,
-                document=self.corpus.paper(question.paper_id).context if question and question.paper_id in self.corpus else None,
+                paper_id=paper_id,
+                document=self.corpus.paper(paper_id).context if paper_id is not None and paper_id in self.corpus else None,
                 episode_id=episode_id(policy.name, question_id, text, sample),
                 sample=sample,
                 on_step=on_step,

@@ -87,17 +87,25 @@ def search(
     query: str = typer.Argument(..., help="Free-text query; tokenized like the paragraphs."),
     corpus_path: Path | None = CorpusOption,
     k: int = typer.Option(10, "-k", min=1, max=1000, help="Number of hits."),
-    paper_id: str | None = typer.Option(None, "--paper-id", help="Search only this paper's paragraphs."),
+    paper_id: str | None = typer.Option(
+        None, "--paper-id", help="Search only this paper's paragraphs (a question's own documents are searched only so)."
+    ),
     as_json: bool = JsonOption,
 ) -> None:
-    """BM25 search over paragraphs: the best k, with paper, section and paragraph index."""
+    """BM25 search over paragraphs: the best k, with paper, section and paragraph index.
+
+    Without --paper-id it searches the shared papers, as an episode's search does; a paper that
+    holds its questions' own documents is searched alone, with --paper-id, over its own statistics."""
     from paper_explorer.corpus import BM25Index
 
     corpus = open_corpus(corpus_path)
-    index = BM25Index.cached(corpus)
     if paper_id is not None and paper_id not in corpus:
         raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` lists its size")
+    index = BM25Index.cached(corpus).scoped(paper_id)
     hits = index.search(query, k=k, paper_id=paper_id)
+    own = sum(1 for paper in corpus.papers if paper.own_documents)
+    if paper_id is None and own:
+        typer.echo(f"note: {own} papers hold their questions' own documents and are searched only with --paper-id", err=True)
     if as_json:
         _print_json([asdict(hit) for hit in hits])
         return

@@ -55,14 +55,20 @@ def exec_command(
         metavar="<str>",
         help=f"A module actions may import (repeat; default {', '.join(DEFAULT_MODULES)}; choose from {', '.join(VETTED_MODULES)}).",
     ),
+    paper_id: str | None = typer.Option(
+        None,
+        "--paper-id",
+        help="Run as an episode whose question is about this paper: when it holds its questions' own documents "
+        "(a LongBench or MemAgent context), the tools see it alone; otherwise, as without it, the corpus's shared papers.",
+    ),
     pretty: bool = typer.Option(False, "--pretty", help="Indent each result instead of one JSON object per line."),
     overrides: dict | None = None,  # the sandbox limits given (cli.flags, from tools.limits.SandboxSettings)
 ) -> None:
     """Run action files in one episode's sandbox; print each result as a JSON line.
 
-    Each result holds stdout, value, error, limit hit, tool calls and outcome. Variables persist
-    from one file to the next, like notebook cells. The exit code is 0 when every action ran, even
-    if an action raised: the error is part of its result."""
+    Each result holds stdout, value, error, limit hit, tool calls and outcome, and which documents
+    the tools saw. Variables persist from one file to the next, like notebook cells. The exit code
+    is 0 when every action ran, even if an action raised: the error is part of its result."""
     from paper_explorer.tools.sandbox import Sandbox
 
     if sum(1 for path in files if str(path) == "-") > 1:
@@ -70,7 +76,16 @@ def exec_command(
     limits = build_limits(load_config(SandboxSettings, None, overrides or {}), allow_module)
     actions = [(str(path), read_action(path)) for path in files]  # every file read before any runs
     corpus = open_corpus(corpus_path)
-    with Sandbox(corpus, limits) as sandbox:
+    if paper_id is not None and paper_id not in corpus:
+        raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` counts its papers")
+    own = sum(1 for paper in corpus.papers if paper.own_documents)
+    if paper_id is None and own:
+        typer.echo(
+            f"note: {own} of the corpus's {len(corpus.papers)} papers hold their questions' own documents, which only an episode "
+            f"about one of them sees; the tools see the other {len(corpus.papers) - own} (--paper-id ID runs as one about ID)",
+            err=True,
+        )
+    with Sandbox(corpus, limits, paper_id=paper_id) as sandbox:
         for name, code in actions:
-            result = {"file": name, **sandbox.execute(code).to_json(), "isolation": sandbox.isolation}
+            result = {"file": name, **sandbox.execute(code).to_json(), "isolation": sandbox.isolation, "documents": sandbox.documents}
             typer.echo(json_line(result, pretty))

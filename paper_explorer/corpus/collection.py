@@ -75,6 +75,29 @@ class Corpus:
                     if text:
                         yield Paragraph(paper.id, section_index, paragraph_index, text)
 
+    def own_documents(self, paper_id: str | None) -> Paper | None:
+        """The document set a question about ``paper_id`` is answered over, when it brings its own:
+        that paper, when it holds a benchmark's context (``Paper.own_documents``); None when the
+        question is answered over the shared papers (``shared``), as is a question about a paper
+        this corpus does not hold, or one of the caller's own (``paper_id`` None)."""
+        paper = self._by_id.get(paper_id) if paper_id is not None else None
+        return paper if paper is not None and paper.own_documents else None
+
+    @property
+    def shared(self) -> Corpus:
+        """The papers every question without documents of its own is answered over (QASPER's and
+        users' papers): all but those holding a question's own documents, and their questions. The
+        corpus itself when it holds none, so its hashes, its index cache and its identity stay."""
+        # Never cached on itself: a corpus that held a reference to itself would be freed only by the
+        # garbage collector, whose finalizers (an episode host's fork server's) then run at any point.
+        return self._shared_part if any(paper.own_documents for paper in self.papers) else self
+
+    @cached_property
+    def _shared_part(self) -> Corpus:
+        papers = tuple(paper for paper in self.papers if not paper.own_documents)
+        ids = {paper.id for paper in papers}
+        return Corpus(papers=papers, questions=tuple(q for q in self.questions if q.paper_id in ids), sources=self.sources)
+
     def questions_for(self, paper_id: str) -> list[Question]:
         return [question for question in self.questions if question.paper_id == paper_id]
 

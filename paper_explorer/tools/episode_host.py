@@ -61,10 +61,11 @@ import weakref
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from paper_explorer.corpus import BM25Index, Corpus, Paper, Section
 from paper_explorer.tools import process_caches, registry, wire, worker
 from paper_explorer.tools.errors import ToolError
 from paper_explorer.tools.limits import Limits
-from paper_explorer.tools.paper_tools import RecordsFull
+from paper_explorer.tools.paper_tools import PaperTools, RecordsFull
 from paper_explorer.tools.records import Outcome, ToolCallRecord
 from paper_explorer.tools.zygote import Zygote, serve_forks
 
@@ -294,10 +295,15 @@ _TIMERS = _Timers()
 
 
 class EpisodeHost:
-    """One episode's tools and the action loop around them (runs in the episode's host process)."""
+    """One episode's tools and the action loop around them (runs in the episode's host process).
 
-    def __init__(self, tools, limits: Limits) -> None:
+    ``tools`` are the episode's (``PaperTools.for_question``: the shared papers, or the question's
+    own documents alone); ``shared``, the index of the corpus's shared papers, from which a reset
+    makes the next episode's (``tools.index`` when not given)."""
+
+    def __init__(self, tools, limits: Limits, shared: BM25Index | None = None) -> None:
         self.tools = tools
+        self.shared = shared if shared is not None else tools.index
         self.limits = limits
         self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
         self.channel: wire.HostChannel | None = None
@@ -306,15 +312,17 @@ class EpisodeHost:
         self._socket: socket.socket | None = None
         self._worker_clock = WorkerClock(None)
 
-    def reset(self, limits: Limits) -> None:
-        """Serve a new episode: fresh tools and limits, no worker, and the process's caches as a fresh
-        host has them (``tools.process_caches``: what the last episode left in them would tell the next
-        one something by its timing, and keep its memory)."""
+    def reset(self, limits: Limits, paper_id: str | None = None) -> None:
+        """Serve a new episode, about a question on ``paper_id``: no worker, fresh limits, the
+        process's caches as a fresh host has them (``tools.process_caches``: what the last episode left
+        in them would tell the next one something by its timing, and keep its memory), then fresh
+        tools over the documents its question sees (``PaperTools.for_question``)."""
         self.detach()
-        self.tools = type(self.tools)(self.tools.corpus, self.tools.index)
+        self.tools = None  # the last episode's tools, and the own documents' indexes they hold, go before the collection
         self.limits, self.actions, self.records_left = limits, 0, limits.episode_record_bytes
         _TIMERS.clocks = None  # the last action's clocks, and through them its channel and limits
-        process_caches.reset(self.tools.corpus)
+        process_caches.reset(self.shared.corpus)
+        self.tools = PaperTools.for_question(self.shared, paper_id)
 
     def attach(self, channel: socket.socket, pid: int) -> None:
         """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
@@ -495,7 +503,7 @@ class EpisodeHost:
                 self.attach(socket.socket(fileno=fds[0]), request["pid"])
                 continue
             if request["op"] == "reset":
-                self.reset(Limits.model_validate(request["limits"]))
+                self.reset(Limits.model_validate(request["limits"]), question_paper(request))
                 wire.send_blocking(fd, wire.encode({"op": "ready"}))
                 continue
             wire.send_blocking(fd, self.execute(request["code"]))
@@ -509,14 +517,14 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
     episode (an ``EpisodeHost``, or ``host``: the census test's, which can also report its caches)."""
     control = socket.socket(fileno=control_fd)
     try:
-        from paper_explorer.tools.paper_tools import PaperTools
-
         corpus, index, tool_modules, tool_names = pickle.loads(_read_all(payload_fd))
         os.close(payload_fd)
+        if any(paper.own_documents for paper in index.corpus.papers):
+            raise ValueError("the index covers papers that hold a question's own documents; index a corpus's shared papers")
         registry.load_external(tool_modules, tool_names)  # tools registered from modules of the policy's process's own
         os.chdir("/")
-        _touch(corpus, index)  # what a host's first calls import or compile lazily, imported before the fork
-        process_caches.reset(corpus)  # every host starts from these caches, and a reset returns to them
+        _touch(index)  # what a host's first calls import or compile lazily, imported before the fork
+        process_caches.reset(index.corpus)  # every host starts from these caches, and a reset returns to them
     except BaseException as error:
         control.send(json.dumps({"op": "hello", "error": f"{type(error).__name__}: {error}"}).encode())
         os._exit(1)
@@ -524,33 +532,55 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
     serve_forks(
         control,
         lambda request, fds: _episode(
-            control, fds[0], (host or EpisodeHost)(PaperTools(corpus, index), Limits.model_validate(request["limits"]))
+            control,
+            fds[0],
+            (host or EpisodeHost)(
+                PaperTools.for_question(index, question_paper(request)), Limits.model_validate(request["limits"]), shared=index
+            ),
         ),
-        prepare_spare=lambda: _warm(corpus, index),
+        prepare_spare=lambda: _warm(index),
     )
 
 
-def _warm(corpus, index) -> None:
+def question_paper(request: dict) -> str | None:
+    """The paper of the episode's question, as the policy's process (trusted) names it when it starts
+    the episode; never anything a worker sent (a worker's frames reach only ``EpisodeHost._run``)."""
+    paper_id = request.get("paper_id")
+    if paper_id is not None and type(paper_id) is not str:
+        raise ValueError("an episode's paper_id is a string or null")
+    return paper_id
+
+
+def _warm(index) -> None:
     """What every episode host touches first, touched by the spare before its episode comes: the
     copy-on-write faults of a fresh fork are paid while the previous episode runs. The same for every
     episode, and the caches settled after it as a reset leaves them, so a fresh host and a reused one
     start alike and nothing of one episode is in the next one's process."""
     if sys.platform.startswith("linux"):  # never outlive the fork server (it kills us when the host goes)
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    _touch(corpus, index)
-    process_caches.reset(corpus)
+    _touch(index)
+    process_caches.reset(index.corpus)
 
 
-def _touch(corpus, index) -> None:
-    """Every tool's paths once, errors included: in the fork server, what they load or compile
-    lazily; in a spare, the code and data pages they map. Otherwise the first episode to take a path
-    on a host would leave it faster for the next episode there, which could tell it was taken."""
-    from paper_explorer.tools.paper_tools import PaperTools
+# A question's own documents, made up: every episode host takes the paths of an episode over its
+# question's own documents once (making its tools included), whatever papers the corpus holds.
+WARM_CONTEXT = "Warm words for a warm paper. Warm again."
+WARM_PAPER = Paper(id="warm", title="warm", sections=(Section(name="warm", paragraphs=(WARM_CONTEXT,)),), context=WARM_CONTEXT)
 
+
+def _touch(index) -> None:
+    """Every tool's paths once, errors included, over the shared papers and over a question's own
+    documents: in the fork server, what they load or compile lazily; in a spare, the code and data
+    pages they map. Otherwise the first episode to take a path on a host would leave it faster for
+    the next episode there, which could tell it was taken."""
     wire.decode(wire.encode({"op": "result", "result": ActionResult().to_json(), "limit": None, "grace": 0.0})[4:])
-    if not corpus.papers:
-        return
-    warm, first = PaperTools(corpus, index), corpus.paper_ids[0]
+    own = PaperTools.for_question(BM25Index.build(Corpus(papers=(WARM_PAPER,))), WARM_PAPER.id)
+    for tools in (own, PaperTools(index.corpus, index)) if index.corpus.papers else (own,):
+        _touch_tools(tools)
+
+
+def _touch_tools(warm: PaperTools) -> None:
+    first = warm.corpus.paper_ids[0]
     calls: tuple[tuple[str, list, dict], ...] = (
         ("search", ["warm"], {"k": 1}),
         ("search", ["warm"], {"paper_id": first}),
@@ -596,7 +626,10 @@ def _episode(control: socket.socket, link_fd: int, host: EpisodeHost) -> None:
 # -- the policy's process: one fork server per corpus and index ------------------------------------
 
 _servers: dict[tuple[int, int, int], tuple[Zygote, IdleHosts]] = {}
-_servers_lock = threading.Lock()
+# Re-entrant: a server's finalizer (``_close_server``) takes it, and the garbage collector may run
+# one, for a corpus or index collected meanwhile, in the thread that holds it (pickling a payload
+# allocates); a plain lock deadlocked there.
+_servers_lock = threading.RLock()
 
 
 def host_server(corpus, index) -> tuple[Zygote, IdleHosts]:
@@ -624,7 +657,7 @@ def _close_server(key: tuple[int, int, int], server: Zygote) -> None:
 
 def _forget_servers_in_child() -> None:
     global _servers_lock
-    _servers_lock = threading.Lock()
+    _servers_lock = threading.RLock()
     for server, _ in _servers.values():  # the idle hosts are the parent's: never asked from here
         server.forget()
     _servers.clear()

@@ -1,6 +1,7 @@
 """One episode's tools: the host side that validates, runs, bounds and records every call.
 
-``PaperTools`` holds one episode's view of a corpus and its BM25 index, and runs the tools the
+``PaperTools`` holds one episode's view of a corpus and its BM25 index (the shared papers, or the
+question's own documents alone: ``PaperTools.for_question``), and runs the tools the
 registry declares (``tools.registry``; the built-in ones are ``tools.catalog``'s modules, each
 holding its tool's arguments, function and cost bounds). Every call validates
 its arguments (``tools.arguments``), is recorded with its latency, its error and what it returned
@@ -192,11 +193,29 @@ def sentences(text: str) -> list[str]:
 
 
 class PaperTools:
-    """One episode's tools over a corpus; ``calls`` and ``outcome`` record what happened."""
+    """One episode's tools over the papers its index covers; ``calls`` and ``outcome`` record what
+    happened.
 
-    def __init__(self, corpus: Corpus, index: BM25Index, tools: dict[str, registry.Tool] | None = None) -> None:
-        self.corpus = corpus
+    The papers an episode sees are exactly those of its index (``index.corpus``): a corpus's shared
+    papers, or, for a question that brings its own documents, that one paper (``for_question``).
+    Every tool finds papers through ``corpus`` and ``paper``, so an id outside them is an unknown id,
+    with a "did you mean" drawn from them alone."""
+
+    def __init__(
+        self,
+        corpus: Corpus,
+        index: BM25Index,
+        tools: dict[str, registry.Tool] | None = None,
+        own_sentences: SentenceIndex | None = None,
+    ) -> None:
+        if corpus is not index.corpus and corpus is not index.loaded:
+            raise ValueError("the index was made for another corpus than the tools'")
+        self.corpus = index.corpus  # the papers this episode sees: exactly those its index searches
         self.index = index
+        # The sentence index of the question's own documents, built with the episode (a context of
+        # 0.93 MB takes ~0.2 s on a loaded two-core machine, which no extract should pay within its
+        # action's budgets).
+        self._own_sentences = own_sentences
         self.calls: list[ToolCallRecord] = []
         self.outcome: Outcome | None = None
         self._returned_left = ACTION_RETURNED_CHARS  # of this action's budget for kept results
@@ -206,6 +225,17 @@ class PaperTools:
         self.record_bytes = 0  # bytes of records this action added, as tools.wire sends them
         self._tools = registry.by_name() if tools is None else tools  # the tools registered when the episode began
         self.tool_names = frozenset(self._tools)
+
+    @classmethod
+    def for_question(cls, index: BM25Index, paper_id: str | None, tools: dict[str, registry.Tool] | None = None) -> PaperTools:
+        """The tools of an episode whose question is about ``paper_id`` (None: a question of the
+        caller's own): over that paper alone when it holds the question's own documents
+        (``Corpus.own_documents``), its index and sentence index built here, before the episode's
+        first action; else over the shared papers ``index`` covers."""
+        scoped = index.scoped(paper_id)
+        if scoped is index:
+            return cls(index.corpus, index, tools)
+        return cls(scoped.corpus, scoped, tools, own_sentences=SentenceIndex.build(scoped.corpus.papers[0]))
 
     # -- the functions the policy sees ------------------------------------------------------------
 
@@ -368,7 +398,10 @@ class PaperTools:
         raise ToolError(f"no section {section!r} in {paper.id!r}; read({paper.id!r}) lists its sections")
 
     def sentences_of(self, paper: Paper) -> SentenceIndex:
-        """The paper's sentence index, from the process's bounded cache (emptied between episodes)."""
+        """The paper's sentence index: the question's own documents' was built with the episode;
+        any other paper's comes from the process's bounded cache (emptied between episodes)."""
+        if self._own_sentences is not None and self._own_sentences.paper is paper:
+            return self._own_sentences
         return SENTENCE_INDEXES.get(paper)
 
 

@@ -143,7 +143,8 @@ CACHES: tuple[ProcessCache, ...] = (
     ),
     _lru(
         "paper_explorer.tools.paper_tools._id_table",
-        "did you mean: a table of the ids compared (in a host only the corpus's paper ids, built before the fork)",
+        "did you mean: a table of the ids compared (in a host the shared papers' ids, built before the fork, and the one id "
+        "of a question's own documents)",
         paper_tools._id_table,
         lambda corpus: paper_tools._id_table(tuple(corpus.paper_ids)),
     ),

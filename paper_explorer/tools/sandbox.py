@@ -24,7 +24,10 @@ The layers
    ``protocol`` limit hit, and so is a result that names another action than the one running.
    Data a worker writes outside an action is refused and the worker replaced. What the host's
    tools returned is recorded beside each call, and detectors judge grounding from that record,
-   never from what the worker printed (``evaluation.detectors``).
+   never from what the worker printed (``evaluation.detectors``). Which papers the tools see is
+   the host's too: the policy's process names the question's paper when the episode starts, and a
+   paper holding the question's own documents is then all its tools see
+   (``PaperTools.for_question``); no frame of the worker's can name another.
 3. **Kernel fence** (``tools.zygote``, ``tools.fence``; Linux): workers fork from a zygote - a
    fresh interpreter with none of the host's state - close every descriptor but their channel,
    drop to ``nobody`` when started as root, lose every capability, and run under no-new-privs and
@@ -99,7 +102,7 @@ import socket
 import sys
 import time
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 from paper_explorer.corpus import BM25Index, Corpus
 from paper_explorer.tools import registry, wire, worker
@@ -148,6 +151,10 @@ class Sandbox:
     This object lives in the policy's process and owns the lifecycles: the worker (spawned by the
     workers' zygote, verified from /proc, reaped and replaced after a breach) and the episode host
     (``tools.episode_host``), the process that runs the actions and serves their tool calls.
+    ``paper_id`` is the paper of the episode's question (None: a question of the caller's own, or
+    no question): when that paper holds the question's own documents (``Paper.own_documents``), the
+    tools see it alone, else the corpus's shared papers (``documents`` says which). It goes to the
+    episode host with the episode's start, from this process: nothing a worker sends can change it.
     ``zygote`` defaults to this process's shared one; ``restricted=False`` runs plain Python in the
     worker (the kernel-fence tests use it to play an action that has escaped the language layer)."""
 
@@ -159,8 +166,10 @@ class Sandbox:
         *,
         zygote: Zygote | None = None,
         restricted: bool = True,
+        paper_id: str | None = None,
     ) -> None:
         self.corpus = corpus
+        self.paper_id = paper_id
         self.limits = limits
         self.index = index if index is not None else BM25Index.cached(corpus)
         self.zygote = zygote if zygote is not None else shared_zygote()
@@ -180,6 +189,14 @@ class Sandbox:
         self._host: wire.HostChannel | None = None
         self._finalizer: weakref.finalize | None = None
         self._host_finalizer: weakref.finalize | None = None
+
+    @property
+    def documents(self) -> Literal["own", "shared"]:
+        """What the episode's tools see: ``own``, the paper ``paper_id`` alone (its question's own
+        documents); ``shared``, the corpus's shared papers (every paper that holds no question's
+        own documents). The episode host's rule, on the same corpus: the one its index was made for
+        (``BM25Index.scoped``)."""
+        return "own" if self.index.loaded.own_documents(self.paper_id) is not None else "shared"
 
     def __enter__(self) -> Sandbox:
         self.start()
@@ -233,9 +250,7 @@ class Sandbox:
             self._adopt_host(*idle)
             assert self._host is not None
             try:
-                self._host.send(
-                    wire.encode({"op": "reset", "limits": self.limits.model_dump(mode="json")}), time.monotonic() + READY_SECONDS
-                )
+                self._host.send(wire.encode({"op": "reset", **self._episode_start()}), time.monotonic() + READY_SECONDS)
                 if self._host.receive(1 << 16, time.monotonic() + READY_SECONDS).get("op") == "ready":
                     return
             except (wire.ChannelClosed, wire.ChannelTimeout, wire.FrameTooLarge, wire.FrameMalformed):
@@ -243,10 +258,15 @@ class Sandbox:
             self._end_host(keep=False)
         self.zygote.warm()  # on a first episode both servers start, side by side
         try:
-            pid, sock = self._host_server.spawn({"limits": self.limits.model_dump(mode="json")})
+            pid, sock = self._host_server.spawn(self._episode_start())
         except (ZygoteError, OSError) as error:
             raise SandboxError(f"could not start the episode's host process: {error}") from None
         self._adopt_host(pid, sock)
+
+    def _episode_start(self) -> dict:
+        """What the episode host is told of a new episode: its limits and its question's paper, from
+        which the host makes its tools (``PaperTools.for_question``)."""
+        return {"limits": self.limits.model_dump(mode="json"), "paper_id": self.paper_id}
 
     def _adopt_host(self, pid: int, sock: socket.socket) -> None:
         assert self._host_server is not None

@@ -1,3 +1,5 @@
+import gc
+
 import pytest
 
 from paper_explorer.corpus import BM25Index
@@ -24,3 +26,12 @@ class BrokenIndex(BM25Index):
 
     def search(self, *args, **kwargs):
         raise ValueError("a bug in the tool")
+
+
+class CollectingIndex(BM25Index):
+    """An index whose pickling (the episode hosts' payload, made while their registry is locked) runs
+    the garbage collector, as any allocation there may."""
+
+    def __getstate__(self):
+        gc.collect()
+        return self.__dict__

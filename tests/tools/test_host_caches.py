@@ -6,12 +6,14 @@ import statistics
 
 import pytest
 
+from paper_explorer.corpus import BM25Index
 from paper_explorer.tools import process_caches, registry
 from paper_explorer.tools import sandbox as sandbox_module
 from paper_explorer.tools.episode_host import IdleHosts
 from paper_explorer.tools.sandbox import Limits, Sandbox
 from paper_explorer.tools.zygote import Zygote
 from tests.tools.host_census import CENSUS
+from tests.tools.own_documents import A, mixed_corpus
 
 LIMITS = Limits(wall_seconds=120, cpu_seconds=120, host_seconds=120, tool_calls=10_000, record_kb=8192, episode_record_kb=65536)
 # State of the episode in flight, not a cache: what the census finds there is gone at reset.
@@ -57,13 +59,19 @@ for i in range(len(ids) * 2):
     ]
 
 
-@pytest.fixture
-def census_hosts(small_demo, index, monkeypatch):
-    """Episode hosts that also answer a census of their caches (tests.tools.host_census)."""
-    payload = pickle.dumps((small_demo, index, {}, registry.names()), protocol=pickle.HIGHEST_PROTOCOL)
+def census_server(corpus, index, monkeypatch) -> Zygote:
+    """A fork server of episode hosts that also answer a census of their caches (tests.tools.host_census),
+    serving every sandbox of the test."""
+    payload = pickle.dumps((corpus, index, {}, registry.names()), protocol=pickle.HIGHEST_PROTOCOL)
     server = Zygote(kernel_fence=False, entry="tests.tools.host_census", payload=payload)
     idle = IdleHosts(server)
     monkeypatch.setattr(sandbox_module, "host_server", lambda corpus, index: (server, idle))
+    return server
+
+
+@pytest.fixture
+def census_hosts(small_demo, index, monkeypatch):
+    server = census_server(small_demo, index, monkeypatch)
     yield
     server.close()
 
@@ -109,6 +117,32 @@ def test_every_cache_an_episode_fills_is_back_to_a_fresh_hosts_state_after_reset
     unreset = sorted(name for name in set(fresh) | set(reset) if fresh.get(name) != reset.get(name))
     assert not unreset, "caches a reset did not return to a fresh host's state:\n" + "\n".join(
         f"  {name}: fresh {fresh.get(name)}, after the episode {after.get(name)}, after reset {reset.get(name)}" for name in unreset
+    )
+
+
+def test_an_episode_over_its_own_documents_leaves_a_reused_host_as_a_fresh_one(monkeypatch):
+    """A question with its own documents: its tools, their index and sentence index are made for the
+    episode and gone at reset; the next episode's host is in every cache a fresh one."""
+    corpus = mixed_corpus()
+    index = BM25Index.build(corpus)
+    server = census_server(corpus, index, monkeypatch)
+    try:
+        with Sandbox(corpus, LIMITS, index=index) as first:
+            fresh = census(first)
+            host = first.host_pid
+        with Sandbox(corpus, LIMITS, index=index, paper_id=A.id) as own:
+            results = [own.execute(code) for code in noisy_actions([A.id])]
+            assert own.host_pid == host and own.documents == "own"
+        with Sandbox(corpus, LIMITS, index=index) as after:
+            reset = census(after)
+            assert after.host_pid == host
+    finally:
+        server.close()
+    calls = [call for result in results for call in result.tool_calls]
+    assert len(calls) > 30 and results[2].outcome is not None and results[2].outcome.evidence[0].paper_id == A.id
+    unreset = sorted(name for name in set(fresh) | set(reset) if fresh.get(name) != reset.get(name))
+    assert not unreset, "caches an own-documents episode left in a reset host:\n" + "\n".join(
+        f"  {name}: fresh {fresh.get(name)}, after reset {reset.get(name)}" for name in unreset
     )
 
 

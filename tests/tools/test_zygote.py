@@ -10,9 +10,11 @@ import time
 
 import pytest
 
+from paper_explorer.corpus import BM25Index
+from paper_explorer.tools import episode_host
 from paper_explorer.tools.sandbox import Limits, Sandbox, SandboxError
 from paper_explorer.tools.zygote import Zygote, shared_zygote
-from tests.tools.conftest import process_running
+from tests.tools.conftest import CollectingIndex, process_running
 
 LIMITS = Limits(wall_seconds=30.0, cpu_seconds=10, memory_mb=512)
 
@@ -151,3 +153,26 @@ def test_spares_and_idle_hosts_killed_from_outside_cost_no_episode(small_demo, i
                 os.kill(child, signal.SIGKILL)
         with Sandbox(small_demo, LIMITS, index=index) as sandbox:
             assert sandbox.execute("40 + 2").value == "42"
+
+
+def test_a_server_whose_corpus_the_collector_frees_while_another_is_made_closes_without_a_deadlock(small_demo):
+    """A server's finalizer takes the lock of the servers' registry; the garbage collector can run it
+    in the thread that holds that lock, while it pickles another server's payload. A plain lock
+    deadlocked there (an eval hung before its first episode)."""
+    cyclic = BM25Index.build(small_demo)
+    cyclic.itself = cyclic  # freed only by the garbage collector
+    with Sandbox(small_demo, Limits(), index=cyclic) as sandbox:
+        assert sandbox.execute("6 * 7").value == "42"
+        old = sandbox._host_server
+    del cyclic, sandbox
+    answers = []
+
+    def another() -> None:
+        with Sandbox(small_demo, Limits(), index=CollectingIndex.build(small_demo)) as sandbox:
+            answers.append(sandbox.execute("6 * 7").value)
+
+    thread = threading.Thread(target=another, daemon=True)
+    thread.start()
+    thread.join(timeout=120)
+    assert not thread.is_alive(), "deadlocked: the registry's lock was taken again by a finalizer in its own thread"
+    assert answers == ["42"] and all(server is not old for server, _ in episode_host._servers.values())
