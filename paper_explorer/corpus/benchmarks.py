@@ -141,6 +141,8 @@ def _from_longbench(raw: RawLongBench, place: str) -> tuple[Paper, list[Question
     if subset not in (LONGBENCH_E_QA if e else LONGBENCH_QA):
         supported = ", ".join(LONGBENCH_QA) + "; LongBench-E's " + ", ".join(f"{name}_e" for name in LONGBENCH_E_QA)
         raise CorpusError(f"{place}: LongBench subset {raw.dataset!r} is not supported; supported: the English QA subsets {supported}")
+    if raw.id.isspace():
+        raise CorpusError(f"{place}: field '_id' is only whitespace; give the record its id, or delete it")
     benchmark = f"longbench-e/{subset}" if e else f"longbench/{subset}"
     title = f"{'LongBench-E' if e else 'LongBench'} {subset} {raw.id[:8]}"
     return _paper_and_question(raw, raw.id, title, benchmark, place)
@@ -158,6 +160,10 @@ def _paper_and_question(raw: _Raw, identifier: str, title: str, benchmark: str, 
         raise CorpusError(f"{place}: field 'answers' holds no answer ({shown}); give the record at least one answer, or delete it")
     if not raw.input.strip():
         raise CorpusError(f"{place}: field 'input' (the question) is blank; write the question, or delete the record")
+    if raw.context.isspace():  # not strip(): that would copy a context of hundreds of kilobytes
+        raise CorpusError(
+            f"{place}: field 'context' (the question's own documents) is only whitespace; give the record its context, or delete it"
+        )
     try:
         paper = Paper(id=identifier, title=title, sections=split_context(raw.context), split=SPLIT, context=raw.context)
         question = Question(

@@ -164,6 +164,8 @@ def test_a_subset_that_is_not_english_qa_is_refused_naming_the_line_and_what_is_
         ({"answers": ["", "  "]}, "field 'answers' holds no answer (each is blank)"),
         ({"input": "   "}, "field 'input' (the question) is blank"),
         ({"context": ""}, "field 'context': string should have at least 1 character"),
+        ({"context": " \n\n\t\n"}, "field 'context' (the question's own documents) is only whitespace"),
+        ({"_id": "   "}, "field '_id' is only whitespace"),
         ({"length": "9000"}, "field 'length': input should be a valid integer"),
     ],
 )
