@@ -53,7 +53,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paper_explorer.corpus.errors import CorpusError, from_validation_error
-from paper_explorer.corpus.schema import Answer, Paper, Question, Section, Split
+from paper_explorer.corpus.schema import PAPER_ID_CHARS, Answer, Paper, Question, Section, Split
 
 LONGBENCH_QA = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique")
 """LongBench's English QA subsets, those its eval.py scores with qa_f1_score (triviaqa, also scored
@@ -145,16 +145,22 @@ def _from_longbench(raw: RawLongBench, place: str) -> tuple[Paper, list[Question
         raise CorpusError(f"{place}: field '_id' is only whitespace; give the record its id, or delete it")
     benchmark = f"longbench-e/{subset}" if e else f"longbench/{subset}"
     title = f"{'LongBench-E' if e else 'LongBench'} {subset} {raw.id[:8]}"
-    return _paper_and_question(raw, raw.id, title, benchmark, place)
+    return _paper_and_question(raw, raw.id, "_id", title, benchmark, place)
 
 
 def _from_memagent(raw: RawMemAgent, place: str) -> tuple[Paper, list[Question]]:
     identifier = f"hotpotqa-{raw.num_docs}-{raw.index}"
     title = f"MemAgent HotpotQA, {raw.num_docs} documents, question {raw.index}"
-    return _paper_and_question(raw, identifier, title, "memagent/hotpotqa", place)
+    return _paper_and_question(raw, identifier, "hotpotqa-{num_docs}-{index}", title, "memagent/hotpotqa", place)
 
 
-def _paper_and_question(raw: _Raw, identifier: str, title: str, benchmark: str, place: str) -> tuple[Paper, list[Question]]:
+def _paper_and_question(raw: _Raw, identifier: str, id_from: str, title: str, benchmark: str, place: str) -> tuple[Paper, list[Question]]:
+    """``identifier``: the question's and its paper's id, as ``id_from`` says it is made."""
+    if len(identifier) > PAPER_ID_CHARS:
+        raise CorpusError(
+            f"{place}: the record's id ({id_from}) is {len(identifier)} characters, {identifier[:40]!r}...; "
+            f"the tools read papers by ids of at most {PAPER_ID_CHARS}: fix the record, or delete it"
+        )
     if not any(answer.strip() for answer in raw.answers):
         shown = "it is empty" if not raw.answers else "each is blank"
         raise CorpusError(f"{place}: field 'answers' holds no answer ({shown}); give the record at least one answer, or delete it")

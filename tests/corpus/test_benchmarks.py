@@ -191,6 +191,17 @@ def test_a_memagent_record_with_a_bad_field_is_refused_naming_its_place_in_the_a
         load(path)
 
 
+def test_an_id_longer_than_the_tools_take_is_refused_naming_what_makes_it(tmp_path):
+    message = refused(tmp_path, [longbench_record("hotpotqa", 0) | {"_id": "f" * 201}])
+    assert "bad.jsonl:1: the record's id (_id) is 201 characters" in message and "ids of at most 200" in message
+    huge = memagent_record(4, 0).record | {"num_docs": 10**99, "index": 10**99}  # numbers of 100 digits: JSON's bound
+    path = write_memagent(tmp_path / "eval_4.json", [huge])
+    with pytest.raises(
+        CorpusError, match=r"eval_4\.json: record #0: the record's id \(hotpotqa-\{num_docs\}-\{index\}\) is 210 characters"
+    ):
+        load(path)
+
+
 def test_memagent_files_that_store_document_numbers_are_refused_saying_why(tmp_path):
     record = memagent_record(4, 0).record | {"context": [17, 3, 99, 4], "num_docs": 12800}
     path = write_memagent(tmp_path / "eval_12800.json", [record])
