@@ -243,8 +243,17 @@ def test_a_questions_file_of_benchmark_records_joins_the_corpus_as_own_document_
     assert joined.file_sha256 == {str(longbench_file): hashlib.sha256(longbench_file.read_bytes()).hexdigest()}
     loaded = load(longbench_file, questions=memagent_file)
     assert len(loaded.papers) == 18 and [q.benchmark for q in loaded.questions] == ["memagent/hotpotqa"] * 3
-    with pytest.raises(CorpusError, match="duplicate paper id"):
+    with pytest.raises(CorpusError, match="duplicate paper id.*give the file as questions or in corpus, not both"):
         load(longbench_file, questions=longbench_file)
+
+
+def test_a_benchmark_record_given_as_questions_with_the_id_of_a_corpus_paper_says_how_to_mend_it(small_demo, longbench_file, tmp_path):
+    result = run_cli("eval", "--corpus", str(longbench_file), "--questions", str(longbench_file), "--out", str(tmp_path / "twice"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "give the file as --questions or in --corpus, not both" in result.stderr, result.stderr
+    taken = write_jsonl(tmp_path / "taken.jsonl", [longbench_record("hotpotqa", 0) | {"_id": small_demo.papers[0].id}])
+    with pytest.raises(CorpusError, match=r"taken\.jsonl:1: .*duplicate paper id \(first in the corpus\); another paper of the corpus"):
+        with_questions(small_demo, taken)
 
 
 def test_corpus_stats_pins_each_file_and_counts_questions_per_benchmark(longbench_file, memagent_file):
