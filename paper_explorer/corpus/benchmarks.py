@@ -24,8 +24,11 @@ A record becomes one ``Paper`` and one ``Question``:
   document set (``Paper.own_documents``).
 * the question: id LongBench's ``_id``, or ``hotpotqa-{num_docs}-{index}`` for MemAgent; text
   ``input``; one free-form ``Answer`` per string of ``answers``, kept verbatim (the benchmark's
-  metric reads them; "yes" stays a string); ``benchmark`` ``longbench/<subset>``,
-  ``longbench-e/<subset>`` or ``memagent/hotpotqa``.
+  metric reads them; "yes" stays a string), except "unanswerable": LongBench's qasper subset
+  writes QASPER's unanswerable answer so (its prompt asks for that word where the article does not
+  answer), so it is an unanswerable ``Answer``, whose reference text scores the same and on
+  which an abstention counts as right, not as a false abstention; ``benchmark``
+  ``longbench/<subset>``, ``longbench-e/<subset>`` or ``memagent/hotpotqa``.
 
 Sections: the context cut at line breaks only, so that nothing is lost (``rejoin`` puts it back):
 
@@ -63,6 +66,7 @@ LONGBENCH_E_QA = ("qasper", "multifieldqa_en", "hotpotqa", "2wikimqa")
 BLOCK_WORDS = ("Document", "Passage")  # MemAgent's DOCUMENT_PROMPT; LongBench's multi-document subsets
 PARAGRAPH_BREAK = "\n\n"
 SPLIT: Split = "test"  # evaluation sets, both
+UNANSWERABLE = "unanswerable"  # LongBench qasper's answer where the article does not answer (dataset2prompt.json)
 
 Layout = Literal["longbench", "memagent"]
 LONGBENCH_KEYS = frozenset({"_id", "dataset", "length", "language", "all_classes"})
@@ -176,12 +180,20 @@ def _paper_and_question(raw: _Raw, identifier: str, id_from: str, title: str, be
             id=identifier,
             paper_id=identifier,
             text=raw.input,
-            answers=tuple(Answer(free_form_answer=answer) for answer in raw.answers),
+            answers=tuple(_answer(answer) for answer in raw.answers),
             benchmark=benchmark,
         )
     except ValidationError as error:
         raise from_validation_error(error, place) from None
     return paper, [question]
+
+
+def _answer(text: str) -> Answer:
+    """One string of a record's ``answers``: "unanswerable" (any case, surrounding space aside) is
+    QASPER's unanswerable answer as LongBench's qasper subset writes it; anything else, verbatim."""
+    if text.strip().lower() == UNANSWERABLE:
+        return Answer(unanswerable=True)
+    return Answer(free_form_answer=text)
 
 
 # -- sections -------------------------------------------------------------------------------------

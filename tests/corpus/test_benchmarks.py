@@ -35,7 +35,8 @@ def test_a_longbench_file_of_the_five_subsets_loads_one_question_per_record_over
         assert paper.id == question.id == question.paper_id == record["_id"]
         assert paper.split == "test" and paper.title == f"LongBench {record['dataset']} {record['_id'][:8]}"
         assert question.text == record["input"]
-        assert [answer.free_form_answer for answer in question.answers] == record["answers"]
+        # verbatim, but for qasper's "unanswerable": QASPER's unanswerable answer (the test below)
+        assert [answer.free_form_answer or answer.unanswerable * "unanswerable" for answer in question.answers] == record["answers"]
     assert corpus.warnings == ()
 
 
@@ -85,6 +86,20 @@ def test_longbench_e_records_load_under_their_own_benchmark(tmp_path):
     corpus = load(write_jsonl(tmp_path / "hotpotqa_e.jsonl", [record]))
     assert corpus.questions[0].benchmark == "longbench-e/hotpotqa"
     assert corpus.papers[0].title.startswith("LongBench-E hotpotqa ")
+
+
+def test_longbench_qasper_s_unanswerable_is_an_unanswerable_answer_and_abstaining_there_is_right(tmp_path):
+    record = longbench_record("qasper", 0) | {"input": "What is the zorblax rate of the flimflam?", "answers": ["unanswerable"]}
+    both = longbench_record("qasper", 1) | {"answers": [" Unanswerable ", "Caslomar"]}  # two annotators who disagree
+    path = write_jsonl(tmp_path / "qasper.jsonl", [record, both])
+    unanswerable, disputed = load(path).questions
+    assert not unanswerable.answerable and unanswerable.answers[0].reference_text == "Unanswerable"
+    assert disputed.answerable and [answer.kind for answer in disputed.answers] == ["none", "abstractive"]
+    result = run_cli("eval", "--corpus", str(path), "--policy", "read-all", "--limit", "1", "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    score = json.loads((tmp_path / "run" / "scores.jsonl").read_text())
+    assert score["status"] == "abstained" and not score["answerable"]  # its search finds no word of the question
+    assert score["answer_f1"] == score["exact_match"] == 1.0 and score["flags"] == []  # no false_abstention
 
 
 def test_multifieldqa_en_loads_and_extra_keys_are_the_benchmarks_business(tmp_path):
