@@ -347,11 +347,11 @@ def taken_answer(tokens, text: str, generation, answer_tokens: int, answer_from:
     """The answer a final call's text gives under the recipe, and why there is none (None: there is
     one). A text cut at the cap is no answer; so is an empty one, or, under ``answer_from = "boxed"``,
     one without a complete ``\\boxed{}`` (MemAgent's evaluation scores it 0)."""
-    answer = answer_of(text, answer_from)
     # a server may write past max_tokens and say it did not: the text itself is counted too
     cut = bool(generation and generation.hit_cap) or len(tokens.text(text)) > answer_tokens
     if cut:
         return None, f"cut at the answer cap of {answer_tokens} tokens"
+    answer = answer_of(text, answer_from)  # only of a text within the cap: nothing of one past it is taken
     if answer is None:
         return None, "not in a \\boxed{}" if answer_from == "boxed" and text.strip() else "empty"
     return answer, None
