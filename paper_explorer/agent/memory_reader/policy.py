@@ -182,9 +182,7 @@ class MemoryReader(Policy):
         else:
             reader = Reader(self, encode_document(self.reads.sections() if self.reads is not None else [], self.tokens, self.prompts))
         answer = reader.run()
-        if answer.strip().rstrip(".").lower() == UNANSWERABLE:
-            # the final prompt asks for this when the memory holds no answer: it is the reader's
-            # abstention, and counts as one (QASPER scores an abstention as this very answer)
+        if abstains(answer):
             self.submitted = True
             return Reply(action(f"abstain({document.literal('the memory does not answer the question')})"))
         if len(answer) > SUBMIT_CHARS:
@@ -341,6 +339,12 @@ class Reader:
 
     def _spent(self, reply: Reply, prompt: list[int]) -> None:
         self.reading.model_tokens += len(prompt) + written_tokens(self.tokens, reply.text, reply.generation)
+
+
+def abstains(answer: str) -> bool:
+    """Whether the final answer is the reader's abstention: the final prompt asks for "unanswerable"
+    when the memory holds no answer, and it counts as one (QASPER scores an abstention as this very answer)."""
+    return answer.strip().rstrip(".").lower() == UNANSWERABLE
 
 
 def taken_answer(tokens, text: str, generation, answer_tokens: int, answer_from: str) -> tuple[str | None, str | None]:
