@@ -61,6 +61,8 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
         if reading.document_text is None or reading.document_text != reading.document_text.strip():
             return Mismatch(where, "the reader recorded a verbatim reading without the stripped text it paged")
         rebuilt: Document = verbatim_document(reading.document_text, renderer)
+        if reading.document_sha256 != ids_sha256(rebuilt.ids):  # the unread rest too, which no prompt shows
+            return Mismatch(where, "its recorded text is not the document the reader paged (its digest differs): the record was altered")
     else:
         try:
             sections = sections_read(trajectory, reading)

@@ -215,6 +215,7 @@ class Reader:
             papers=papers,
             document="verbatim" if verbatim else None,
             document_text=document.text if verbatim else None,
+            document_sha256=ids_sha256(document.ids) if verbatim else None,
             document_tokens=self.document.tokens,
             read_tokens=0,
             unread_tokens=self.document.tokens,
