@@ -398,22 +398,31 @@ def is_direct_submit(trajectory: Trajectory) -> bool:
     end = ending_step(trajectory)
     if end is None:
         return False
-    if read_verbatim(trajectory) is not None:
-        return False  # the memory reader's model read pages of the question's own document before it answered
+    reading = verbatim_reading(trajectory)
+    if reading is not None:  # the memory reader's model read pages of the question's own document before it answered, or none
+        return reading.read_tokens == 0
     looked = [call for step, call in research_before_end(trajectory) if step is not trajectory.steps[end]]
     if trajectory.outcome.status == "abstained":
         return not looked
     return not any(showed_papers(call) for call in looked)
 
 
-def read_verbatim(trajectory: Trajectory) -> Reading | None:
-    """The memory reader's verbatim reading, when it paged any of the question's own document
-    (``Reading.document``): research done in the host's process, page by page, with no tool call."""
+def verbatim_reading(trajectory: Trajectory) -> Reading | None:
+    """The memory reader's verbatim reading (``Reading.document``), when the episode had one: its
+    research is the pages it read, done in its own process with no tool call. Its one tool call, the
+    outline of the question's paper (so the run shows which document was read), showed its model
+    nothing: only pages reach the model's prompts, so it is not research."""
     for step in reversed(trajectory.steps):
         reading = step.policy_info.reading if step.policy_info is not None else None
         if reading is not None:
-            return reading if reading.document == "verbatim" and reading.read_tokens > 0 else None
+            return reading if reading.document == "verbatim" else None
     return None
+
+
+def read_verbatim(trajectory: Trajectory) -> Reading | None:
+    """The memory reader's verbatim reading, when it paged any of the question's own document."""
+    reading = verbatim_reading(trajectory)
+    return reading if reading is not None and reading.read_tokens > 0 else None
 
 
 def research_before_end(trajectory: Trajectory) -> Iterator[tuple[Step, ToolCallRecord]]:

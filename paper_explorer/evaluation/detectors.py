@@ -17,7 +17,9 @@ the research calls that succeeded before that end (``research_before_end``), and
 direct submit (``is_direct_submit``: it answered before any research had shown it anything). So
 ``direct_submit`` judges that the episode ended unresearched, not which call came first, and
 ``no_tool_use`` counts no failed call and none after the end: every answered episode that
-``no_tool_use`` flags is a direct submit.
+``no_tool_use`` flags is a direct submit. A memory reader's verbatim reading (``verbatim_reading``)
+researches by the pages its model read, none or some, and its one tool call (the outline that names
+the document) is no research: it shows its model nothing.
 
 The grounding detectors (``ungrounded_answer``, ``placeholder_answer``, ``unobserved_evidence``)
 read what the host's research tools showed, never the observations, and of it only the papers'
@@ -59,6 +61,7 @@ from paper_explorer.agent.trajectory import (
     is_direct_submit,
     read_verbatim,
     research_before_end,
+    verbatim_reading,
 )
 from paper_explorer.corpus.schema import Question
 from paper_explorer.tools import layout, legacy_layout, registry
@@ -104,10 +107,15 @@ def direct_submit(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
 
 def no_tool_use(trajectory: Trajectory, gold: Question | None) -> list[Flag]:
     """Not one search, read or extract that succeeded before the episode's submit or abstain (a
-    failed call showed nothing; ``agent.trajectory.research_before_end``). Reads: the host's tool
-    calls and their errors."""
-    if any(True for _ in research_before_end(trajectory)) or read_verbatim(trajectory) is not None:
-        return []  # the memory reader reads its own document page by page, in the host's process
+    failed call showed nothing; ``agent.trajectory.research_before_end``); for a memory reader's
+    verbatim reading, not one page read. Reads: the host's tool calls and their errors, or the reading."""
+    reading = verbatim_reading(trajectory)
+    if reading is not None:  # its research is its pages, read in its process; its outline call showed its model nothing
+        if reading.read_tokens > 0:
+            return []
+        return [Flag("no_tool_use", None, f"a verbatim reading of no page ({reading.stopped or 'nothing was paged'})")]
+    if any(True for _ in research_before_end(trajectory)):
+        return []
     called = ", ".join(call.name + (" (failed)" if call.error else "") for _, call in _calls(trajectory))
     return [Flag("no_tool_use", None, f"{len(trajectory.steps)} steps, tools called: {called or 'none'}")]
 

@@ -12,7 +12,18 @@ from paper_explorer.agent.policies import Policy, Reply, make_config, make_polic
 from paper_explorer.agent.policies.base import action
 from paper_explorer.agent.prompt import system_prompt
 from paper_explorer.agent.runner import EpisodeRunner
-from paper_explorer.agent.trajectory import EpisodeConfig, Evidence, Hashes, Outcome, PolicyInfo, Step, ToolCallRecord, Trajectory
+from paper_explorer.agent.trajectory import (
+    EpisodeConfig,
+    Evidence,
+    Hashes,
+    Outcome,
+    PolicyInfo,
+    Reading,
+    Step,
+    StepPolicyInfo,
+    ToolCallRecord,
+    Trajectory,
+)
 from paper_explorer.corpus import BM25Index, Corpus
 from paper_explorer.corpus.schema import Answer, Paper, Question, Section
 from paper_explorer.evaluation.detectors import DETECTORS, FROM_OBSERVATIONS, detect, detector_rates, verdict
@@ -761,3 +772,38 @@ def test_research_in_an_action_stopped_by_a_limit_showed_the_policy_nothing(smal
     assert [flag.step for flag in DETECTORS["direct_submit"](killed, gold)] == [1]
     assert DETECTORS["no_tool_use"](killed, gold) and DETECTORS["unobserved_evidence"](killed, gold)
     assert score_episode(killed, gold).tool_calls_before_end == 0
+
+
+def verbatim_episode(read_tokens: int, status: str = "submitted") -> Trajectory:
+    """A memory reader's verbatim episode: its outline read (which its model never sees), then the
+    answer, with a reading that paged ``read_tokens`` of the question's own 900-token document."""
+    reading = Reading(
+        scope="search:3",
+        papers=["demo-00000"],
+        document="verbatim",
+        document_text=PARAGRAPH,
+        document_tokens=900,
+        read_tokens=read_tokens,
+        unread_tokens=900 - read_tokens,
+        pages=2,
+        passes=1,
+        stopped=None if read_tokens else "the token budget of 400",
+    )
+    outline = step(0, "read('demo-00000')", tools=[call("read", result="demo-00000: QuantLens", arguments={"paper_id": "demo-00000"})])
+    ending = "abstain('the memory does not answer the question')" if status == "abstained" else "submit('3e-5', evidence=[])"
+    answer = step(1, ending, tools=[("abstain" if status == "abstained" else "submit", None)], policy_info=StepPolicyInfo(reading=reading))
+    return trajectory([outline, answer], status=status)
+
+
+@pytest.mark.parametrize("status", ["submitted", "abstained"])
+def test_a_verbatim_reader_that_paged_nothing_answered_unresearched_whatever_its_outline_call(status):
+    """A token budget that affords no page: the reader's model answers from the question and "No
+    previous memory" alone. Its one tool call, the outline that names its document, showed the model
+    nothing, and passed for research."""
+    unread = verbatim_episode(0, status)
+    assert [flag.step for flag in DETECTORS["direct_submit"](unread, ANSWERABLE)] == [1]
+    assert [flag.text for flag in DETECTORS["no_tool_use"](unread, ANSWERABLE)] == [
+        "a verbatim reading of no page (the token budget of 400)"
+    ]
+    read = verbatim_episode(450, status)
+    assert DETECTORS["direct_submit"](read, ANSWERABLE) == [] and DETECTORS["no_tool_use"](read, ANSWERABLE) == []
