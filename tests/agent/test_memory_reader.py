@@ -218,6 +218,34 @@ def test_an_outcome_that_is_not_the_answer_the_reader_took_fails_the_parity_chec
 
 
 @pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        # past ReadTwice: a forged 10**9 was a plan of 10**9 passes, built whole until the memory ran out
+        ({"passes": 3}, "setting passes is not one the reader takes (Input should be less than or equal to 2)"),
+        ({"page_tokens": "many"}, "setting page_tokens is not one the reader takes"),  # was a TypeError
+        ({"page_tokens": None}, "setting page_tokens is not one the reader takes"),
+        ({"answer_from": "anything"}, "setting answer_from is not one the reader takes"),  # was read as boxed-or-text
+        ({"prompts": "memagent", "keep_sentinel": "<KEEP_MEMORY>"}, "recipe is not one the reader takes (the memagent prompts"),
+    ],
+)
+def test_an_edited_recipe_is_a_mismatch_never_a_crash(small_demo, index, serve, tiny_tokenizer, renderer, change, said):
+    trajectory = read(small_demo, index, serve(), tiny_tokenizer)
+    policy = trajectory.policy.model_copy(update={"settings": {**trajectory.policy.settings, **change}})
+    mismatch = check_reading(trajectory.model_copy(update={"policy": policy}), renderer)
+    assert mismatch is not None and said in mismatch.what and "the record was altered" in mismatch.what
+    settings = {name: value for name, value in trajectory.policy.settings.items() if name != "memory_tokens"}  # was a KeyError
+    mismatch = check_reading(trajectory.model_copy(update={"policy": policy.model_copy(update={"settings": settings})}), renderer)
+    assert mismatch is not None and "lack the reader's 'memory_tokens'" in mismatch.what
+
+
+def test_an_answer_without_the_reading_that_gave_it_fails_the_parity_check(small_demo, index, serve, tiny_tokenizer, renderer):
+    trajectory = read(small_demo, index, serve(), tiny_tokenizer)
+    stripped = trajectory.model_copy(update={"steps": [step.model_copy(update={"policy_info": None}) for step in trajectory.steps]})
+    mismatch = check_reading(stripped, renderer)
+    assert mismatch is not None and "ended submitted without a record of the reading that gave its answer" in mismatch.what
+
+
+@pytest.mark.parametrize(
     ("final", "why"),
     [(("\\boxed{3e-5} and then some more words", True), "cut at the answer cap of 16 tokens"), ("  ", "empty")],
 )

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
+
 from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import Document, encode_document, page_document, verbatim_document
 from paper_explorer.agent.memory_reader.policy import abstains, capped, taken_answer, written_tokens
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, problem_text, update_prompt
-from paper_explorer.agent.memory_reader.settings import parse_scope
+from paper_explorer.agent.memory_reader.settings import ReaderRecipe, parse_scope
 from paper_explorer.agent.mismatch import Mismatch
 from paper_explorer.agent.policies.base import PolicyError
 from paper_explorer.agent.renderer import ChatRenderer
@@ -40,9 +42,16 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
     where = f"episode {trajectory.episode_id}"
     reading = reading_of(trajectory)
     if reading is None:
-        return None  # it ended before its model was called: nothing was served
-    settings = trajectory.policy.settings
-    prompts = prompts or ReaderPrompts.named(settings.get("prompts", "explorer"))
+        # it ended before its model was called (nothing was served), so without an answer of its model's
+        finished = all(step.policy_info is None or step.policy_info.finish_error is None for step in trajectory.steps)
+        if trajectory.outcome.status in ("submitted", "abstained") and finished:
+            return Mismatch(where, f"the episode ended {trajectory.outcome.status} without a record of the reading that gave its answer")
+        return None
+    recipe = _recipe(where, trajectory.policy.settings)
+    if isinstance(recipe, Mismatch):
+        return recipe
+    settings = {**trajectory.policy.settings, **recipe.model_dump(exclude={"name"})}  # the recorded recipe, as the reader took it
+    prompts = prompts or ReaderPrompts.named(settings["prompts"])
     if settings.get("prompts_sha256") != prompts.sha256:
         return Mismatch(
             where, f"served with the reader prompts {str(settings.get('prompts_sha256'))[:12]}, checked with {prompts.sha256[:12]}"
@@ -109,6 +118,37 @@ def _outcome(where: str, trajectory: Trajectory, reading: Reading) -> Mismatch |
         gave = "no answer" if answer is None else "an abstention" if expected == "abstained" else f"the answer {answer!r}"
         return Mismatch(where, f"the episode ended {ended}, but the reader's final call gave {gave}: the outcome was altered")
     return None
+
+
+# The recipe's settings every reader trajectory records (those added since, absent from older ones, take their defaults).
+RECORDED = (
+    "scope",
+    "page_tokens",
+    "memory_tokens",
+    "answer_tokens",
+    "passes",
+    "outlines",
+    "outline_sections",
+    "keep_sentinel",
+    "token_budget",
+)
+
+
+def _recipe(where: str, settings: dict[str, Any]) -> ReaderRecipe | Mismatch:
+    """The recorded recipe, read through the reader's own model of it (its types, bounds and rules),
+    so an edited setting is a mismatch, never a crash or a plan of a billion passes."""
+    missing = next((name for name in RECORDED if name not in settings), None)
+    if missing is not None:
+        return Mismatch(where, f"the recorded policy settings lack the reader's {missing!r}: the record was altered")
+    try:
+        return ReaderRecipe.model_validate(
+            {name: settings[name] for name in ReaderRecipe.model_fields if name != "name" and name in settings}
+        )
+    except ValidationError as error:
+        problem = error.errors(include_url=False)[0]
+        what = f"setting {'.'.join(map(str, problem['loc']))}" if problem["loc"] else "recipe"
+        why = problem["msg"].removeprefix("Value error, ")
+        return Mismatch(where, f"the recorded {what} is not one the reader takes ({why}): the record was altered")
 
 
 def sections_read(trajectory: Trajectory, reading: Reading):
