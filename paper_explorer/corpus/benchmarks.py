@@ -228,6 +228,24 @@ def split_context(context: str) -> tuple[Section, ...]:
         name, start, number = f"{word} {number}:", at + len(header), number + 1
 
 
+def own_documents_problem(paper: Paper) -> str | None:
+    """Why ``paper``, read from a file that states its context (explorer JSONL), cannot be a question's
+    own documents: a blank context, or sections that are not its context cut by ``split_context`` (the
+    code agent reads the sections and the memory reader pages the context: they would read two texts).
+    None when it can, or when it holds no context."""
+    if paper.context is None:
+        return None
+    if not paper.context or paper.context.isspace():
+        return "field 'paper.context' (the question's own documents) is empty or only whitespace; give the paper its context"
+    if split_context(paper.context) != tuple(paper.sections):
+        return (
+            "its sections are not its context cut at line breaks as the benchmark loader cuts it, so the code agent (which "
+            "reads the sections) and the memory reader (which pages the context) would read two texts; write the paper again "
+            "from its benchmark file (explorer corpus export)"
+        )
+    return None
+
+
 def rejoin(sections: Sequence[Section], separator: str) -> str:
     """The text ``split_context`` cut into ``sections``, given its ``block_separator``."""
     if len(sections) == 1 and sections[0].name is None:

@@ -194,7 +194,11 @@ def _paper_from_record(path: Path, line: int | None, key: str | None, raw: objec
     if "paper" in raw:
         inner = raw.get("paper")
         paper_id = inner.get("id") if isinstance(inner, dict) and isinstance(inner.get("id"), str) else None
-        return _validated(path, line, paper_id, lambda: _from_explorer_record(raw))
+        paper, questions = _validated(path, line, paper_id, lambda: _from_explorer_record(raw))
+        problem = benchmarks.own_documents_problem(paper)
+        if problem is not None:
+            raise CorpusError(f"{where(str(path), line, paper.id)}: {problem}")
+        return paper, questions
     if "full_text" in raw:
         if isinstance(raw["full_text"], list):
             raise CorpusError(

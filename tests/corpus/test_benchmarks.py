@@ -4,6 +4,7 @@ every bad record refused in one line that names the file, the line and the field
 
 import hashlib
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -204,6 +205,30 @@ def test_a_memagent_record_with_a_bad_field_is_refused_naming_its_place_in_the_a
     path = write_memagent(tmp_path / "eval_4b.json", [without])
     with pytest.raises(CorpusError, match=r"eval_4b\.json: record #0: field 'num_docs' is missing"):
         load(path)
+
+
+def test_an_exported_paper_whose_context_and_sections_disagree_or_whose_context_is_blank_is_refused(longbench_file, tmp_path):
+    """explorer JSONL states a paper's context and its sections apart: the code agent reads the
+    sections and the memory reader pages the context, so they must be one text."""
+    from paper_explorer.corpus.writing import write_jsonl as export
+
+    export(load(longbench_file), tmp_path / "exported.jsonl")
+    assert load(tmp_path / "exported.jsonl").sha256 == load(longbench_file).sha256
+    lines = [json.loads(line) for line in (tmp_path / "exported.jsonl").read_text().splitlines()]
+    multi_document = next(line for line in lines if line["paper"]["context"].startswith("Passage 1:\n"))
+    edited = json.loads(json.dumps(multi_document))
+    edited["paper"]["context"] = edited["paper"]["context"].replace("Passage 2:\n", "Passage 2:\nThe answer is Paris. ", 1)
+    assert edited["paper"]["context"] != multi_document["paper"]["context"]
+    blank = json.loads(json.dumps(lines[0]))
+    blank["paper"]["context"] = " \n "
+    for record, said in (
+        (edited, "its sections are not its context"),
+        (blank, "field 'paper.context' (the question's own documents) is empty"),
+    ):
+        path = tmp_path / "edited.jsonl"
+        path.write_text(json.dumps(record) + "\n", encoding="utf-8")
+        with pytest.raises(CorpusError, match=f"edited\\.jsonl:1: paper '{record['paper']['id']}': {re.escape(said)}"):
+            load(path)
 
 
 def test_an_id_longer_than_the_tools_take_is_refused_naming_what_makes_it(tmp_path):

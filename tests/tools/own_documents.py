@@ -6,8 +6,9 @@ import random
 import unicodedata
 
 from paper_explorer.corpus import Corpus, DemoConfig, generate
+from paper_explorer.corpus.benchmarks import split_context
 from paper_explorer.corpus.loading import from_parts
-from paper_explorer.corpus.schema import Answer, Paper, Question, Section
+from paper_explorer.corpus.schema import Answer, Paper, Question
 
 WORDS = "zebra river savanna learning rate model data foal grass herd migration season water dataset training".split()
 
@@ -16,8 +17,7 @@ def own_documents(paper_id: str, passages: list[str]) -> Paper:
     """A paper as the benchmark loaders make one: the context as given ("Document i:" passages, as
     MemAgent's HotpotQA files hold them), and its passages as sections for search and read."""
     context = "\n\n".join(f"Document {i}:\n{passage}" for i, passage in enumerate(passages, 1))
-    sections = tuple(Section(name=f"Document {i}", paragraphs=(passage,)) for i, passage in enumerate(passages, 1))
-    return Paper(id=paper_id, title="", sections=sections, split="test", context=context)
+    return Paper(id=paper_id, title="", sections=split_context(context), split="test", context=context)
 
 
 def passages(seed: int, count: int, extra: str) -> list[str]:

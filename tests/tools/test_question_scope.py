@@ -164,7 +164,7 @@ def test_a_reused_host_serves_the_next_question_s_documents_not_the_last_one_s(c
 def test_own_documents_extract_and_cite_as_any_paper_does(corpus, index):
     code = (
         'found = extract("lb-A", "zebras graze Okavango", k=1)\n'
-        'page = read("lb-A", section="Document 1")\n'
+        'page = read("lb-A", section="Document 1:")\n'
         "submit('the savanna', evidence=[found[0], 'Zebras graze in the savanna near the Okavango'])"
     )
     with Sandbox(corpus, LIMITS, index=index, paper_id="lb-A") as sandbox:
