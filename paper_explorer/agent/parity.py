@@ -28,6 +28,15 @@ def check_trajectory(trajectory: Trajectory, renderer: ChatRenderer, require_ser
     only where the record must exist: a model policy's steps, or beside steps that have one)."""
     if trajectory.policy.name == "memory-reader":
         return check_reading(trajectory, renderer)  # its model saw its own prompts, never the conversation
+    # Only the memory reader records a reading, and the detectors count its pages as research: one on
+    # another policy's trajectory would make a direct submit look researched.
+    read = next((step for step in trajectory.steps if step.policy_info is not None and step.policy_info.reading is not None), None)
+    if read is not None:
+        return Mismatch(
+            f"episode {trajectory.episode_id} step {read.index + 1}",
+            f"a memory reader's reading on a trajectory of the {trajectory.policy.name} policy, which never records one: the record was altered",
+            step=read.index,
+        )
     recorded = [step.served is not None for step in trajectory.steps]
     served_by_us = trajectory.policy.name in MODEL_POLICIES and trajectory.policy.settings.get("api") != "chat"
     must = require_served or any(recorded) or (trajectory.schema_version >= 3 and served_by_us)

@@ -807,3 +807,15 @@ def test_a_verbatim_reader_that_paged_nothing_answered_unresearched_whatever_its
     ]
     read = verbatim_episode(450, status)
     assert DETECTORS["direct_submit"](read, ANSWERABLE) == [] and DETECTORS["no_tool_use"](read, ANSWERABLE) == []
+
+
+def test_a_reading_forged_onto_another_policy_s_direct_submit_is_refused_by_check_parity(tiny_tokenizer):
+    """The detectors take a verbatim reading's pages as research; only the memory reader records one.
+    Put on a code agent's direct submit, it hides the shortcut from them: check-parity refuses it."""
+    from paper_explorer.agent.parity import check_trajectory
+    from paper_explorer.agent.renderer import ChatRenderer
+
+    forged = verbatim_episode(450)
+    assert forged.policy.name != "memory-reader" and DETECTORS["direct_submit"](forged, ANSWERABLE) == []
+    mismatch = check_trajectory(forged, ChatRenderer.from_directory(tiny_tokenizer))
+    assert mismatch is not None and "a memory reader's reading on a trajectory of the test policy" in mismatch.what
