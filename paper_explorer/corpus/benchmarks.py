@@ -57,6 +57,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paper_explorer.corpus.errors import CorpusError, from_validation_error
 from paper_explorer.corpus.schema import PAPER_ID_CHARS, Answer, Paper, Question, Section, Split
+from paper_explorer.corpus.setting_names import setting
 
 LONGBENCH_QA = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique")
 """LongBench's English QA subsets, those its eval.py scores with qa_f1_score (triviaqa, also scored
@@ -226,6 +227,16 @@ def split_context(context: str) -> tuple[Section, ...]:
         if at < 0:
             return tuple(sections)
         name, start, number = f"{word} {number}:", at + len(header), number + 1
+
+
+def given_as_questions_fix(held: Paper, paper: Paper) -> str:
+    """How to mend a record given as questions whose paper's id the corpus already holds (``held``)."""
+    if held.context == paper.context:  # the same record: the file is both the corpus (or in its directory) and the questions
+        return (
+            f"a benchmark's records given as {setting('questions')} bring their own papers into the corpus: "
+            f"give the file as {setting('questions')} or in {setting('corpus')}, not both"
+        )
+    return "another paper of the corpus has this id: give the record another id, or leave that paper out of the corpus"
 
 
 def own_documents_problem(paper: Paper) -> str | None:
