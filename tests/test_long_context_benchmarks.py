@@ -80,6 +80,42 @@ def test_a_changed_character_of_the_read_context_fails_check_parity(memagent_fil
     assert done.returncode == 1 and "parity broken" in done.stderr and "its recorded text" in done.stderr
 
 
+def test_a_changed_character_of_the_text_a_budget_left_unread_fails_check_parity(memagent_file, tiny_model, tmp_path):
+    """No prompt shows the rest of a document a token budget left unread: the reading's digest of the
+    whole document holds it to the text that was paged, so an edit there fails too."""
+    from paper_explorer.agent.renderer import ChatRenderer
+
+    out = tmp_path / "reader"
+    ok(
+        run_cli(
+            "eval", "--corpus", str(memagent_file), "--policy", "memory-reader", "--backend", "hf", "--model", str(tiny_model),
+            "--preset", "memagent", "--page-tokens", "256", "--memory-tokens", "8", "--answer-tokens", "8", "--limit", "1",
+            "--token-budget", "1500", "--out", str(out),
+        )
+    )  # fmt: skip
+    (trajectory,) = lines(out / "trajectories.jsonl")
+    reading = reading_of(trajectory)
+    assert 0 < reading["read_tokens"] < reading["document_tokens"]
+    renderer = ChatRenderer.from_directory(tiny_model)
+    text, read = reading["document_text"], reading["read_tokens"]
+    ids = renderer.text(text)
+    # a letter near the end changed so that the ids keep their count and the pages read stay the same:
+    # only the digest of the whole document can tell
+    edited_text = next(
+        edit
+        for position in range(len(text) - 1, len(text) - 500, -1)
+        for letter in "aeiou"
+        if text[position].isalpha() and letter != text[position]
+        for edit in [text[:position] + letter + text[position + 1 :]]
+        if len(edited := renderer.text(edit)) == len(ids) and edited[:read] == ids[:read]
+    )
+    reading["document_text"] = edited_text
+    edited = tmp_path / "edited.jsonl"
+    edited.write_text(json.dumps(trajectory) + "\n", encoding="utf-8")
+    done = run_cli("check-parity", "-t", str(edited), "--tokenizer", str(tiny_model))
+    assert done.returncode == 1 and "its recorded text is not the document the reader paged" in done.stderr, done.stderr
+
+
 def test_both_agents_evaluate_the_five_longbench_subsets(longbench_file, tiny_model, tmp_path):
     """The code agent (hf) and the memory reader (hf backend, MemAgent's recipe) on the same
     LongBench file: every question scored, per-benchmark tables with the five-subset average,

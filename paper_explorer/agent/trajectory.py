@@ -170,6 +170,9 @@ class Reading(Sparse):
     # host's process, its text kept whole in ``document_text``; None: papers read through the tools
     document: Literal["verbatim"] | None = None
     document_text: str | None = None
+    # verbatim: agent.served.ids_sha256 of the whole document's ids, so the check holds the text a
+    # token budget left unread (which no prompt shows) to what was read too
+    document_sha256: str | None = None
     document_tokens: int  # the whole document, in the model's tokens
     read_tokens: int  # the tokens paged (the rest was left unread by the token budget)
     unread_tokens: int

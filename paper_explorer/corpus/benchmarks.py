@@ -24,8 +24,11 @@ A record becomes one ``Paper`` and one ``Question``:
   document set (``Paper.own_documents``).
 * the question: id LongBench's ``_id``, or ``hotpotqa-{num_docs}-{index}`` for MemAgent; text
   ``input``; one free-form ``Answer`` per string of ``answers``, kept verbatim (the benchmark's
-  metric reads them; "yes" stays a string); ``benchmark`` ``longbench/<subset>``,
-  ``longbench-e/<subset>`` or ``memagent/hotpotqa``.
+  metric reads them; "yes" stays a string), except "unanswerable": LongBench's qasper subset
+  writes QASPER's unanswerable answer so (its prompt asks for that word where the article does not
+  answer), so it is an unanswerable ``Answer``, whose reference text scores the same and on
+  which an abstention counts as right, not as a false abstention; ``benchmark``
+  ``longbench/<subset>``, ``longbench-e/<subset>`` or ``memagent/hotpotqa``.
 
 Sections: the context cut at line breaks only, so that nothing is lost (``rejoin`` puts it back):
 
@@ -53,7 +56,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from paper_explorer.corpus.errors import CorpusError, from_validation_error
-from paper_explorer.corpus.schema import Answer, Paper, Question, Section, Split
+from paper_explorer.corpus.schema import PAPER_ID_CHARS, Answer, Paper, Question, Section, Split
 
 LONGBENCH_QA = ("narrativeqa", "qasper", "multifieldqa_en", "hotpotqa", "2wikimqa", "musique")
 """LongBench's English QA subsets, those its eval.py scores with qa_f1_score (triviaqa, also scored
@@ -63,6 +66,7 @@ LONGBENCH_E_QA = ("qasper", "multifieldqa_en", "hotpotqa", "2wikimqa")
 BLOCK_WORDS = ("Document", "Passage")  # MemAgent's DOCUMENT_PROMPT; LongBench's multi-document subsets
 PARAGRAPH_BREAK = "\n\n"
 SPLIT: Split = "test"  # evaluation sets, both
+UNANSWERABLE = "unanswerable"  # LongBench qasper's answer where the article does not answer (dataset2prompt.json)
 
 Layout = Literal["longbench", "memagent"]
 LONGBENCH_KEYS = frozenset({"_id", "dataset", "length", "language", "all_classes"})
@@ -141,35 +145,55 @@ def _from_longbench(raw: RawLongBench, place: str) -> tuple[Paper, list[Question
     if subset not in (LONGBENCH_E_QA if e else LONGBENCH_QA):
         supported = ", ".join(LONGBENCH_QA) + "; LongBench-E's " + ", ".join(f"{name}_e" for name in LONGBENCH_E_QA)
         raise CorpusError(f"{place}: LongBench subset {raw.dataset!r} is not supported; supported: the English QA subsets {supported}")
+    if raw.id.isspace():
+        raise CorpusError(f"{place}: field '_id' is only whitespace; give the record its id, or delete it")
     benchmark = f"longbench-e/{subset}" if e else f"longbench/{subset}"
     title = f"{'LongBench-E' if e else 'LongBench'} {subset} {raw.id[:8]}"
-    return _paper_and_question(raw, raw.id, title, benchmark, place)
+    return _paper_and_question(raw, raw.id, "_id", title, benchmark, place)
 
 
 def _from_memagent(raw: RawMemAgent, place: str) -> tuple[Paper, list[Question]]:
     identifier = f"hotpotqa-{raw.num_docs}-{raw.index}"
     title = f"MemAgent HotpotQA, {raw.num_docs} documents, question {raw.index}"
-    return _paper_and_question(raw, identifier, title, "memagent/hotpotqa", place)
+    return _paper_and_question(raw, identifier, "hotpotqa-{num_docs}-{index}", title, "memagent/hotpotqa", place)
 
 
-def _paper_and_question(raw: _Raw, identifier: str, title: str, benchmark: str, place: str) -> tuple[Paper, list[Question]]:
+def _paper_and_question(raw: _Raw, identifier: str, id_from: str, title: str, benchmark: str, place: str) -> tuple[Paper, list[Question]]:
+    """``identifier``: the question's and its paper's id, as ``id_from`` says it is made."""
+    if len(identifier) > PAPER_ID_CHARS:
+        raise CorpusError(
+            f"{place}: the record's id ({id_from}) is {len(identifier)} characters, {identifier[:40]!r}...; "
+            f"the tools read papers by ids of at most {PAPER_ID_CHARS}: fix the record, or delete it"
+        )
     if not any(answer.strip() for answer in raw.answers):
         shown = "it is empty" if not raw.answers else "each is blank"
         raise CorpusError(f"{place}: field 'answers' holds no answer ({shown}); give the record at least one answer, or delete it")
     if not raw.input.strip():
         raise CorpusError(f"{place}: field 'input' (the question) is blank; write the question, or delete the record")
+    if raw.context.isspace():  # not strip(): that would copy a context of hundreds of kilobytes
+        raise CorpusError(
+            f"{place}: field 'context' (the question's own documents) is only whitespace; give the record its context, or delete it"
+        )
     try:
         paper = Paper(id=identifier, title=title, sections=split_context(raw.context), split=SPLIT, context=raw.context)
         question = Question(
             id=identifier,
             paper_id=identifier,
             text=raw.input,
-            answers=tuple(Answer(free_form_answer=answer) for answer in raw.answers),
+            answers=tuple(_answer(answer) for answer in raw.answers),
             benchmark=benchmark,
         )
     except ValidationError as error:
         raise from_validation_error(error, place) from None
     return paper, [question]
+
+
+def _answer(text: str) -> Answer:
+    """One string of a record's ``answers``: "unanswerable" (any case, surrounding space aside) is
+    QASPER's unanswerable answer as LongBench's qasper subset writes it; anything else, verbatim."""
+    if text.strip().lower() == UNANSWERABLE:
+        return Answer(unanswerable=True)
+    return Answer(free_form_answer=text)
 
 
 # -- sections -------------------------------------------------------------------------------------

@@ -49,6 +49,7 @@ from paper_explorer.corpus.jsonl import every_line
 from paper_explorer.corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
 from paper_explorer.corpus.questions_file import refuse_unfilled
 from paper_explorer.corpus.schema import Items, Paper, Question, Record
+from paper_explorer.corpus.setting_names import setting
 from paper_explorer.corpus.splits import ALIASES, SPLITS, split_from_name
 
 SCHEMA_VERSION = 1
@@ -289,10 +290,11 @@ def _is_qasper(raw: object) -> bool:
     return not (isinstance(raw, dict) and ("paper" in raw or benchmarks.layout(raw) is not None))
 
 
-def _add_paper(papers: list[Paper], first_seen: dict[str, str], paper: Paper, place: str, seen_as: str) -> None:
-    """Append ``paper``, refusing an id already taken (``first_seen``: id -> where it was first)."""
+def _add_paper(papers: list[Paper], first_seen: dict[str, str], paper: Paper, place: str, seen_as: str, fix: str | None = None) -> None:
+    """Append ``paper``, refusing an id already taken (``first_seen``: id -> where it was first;
+    ``fix``: how to mend that, when not the general rule)."""
     if paper.id in first_seen:
-        raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); each paper may appear once")
+        raise CorpusError(f"{place}: duplicate paper id (first in {first_seen[paper.id]}); {fix or 'each paper may appear once'}")
     first_seen[paper.id] = seen_as
     papers.append(paper)
 
@@ -327,11 +329,23 @@ def _questions_file(path: Path, papers: list[Paper], first_seen: dict[str, str],
         for place, raw in records:
             if isinstance(raw, dict) and benchmarks.layout(raw) is not None:
                 paper, questions = benchmarks.from_record(raw, place)
-                _add_paper(papers, first_seen, paper, where(str(path), line, paper.id), place)
+                fix = _clash(papers, paper) if paper.id in first_seen else None
+                _add_paper(papers, first_seen, paper, where(str(path), line, paper.id), place, fix)
                 placed.extend(_Placed(place, question) for question in questions)
             else:
                 placed.append(_question(place, raw))
     return placed
+
+
+def _clash(papers: list[Paper], paper: Paper) -> str:
+    """How to fix a benchmark record given as questions whose paper's id the corpus already holds."""
+    held = next(held for held in papers if held.id == paper.id)
+    if held.context == paper.context:  # the same record: the file is both the corpus (or in its directory) and the questions
+        return (
+            f"a benchmark's records given as {setting('questions')} bring their own papers into the corpus: "
+            f"give the file as {setting('questions')} or in {setting('corpus')}, not both"
+        )
+    return "another paper of the corpus has this id: give the record another id, or leave that paper out of the corpus"
 
 
 def _question(place: str, value: object) -> _Placed:

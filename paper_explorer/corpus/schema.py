@@ -23,6 +23,9 @@ Items = Annotated[tuple[T, ...], Field(strict=False)]
 FIGURE_EVIDENCE_PREFIX = "FLOAT SELECTED"  # evidence that quotes a figure or table, not a paragraph (QASPER's)
 AnswerKind = Literal["extractive", "abstractive", "boolean", "none"]
 Split = Literal["train", "validation", "test"]
+# The longest paper id the tools take (read, search and extract refuse a longer paper_id), so the
+# longest a corpus may hold: a paper with a longer id could be found by search but never read or cited.
+PAPER_ID_CHARS = 200
 
 
 def _absent(value: object) -> bool:
@@ -125,7 +128,7 @@ class Section(Record):
 
 
 class Paper(Record):
-    id: str = Field(min_length=1)
+    id: str = Field(min_length=1, max_length=PAPER_ID_CHARS)
     title: str
     abstract: str = ""
     sections: Items[Section] = ()

@@ -179,6 +179,25 @@ def test_the_answer_is_the_last_complete_box_else_the_text(text, expected):
     assert parse_answer(text) == expected
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("} \\boxed{a}} }", ("a", "boxed")),  # a stray closing brace closes nothing
+        ("\\boxed{a{b}c} and \\boxed{{d}", ("a{b}c", "boxed")),
+        ("\\boxed{x \\boxed{y} \\boxed{z", ("y", "boxed")),
+    ],
+)
+def test_unbalanced_braces_leave_the_last_box_that_closes(text, expected):
+    assert parse_answer(text) == expected
+
+
+def test_a_text_of_many_unclosed_boxes_is_read_in_one_pass():
+    """A server may write far past the answer cap: 20,000 unclosed boxes then one that closes. Read
+    once per box, as the parser did, this took minutes (each box scanned to the text's end); now one pass."""
+    text = "\\boxed{" * 20_000 + "\\boxed{the answer}"
+    assert parse_answer(text) == ("the answer", "boxed")
+
+
 def test_the_keep_sentinel_is_the_whole_stripped_text():
     assert is_keep("<KEEP_MEMORY>", "<KEEP_MEMORY>")
     assert is_keep("  <KEEP_MEMORY>\n", "<KEEP_MEMORY>")

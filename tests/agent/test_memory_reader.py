@@ -17,6 +17,7 @@ from paper_explorer.agent.runner import EpisodeRunner
 from paper_explorer.agent.served import ids_sha256, reply_sha256
 from paper_explorer.agent.trajectory import EpisodeConfig
 from paper_explorer.corpus import BM25Index
+from paper_explorer.tools.records import Evidence
 from tests.agent.test_openai_policy import FakeServer
 
 SENTINEL = "<KEEP_MEMORY>"
@@ -193,6 +194,27 @@ def test_a_boxed_answer_is_submitted(small_demo, index, serve, tiny_tokenizer):
     answer = reading_of(trajectory).answer
     assert trajectory.outcome.status == "submitted" and trajectory.outcome.answer == "3e-5"
     assert answer.answer == "3e-5" and answer.invalid is None and answer.text.startswith("From my notes")
+
+
+def test_an_outcome_that_is_not_the_answer_the_reader_took_fails_the_parity_check(small_demo, index, serve, tiny_tokenizer, renderer):
+    """What is scored is the outcome: an edit of it alone (the answer, an abstention, evidence) left
+    every prompt and the reading as they were, and passed."""
+    trajectory = read(small_demo, index, serve(), tiny_tokenizer)
+    assert trajectory.outcome.answer == "3e-5" and check_reading(trajectory, renderer) is None
+    edits = [
+        {"answer": "5e-3"},
+        {"status": "abstained", "answer": None, "reason": "the memory does not answer the question"},
+        {"evidence": [Evidence(paper_id=trajectory.paper_id, section=0, paragraph=0, text="x")]},
+    ]
+    for change in edits:
+        edited = trajectory.model_copy(update={"outcome": trajectory.outcome.model_copy(update=change)})
+        mismatch = check_reading(edited, renderer)
+        assert mismatch is not None and "the outcome was altered" in mismatch.what and "the answer '3e-5'" in mismatch.what
+    abstaining = read(small_demo, index, serve(final=lambda text: "Unanswerable."), tiny_tokenizer)
+    assert abstaining.outcome.status == "abstained" and check_reading(abstaining, renderer) is None
+    submitted = abstaining.outcome.model_copy(update={"status": "submitted", "answer": "Unanswerable.", "reason": None})
+    mismatch = check_reading(abstaining.model_copy(update={"outcome": submitted}), renderer)
+    assert mismatch is not None and "gave an abstention" in mismatch.what
 
 
 @pytest.mark.parametrize(

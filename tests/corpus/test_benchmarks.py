@@ -35,7 +35,8 @@ def test_a_longbench_file_of_the_five_subsets_loads_one_question_per_record_over
         assert paper.id == question.id == question.paper_id == record["_id"]
         assert paper.split == "test" and paper.title == f"LongBench {record['dataset']} {record['_id'][:8]}"
         assert question.text == record["input"]
-        assert [answer.free_form_answer for answer in question.answers] == record["answers"]
+        # verbatim, but for qasper's "unanswerable": QASPER's unanswerable answer (the test below)
+        assert [answer.free_form_answer or answer.unanswerable * "unanswerable" for answer in question.answers] == record["answers"]
     assert corpus.warnings == ()
 
 
@@ -85,6 +86,20 @@ def test_longbench_e_records_load_under_their_own_benchmark(tmp_path):
     corpus = load(write_jsonl(tmp_path / "hotpotqa_e.jsonl", [record]))
     assert corpus.questions[0].benchmark == "longbench-e/hotpotqa"
     assert corpus.papers[0].title.startswith("LongBench-E hotpotqa ")
+
+
+def test_longbench_qasper_s_unanswerable_is_an_unanswerable_answer_and_abstaining_there_is_right(tmp_path):
+    record = longbench_record("qasper", 0) | {"input": "What is the zorblax rate of the flimflam?", "answers": ["unanswerable"]}
+    both = longbench_record("qasper", 1) | {"answers": [" Unanswerable ", "Caslomar"]}  # two annotators who disagree
+    path = write_jsonl(tmp_path / "qasper.jsonl", [record, both])
+    unanswerable, disputed = load(path).questions
+    assert not unanswerable.answerable and unanswerable.answers[0].reference_text == "Unanswerable"
+    assert disputed.answerable and [answer.kind for answer in disputed.answers] == ["none", "abstractive"]
+    result = run_cli("eval", "--corpus", str(path), "--policy", "read-all", "--limit", "1", "--out", str(tmp_path / "run"))
+    assert result.returncode == 0, result.stderr
+    score = json.loads((tmp_path / "run" / "scores.jsonl").read_text())
+    assert score["status"] == "abstained" and not score["answerable"]  # its search finds no word of the question
+    assert score["answer_f1"] == score["exact_match"] == 1.0 and score["flags"] == []  # no false_abstention
 
 
 def test_multifieldqa_en_loads_and_extra_keys_are_the_benchmarks_business(tmp_path):
@@ -164,6 +179,8 @@ def test_a_subset_that_is_not_english_qa_is_refused_naming_the_line_and_what_is_
         ({"answers": ["", "  "]}, "field 'answers' holds no answer (each is blank)"),
         ({"input": "   "}, "field 'input' (the question) is blank"),
         ({"context": ""}, "field 'context': string should have at least 1 character"),
+        ({"context": " \n\n\t\n"}, "field 'context' (the question's own documents) is only whitespace"),
+        ({"_id": "   "}, "field '_id' is only whitespace"),
         ({"length": "9000"}, "field 'length': input should be a valid integer"),
     ],
 )
@@ -186,6 +203,17 @@ def test_a_memagent_record_with_a_bad_field_is_refused_naming_its_place_in_the_a
     without = {key: value for key, value in good.items() if key != "num_docs"}
     path = write_memagent(tmp_path / "eval_4b.json", [without])
     with pytest.raises(CorpusError, match=r"eval_4b\.json: record #0: field 'num_docs' is missing"):
+        load(path)
+
+
+def test_an_id_longer_than_the_tools_take_is_refused_naming_what_makes_it(tmp_path):
+    message = refused(tmp_path, [longbench_record("hotpotqa", 0) | {"_id": "f" * 201}])
+    assert "bad.jsonl:1: the record's id (_id) is 201 characters" in message and "ids of at most 200" in message
+    huge = memagent_record(4, 0).record | {"num_docs": 10**99, "index": 10**99}  # numbers of 100 digits: JSON's bound
+    path = write_memagent(tmp_path / "eval_4.json", [huge])
+    with pytest.raises(
+        CorpusError, match=r"eval_4\.json: record #0: the record's id \(hotpotqa-\{num_docs\}-\{index\}\) is 210 characters"
+    ):
         load(path)
 
 
@@ -230,8 +258,17 @@ def test_a_questions_file_of_benchmark_records_joins_the_corpus_as_own_document_
     assert joined.file_sha256 == {str(longbench_file): hashlib.sha256(longbench_file.read_bytes()).hexdigest()}
     loaded = load(longbench_file, questions=memagent_file)
     assert len(loaded.papers) == 18 and [q.benchmark for q in loaded.questions] == ["memagent/hotpotqa"] * 3
-    with pytest.raises(CorpusError, match="duplicate paper id"):
+    with pytest.raises(CorpusError, match="duplicate paper id.*give the file as questions or in corpus, not both"):
         load(longbench_file, questions=longbench_file)
+
+
+def test_a_benchmark_record_given_as_questions_with_the_id_of_a_corpus_paper_says_how_to_mend_it(small_demo, longbench_file, tmp_path):
+    result = run_cli("eval", "--corpus", str(longbench_file), "--questions", str(longbench_file), "--out", str(tmp_path / "twice"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "give the file as --questions or in --corpus, not both" in result.stderr, result.stderr
+    taken = write_jsonl(tmp_path / "taken.jsonl", [longbench_record("hotpotqa", 0) | {"_id": small_demo.papers[0].id}])
+    with pytest.raises(CorpusError, match=r"taken\.jsonl:1: .*duplicate paper id \(first in the corpus\); another paper of the corpus"):
+        with_questions(small_demo, taken)
 
 
 def test_corpus_stats_pins_each_file_and_counts_questions_per_benchmark(longbench_file, memagent_file):

@@ -188,6 +188,11 @@ BAD_INPUTS = {
     "not a paper": ("[1, 2]", ["expected a JSON object for a paper, got int"]),
     "unknown layout": ('{"id": "x", "text": "y"}\n{"id": "z", "text": "w"}\n', ["bad.json:1", "unrecognised record"]),
     "empty file": ("  \n", ["the file is empty"]),
+    # read, search and extract take paper ids of at most 200 characters: a longer one could never be read
+    "paper id longer than the tools take": (
+        QASPER_MINI.read_text().replace('"2101.00002"', '"' + "2" * 201 + '"'),
+        ["field 'id': string should have at most 200 characters"],
+    ),
 }
 
 

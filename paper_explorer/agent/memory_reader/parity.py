@@ -17,7 +17,7 @@ from typing import Any
 
 from paper_explorer.agent.memory_reader import document
 from paper_explorer.agent.memory_reader.paging import Document, encode_document, page_document, verbatim_document
-from paper_explorer.agent.memory_reader.policy import capped, taken_answer, written_tokens
+from paper_explorer.agent.memory_reader.policy import abstains, capped, taken_answer, written_tokens
 from paper_explorer.agent.memory_reader.prompts import ReaderPrompts, final_prompt, is_keep, memory_ids, problem_text, update_prompt
 from paper_explorer.agent.memory_reader.settings import parse_scope
 from paper_explorer.agent.mismatch import Mismatch
@@ -61,6 +61,8 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
         if reading.document_text is None or reading.document_text != reading.document_text.strip():
             return Mismatch(where, "the reader recorded a verbatim reading without the stripped text it paged")
         rebuilt: Document = verbatim_document(reading.document_text, renderer)
+        if reading.document_sha256 != ids_sha256(rebuilt.ids):  # the unread rest too, which no prompt shows
+            return Mismatch(where, "its recorded text is not the document the reader paged (its digest differs): the record was altered")
     else:
         try:
             sections = sections_read(trajectory, reading)
@@ -90,7 +92,23 @@ def check_reading(trajectory: Trajectory, renderer: ChatRenderer, prompts: Reade
             f"the reader recorded {reading.read_tokens} tokens read and {reading.unread_tokens} unread; "
             f"its updates read {read} of the document's {rebuilt.tokens}",
         )
-    return _updates(where, trajectory, reading, rebuilt, paging, settings, renderer, prompts)
+    return _updates(where, trajectory, reading, rebuilt, paging, settings, renderer, prompts) or _outcome(where, trajectory, reading)
+
+
+def _outcome(where: str, trajectory: Trajectory, reading: Reading) -> Mismatch | None:
+    """An episode that ended with an answer or an abstention ended with the answer the final call
+    gave, as the reader submits it (no evidence), or its abstention: what is scored is what it read."""
+    status, outcome = trajectory.outcome.status, trajectory.outcome
+    if status not in ("submitted", "abstained"):
+        return None
+    answer = reading.answer.answer if reading.answer is not None else None
+    expected = None if answer is None else "abstained" if abstains(answer) else "submitted"
+    if status != expected or (status == "submitted" and (outcome.answer != answer or outcome.evidence)):
+        ended = "abstained" if status == "abstained" else f"submitted {outcome.answer!r}"
+        ended += f" with {len(outcome.evidence)} evidence paragraph(s)" if outcome.evidence else ""
+        gave = "no answer" if answer is None else "an abstention" if expected == "abstained" else f"the answer {answer!r}"
+        return Mismatch(where, f"the episode ended {ended}, but the reader's final call gave {gave}: the outcome was altered")
+    return None
 
 
 def sections_read(trajectory: Trajectory, reading: Reading):

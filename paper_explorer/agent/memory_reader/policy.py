@@ -182,9 +182,7 @@ class MemoryReader(Policy):
         else:
             reader = Reader(self, encode_document(self.reads.sections() if self.reads is not None else [], self.tokens, self.prompts))
         answer = reader.run()
-        if answer.strip().rstrip(".").lower() == UNANSWERABLE:
-            # the final prompt asks for this when the memory holds no answer: it is the reader's
-            # abstention, and counts as one (QASPER scores an abstention as this very answer)
+        if abstains(answer):
             self.submitted = True
             return Reply(action(f"abstain({document.literal('the memory does not answer the question')})"))
         if len(answer) > SUBMIT_CHARS:
@@ -217,6 +215,7 @@ class Reader:
             papers=papers,
             document="verbatim" if verbatim else None,
             document_text=document.text if verbatim else None,
+            document_sha256=ids_sha256(document.ids) if verbatim else None,
             document_tokens=self.document.tokens,
             read_tokens=0,
             unread_tokens=self.document.tokens,
@@ -343,15 +342,21 @@ class Reader:
         self.reading.model_tokens += len(prompt) + written_tokens(self.tokens, reply.text, reply.generation)
 
 
+def abstains(answer: str) -> bool:
+    """Whether the final answer is the reader's abstention: the final prompt asks for "unanswerable"
+    when the memory holds no answer, and it counts as one (QASPER scores an abstention as this very answer)."""
+    return answer.strip().rstrip(".").lower() == UNANSWERABLE
+
+
 def taken_answer(tokens, text: str, generation, answer_tokens: int, answer_from: str) -> tuple[str | None, str | None]:
     """The answer a final call's text gives under the recipe, and why there is none (None: there is
     one). A text cut at the cap is no answer; so is an empty one, or, under ``answer_from = "boxed"``,
     one without a complete ``\\boxed{}`` (MemAgent's evaluation scores it 0)."""
-    answer = answer_of(text, answer_from)
     # a server may write past max_tokens and say it did not: the text itself is counted too
     cut = bool(generation and generation.hit_cap) or len(tokens.text(text)) > answer_tokens
     if cut:
         return None, f"cut at the answer cap of {answer_tokens} tokens"
+    answer = answer_of(text, answer_from)  # only of a text within the cap: nothing of one past it is taken
     if answer is None:
         return None, "not in a \\boxed{}" if answer_from == "boxed" and text.strip() else "empty"
     return answer, None

@@ -22,6 +22,7 @@ Not guaranteed: that the ids equal the tokenizer's encoding of the whole prompt 
 from __future__ import annotations
 
 import hashlib
+import re
 import string
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,11 +218,13 @@ def parse_answer(text: str) -> tuple[str | None, str]:
 
     The content of the last complete ``\\boxed{...}`` (braces balanced; a box inside a box is part
     of the outer one's content), stripped -> ``(answer, "boxed")``, with ``None`` for an empty box.
-    No complete box -> the whole text stripped, ``(text or None, "plain")``."""
+    No complete box -> the whole text stripped, ``(text or None, "plain")``. Linear in the text's
+    length: a text of many unclosed boxes (a server may write past the cap) is one pass, not one per box."""
     answer = None
     search_from = 0
+    closing_of = _closing_braces(text) if BOX in text else {}
     while (opening := text.find(BOX, search_from)) >= 0:
-        closing = _closing_brace(text, opening + len(BOX))
+        closing = closing_of.get(opening + len(BOX) - 1)
         if closing is None:  # never closed: a box inside it may still close
             search_from = opening + len(BOX)
             continue
@@ -281,17 +284,20 @@ def answer_of(text: str, answer_from: str) -> str | None:
     return parse_answer(text)[0]
 
 
-def _closing_brace(text: str, start: int) -> int | None:
-    """The index of the ``}`` closing a brace opened just before ``start``, or None."""
-    depth = 1
-    for index in range(start, len(text)):
-        if text[index] == "{":
-            depth += 1
-        elif text[index] == "}":
-            depth -= 1
-            if depth == 0:
-                return index
-    return None
+def _closing_braces(text: str) -> dict[int, int]:
+    """Where each ``{`` of ``text`` that is closed is closed (braces counted from it, as nesting
+    goes), by one pass; a ``{`` never closed is not in it."""
+    closing: dict[int, int] = {}
+    opened: list[int] = []
+    for match in _BRACES.finditer(text):
+        if match.group() == "{":
+            opened.append(match.start())
+        elif opened:  # a "}" before any open "{" closes nothing
+            closing[opened.pop()] = match.start()
+    return closing
+
+
+_BRACES = re.compile("[{}]")
 
 
 def is_keep(text: str, sentinel: str | None) -> bool:

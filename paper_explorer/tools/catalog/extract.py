@@ -10,6 +10,7 @@ import re2
 from pydantic import Field
 
 from paper_explorer.corpus import tokenize
+from paper_explorer.corpus.schema import PAPER_ID_CHARS
 from paper_explorer.tools import layout
 from paper_explorer.tools.arguments import Arguments
 from paper_explorer.tools.errors import ToolError
@@ -26,7 +27,7 @@ REGEX_WORK = 50_000_000
 
 
 class ExtractArgs(Arguments):
-    paper_id: Annotated[str, Field(min_length=1, max_length=200, description="the paper to extract from")]
+    paper_id: Annotated[str, Field(min_length=1, max_length=PAPER_ID_CHARS, description="the paper to extract from")]
     query: Annotated[str, Field(min_length=1, max_length=500, description="words to match, or a pattern if regex=True")]
     k: Annotated[int, Field(ge=1, le=20, description="number of sentences")] = 5
     regex: Annotated[bool, Field(description="treat query as a case-insensitive RE2 regular expression")] = False

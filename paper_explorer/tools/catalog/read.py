@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
 
+from paper_explorer.corpus.schema import PAPER_ID_CHARS
 from paper_explorer.tools import layout
 from paper_explorer.tools.arguments import Arguments
 from paper_explorer.tools.errors import ToolError
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 
 
 class ReadArgs(Arguments):
-    paper_id: Annotated[str, Field(min_length=1, max_length=200, description="the paper to read")]
+    paper_id: Annotated[str, Field(min_length=1, max_length=PAPER_ID_CHARS, description="the paper to read")]
     section: Annotated[
         int | str | None,
         Field(description="section number or name; omit it for the paper's outline"),

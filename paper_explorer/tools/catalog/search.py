@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field
 
 from paper_explorer.corpus import tokenize
+from paper_explorer.corpus.schema import PAPER_ID_CHARS
 from paper_explorer.tools import layout
 from paper_explorer.tools.arguments import Arguments
 from paper_explorer.tools.paper_tools import sentences
@@ -21,7 +22,7 @@ SNIPPET_CHARS = 300
 class SearchArgs(Arguments):
     query: Annotated[str, Field(min_length=1, max_length=500, description="words to look for")]
     k: Annotated[int, Field(ge=1, le=50, description="number of hits")] = 5
-    paper_id: Annotated[str | None, Field(max_length=200, description="search only this paper")] = None
+    paper_id: Annotated[str | None, Field(max_length=PAPER_ID_CHARS, description="search only this paper")] = None
 
 
 def search(episode: PaperTools, args: SearchArgs) -> layout.Rendered:
