@@ -148,3 +148,26 @@ def test_both_agents_evaluate_the_five_longbench_subsets(longbench_file, tiny_mo
     compared = ok(run_cli("compare", str(agent), str(reader))).stdout
     assert "longbench/qa" in compared and "F1 of longbench/: LongBench qa_f1_score" in compared
     ok(run_cli("report", str(agent), str(reader), "--out", str(tmp_path / "report.html")))
+
+
+def test_the_code_agent_searches_a_224k_context_alone(memagent_224k, tiny_model, tmp_path):
+    """The code agent's tools over MemAgent's 1,600 documents: a scripted search ranks them by
+    their own BM25 statistics and finds a supporting document; the model policy runs its steps
+    there too; every hit is the question's own paper."""
+    rag, agent = tmp_path / "rag", tmp_path / "agent"
+    ok(run_cli("eval", "--corpus", str(memagent_224k.path), "--policy", "single-shot-rag", "--out", str(rag)))
+    ok(
+        run_cli(
+            "eval", "--corpus", str(memagent_224k.path), "--policy", "hf", "--model", str(tiny_model), "--max-new-tokens", "16",
+            "--max-steps", "2", "--out", str(agent),
+        )
+    )  # fmt: skip
+    for run in (rag, agent):
+        (trajectory,) = lines(run / "trajectories.jsonl")
+        assert trajectory["documents"] == "own" and trajectory["paper_id"] == memagent_224k.question_id
+        assert trajectory["outcome"]["status"] != "policy_error", trajectory["outcome"]
+    (trajectory,) = lines(rag / "trajectories.jsonl")
+    (search,) = [call for step in trajectory["steps"] for call in step["tool_calls"] if call["name"] == "search"]
+    hits = search["returned"]["shown"]["paragraphs"]
+    assert hits and all(paper_id == memagent_224k.question_id for paper_id, _, _ in hits)
+    assert hits[0][1] + 1 in memagent_224k.supporting  # section i holds "Document {i + 1}:"

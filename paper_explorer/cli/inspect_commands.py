@@ -159,7 +159,7 @@ def compare_command(
 
 def _compare_tables(result: RunComparison) -> list[Table | Text | str]:
     """``explorer compare``'s tables: paired figures, abstention, the paired tests, Fisher, the unpaired rest, the moves, calibration."""
-    from paper_explorer.evaluation.report import CALIBRATION_HEADER, calibration_rows
+    from paper_explorer.evaluation.report_calibration import CALIBRATION_HEADER, calibration_rows
     from paper_explorer.evaluation.report_compare import figure_header, figure_rows
     from paper_explorer.evaluation.stats import format_p
 

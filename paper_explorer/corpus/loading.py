@@ -40,14 +40,15 @@ from typing import Literal, NamedTuple
 
 from pydantic import ValidationError
 
+import paper_explorer.corpus.benchmarks as benchmarks
 import paper_explorer.corpus.files as files
-from paper_explorer.corpus import benchmarks
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.errors import CorpusError, LoadWarning, from_validation_error, where
+from paper_explorer.corpus.gold_checks import evidence_warnings, gold_warnings
 from paper_explorer.corpus.jsonl import every_line
 from paper_explorer.corpus.qasper import RawHfRow, RawQasperPaper, from_hf_row, from_qasper_v03
 from paper_explorer.corpus.questions_file import refuse_unfilled
-from paper_explorer.corpus.schema import FIGURE_EVIDENCE_PREFIX, Items, Paper, Question, Record
+from paper_explorer.corpus.schema import Items, Paper, Question, Record
 from paper_explorer.corpus.splits import ALIASES, SPLITS, split_from_name
 
 SCHEMA_VERSION = 1
@@ -367,8 +368,8 @@ def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str,
                 "which is not in the corpus; add the paper or drop the question"
             )
         file = place.split(":")[0]
-        warnings.extend(_gold_warnings(file, place, paper, question, official))
-        warnings.extend(_evidence_warnings(file, place, paper, question))
+        warnings.extend(gold_warnings(file, place, paper, question, official))
+        warnings.extend(evidence_warnings(file, place, paper, question))
     return Corpus(
         papers=tuple(papers),
         questions=tuple(placed.question for placed in questions),
@@ -376,49 +377,6 @@ def _assemble(papers: list[Paper], questions: list[_Placed], sources: tuple[str,
         sources=sources,
         file_sha256=dict(file_sha256 or {}),
     )
-
-
-def _gold_warnings(file: str, place: str, paper: Paper, question: Question, official: bool) -> Iterable[LoadWarning]:
-    """A question whose answers say nothing: refused (our formats), or warned about (QASPER's)."""
-    if any(answer.kind is not None for answer in question.answers):
-        return
-    if not official:
-        raise CorpusError(
-            f"{place}: question {question.id!r} {_no_gold(question)}; give it at least one answer "
-            "(extractive_spans, free_form_answer, yes_no, or unanswerable: true; "
-            "`explorer schema question` shows the format), or delete it"
-        )
-    detail = f"question {question.id!r} {_no_gold(question)}; it scores as a missed abstention"
-    yield LoadWarning("no_gold_answer", file, paper.id, detail, place, question.id)
-
-
-def _no_gold(question: Question) -> str:
-    if not question.answers:
-        return "has no answers"
-    return "has only empty answers" if len(question.answers) > 1 else "has an empty answer"
-
-
-def _evidence_warnings(file: str, place: str, paper: Paper, question: Question) -> Iterable[LoadWarning]:
-    """Evidence must quote a paragraph of its own paper exactly (QASPER's Evidence-F1 compares
-    strings); quotes of figures and tables ("FLOAT SELECTED: ...") are a separate, legal kind."""
-    paragraphs = {text for section in paper.sections for text in section.paragraphs if text}
-    has_gold = any(answer.kind is not None for answer in question.answers)  # else reported once, as no_gold_answer
-    for index, answer in enumerate(question.answers):
-        if answer.kind is None and has_gold:
-            yield LoadWarning(
-                "empty_answer", file, paper.id, f"question {question.id!r} answer {index} has no answer of any kind", place, question.id
-            )
-        for text in answer.evidence:
-            if text not in paragraphs and not text.startswith(FIGURE_EVIDENCE_PREFIX):
-                shown = text if len(text) <= 50 else text[:47] + "..."
-                yield LoadWarning(
-                    "evidence_not_a_paragraph",
-                    file,
-                    paper.id,
-                    f"question {question.id!r} answer {index}: evidence {shown!r} is not a paragraph of the paper",
-                    place,
-                    question.id,
-                )
 
 
 def from_parts(papers: Iterable[Paper], questions: Iterable[Question], source: str = "<memory>") -> Corpus:

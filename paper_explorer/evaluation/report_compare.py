@@ -17,7 +17,8 @@ from paper_explorer.corpus.collection import Corpus
 from paper_explorer.evaluation.answer_metrics import ANSWER_F1, answer_metrics
 from paper_explorer.evaluation.benchmarks import PAIRED_HEADER, missing_note, paired_rows
 from paper_explorer.evaluation.compare import PairedFigure, RunComparison, confound_note, scored_by_question
-from paper_explorer.evaluation.report import calibration_section, html_table, page, page_data, write_html
+from paper_explorer.evaluation.report import html_table, page, page_data, write_html
+from paper_explorer.evaluation.report_calibration import calibration_section
 from paper_explorer.evaluation.report_data import report_episodes
 from paper_explorer.evaluation.report_plots import bar_chart, column_chart
 from paper_explorer.evaluation.run_directory import Run
