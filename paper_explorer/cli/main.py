@@ -19,6 +19,7 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.terminal_text import visible
 from paper_explorer.cli.calibrate_command import calibrate_app
 from paper_explorer.cli.corpus_commands import corpus_app
+from paper_explorer.cli.decide_command import decide_command
 from paper_explorer.cli.errors import UsageError, error_line
 from paper_explorer.cli.eval_command import eval_command
 from paper_explorer.cli.exec_command import exec_command
@@ -76,6 +77,7 @@ app.command("schema")(schema_command)
 app.command("export")(export_command)
 app.command("merge")(merge_command)
 app.command("rescore")(rescore_command)
+app.command("decide")(decide_command)
 
 
 class VisibleFormatter(logging.Formatter):

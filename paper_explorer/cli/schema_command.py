@@ -41,6 +41,9 @@ SCHEMAS = {
     "rl-round": ("paper_explorer.rl.records:RoundRecord", "an rl round's round.json"),
     "rl-reward": ("paper_explorer.rl.records:EpisodeReward", "one line of an rl round's rewards.jsonl"),
     "rl-sequence": ("paper_explorer.rl.sequences:TrainingSequence", "one line of an rl round's batch.jsonl"),
+    "decision": ("paper_explorer.decisions.schema:DecisionDocument", "one line of a typed decision file (explorer decide FILE)"),
+    "decision-record": ("paper_explorer.decisions.records:DecisionRecord", "one line of a decide run's decisions.jsonl"),
+    "decision-metrics": ("paper_explorer.decisions.records:DecisionMetrics", "a decide run's metrics.json"),
     "rl-summary": ("paper_explorer.rl.records:RLSummary", "an rl run's rl_summary.json"),
 }
 

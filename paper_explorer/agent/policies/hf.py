@@ -94,6 +94,13 @@ def crop(cache, keep: int) -> None:
         cache.crop(-remove)
 
 
+def cache_argument(model) -> str:
+    """The forward argument a KV cache is passed as: transformers 5.x renamed it; 4.x knows only
+    past_key_values."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
 DEFAULT_CONTEXT = 32_768  # the default context, unless the model was built for less
 
 
@@ -152,9 +159,7 @@ class HFPolicy(Policy):
             if generation_config is not None and getattr(generation_config, field, None) not in (None, False)
         }
         self.device = next(model.parameters()).device
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        # transformers 5.x renamed the forward argument; 4.x knows only past_key_values
-        self.cache_argument = "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+        self.cache_argument = cache_argument(model)
         self._reset()
 
     @classmethod

@@ -1,0 +1,237 @@
+"""``explorer decide``: score every question of a typed decision file and write a run directory.
+
+Each question becomes one line of RUN/decisions.jsonl, appended whole and fsynced as soon as it is
+scored, so a killed run keeps what it scored and ``--resume`` scores only the rest: the manifest is
+checked first (the same file, model, prompts and settings; anything else is refused in one line).
+metrics.json is written at the end, whole (``decisions.calibration``).
+
+A question whose prompt does not fit the context is recorded ``not_measured`` with the overflow and
+how to cut; a cut made because ``--cut`` asked is recorded with the tokens dropped. Nothing is cut
+silently, and a failed question never loses the others.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import paper_explorer.corpus.files as files
+import paper_explorer.corpus.jsonl as jsonl
+from paper_explorer.agent.environment import git_commit, hardware, versions
+from paper_explorer.agent.errors import AgentError
+from paper_explorer.agent.served import ids_sha256
+from paper_explorer.decisions.backends import Backend
+from paper_explorer.decisions.calibration import figures_by_kind
+from paper_explorer.decisions.errors import DecisionError
+from paper_explorer.decisions.file import Asked, DecisionSet
+from paper_explorer.decisions.likelihood import Mode, confidence, normalised
+from paper_explorer.decisions.prompts import CutSide, PromptTexts, build, load_prompts
+from paper_explorer.decisions.records import (
+    DECISIONS,
+    MANIFEST,
+    METRICS,
+    CutRecord,
+    DecisionManifest,
+    DecisionMetrics,
+    DecisionRecord,
+)
+
+REASON_CHARS = 300
+# What --resume compares: a run continued with any of these changed would mix two experiments.
+RESUME_FIELDS = ("file_sha256", "corpus_sha256", "backend", "model", "prompts_sha256", "context", "cut", "order", "mode")
+
+
+@dataclass(frozen=True)
+class DecideSettings:
+    cut: CutSide = "none"
+    order: str = "given"  # "reversed": list and score each question's options last first
+    mode: Mode = "shared"
+
+
+def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings) -> DecisionRecord:
+    """One question's record: its options scored as listed, or why they were not."""
+    question = asked.question
+    options = list(question.choices)
+    if settings.order == "reversed":
+        options.reverse()
+    started = time.perf_counter()
+    record = {
+        "question_id": question.id,
+        "document_id": asked.document_id,
+        "kind": question.kind,
+        "question": question.text,
+        "options": options,
+        "ordered": question.is_ordered,
+        "label": question.label,
+        "negation_of": question.negation_of,
+    }
+    try:
+        built = build(
+            backend.renderer, texts, question.kind, question.text, asked.document, options, context=backend.max_context, cut=settings.cut
+        )
+    except AgentError as error:  # text the tokenizer cannot read (a lone surrogate)
+        return DecisionRecord(
+            **record,
+            option_tokens=[],
+            document_tokens=0,
+            seconds=0.0,
+            not_measured=f"the prompt cannot be rendered: {error}"[:REASON_CHARS],
+        )
+    shape = {
+        "option_tokens": [len(option) for option in built.options],
+        "document_tokens": built.document_tokens,
+        "cut": CutRecord(side=built.cut.side, tokens=built.cut.tokens, kept=built.cut.kept) if built.cut else None,
+    }
+    if built.prompt is None:
+        return DecisionRecord(**record, **shape, seconds=0.0, not_measured=built.overflow)
+    shape |= {"prompt_tokens": len(built.prompt), "prompt_sha256": ids_sha256(built.prompt)}
+    try:
+        scored = backend.score(built.prompt, built.options, settings.mode)
+        probabilities, log_mass = normalised(scored.loglikelihoods)
+    except (AgentError, ValueError, RuntimeError, OSError) as error:  # a server down or lying, memory: this question only
+        seconds = time.perf_counter() - started
+        return DecisionRecord(**record, **shape, seconds=seconds, not_measured=f"{type(error).__name__}: {error}"[:REASON_CHARS])
+    best = max(range(len(options)), key=probabilities.__getitem__)
+    return DecisionRecord(
+        **record,
+        **shape,
+        loglikelihoods=scored.loglikelihoods,
+        probabilities=probabilities,
+        log_mass=log_mass,
+        predicted=options[best],
+        p_max=probabilities[best],
+        confidence=confidence(probabilities),
+        correct=None if question.label is None else options[best] == question.label,
+        cached_tokens=scored.cached_tokens,
+        forward_passes=scored.forward_passes,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def decide(
+    decisions: DecisionSet,
+    backend: Backend,
+    out: Path,
+    settings: DecideSettings,
+    *,
+    corpus: tuple[list[str], str] | None = None,
+    resume: bool = False,
+    force: bool = False,
+    note: Callable[[str], None] = lambda _: None,
+) -> DecisionMetrics:
+    """Score ``decisions`` into the run directory ``out`` and return its metrics."""
+    texts = load_prompts()
+    manifest = DecisionManifest(
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        command=sys.argv[1:],
+        file=str(decisions.path.resolve()),
+        file_sha256=decisions.sha256,
+        corpus=corpus[0] if corpus else None,
+        corpus_sha256=corpus[1] if corpus else None,
+        questions=len(decisions.asked),
+        kinds=decisions.kinds(),
+        backend=backend.name,
+        model=backend.settings(),
+        prompts_sha256=texts.sha256,
+        context=backend.max_context,
+        cut=settings.cut,
+        order=settings.order,
+        mode=settings.mode,
+        versions=versions(),
+        git_commit=git_commit(),
+        hardware=hardware(),
+    )
+    done = _prepare(out, manifest, resume=resume, force=force)
+    if done:
+        note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
+    with jsonl.AppendOnlyLines(out / DECISIONS) as log:
+        for asked in decisions.asked:
+            if asked.question.id not in done:
+                log.append(score_question(backend, texts, asked, settings))
+    return write_metrics(out, [item.question.id for item in decisions.asked])
+
+
+def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool) -> set[str]:
+    """The question ids already scored (resume), after writing or checking the manifest."""
+    manifest_path = out / MANIFEST
+    if resume:
+        if not manifest_path.exists():
+            raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
+        before = read_manifest(out)
+        changed = [name for name in RESUME_FIELDS if getattr(before, name) != getattr(manifest, name)]
+        if changed:
+            raise DecisionError(
+                f"{out}: --resume with other {', '.join(changed)} than the run was started with; start a new run with another --out"
+            )
+        return {record.question_id for record in read_records(out, torn_ok=True)}
+    if out.exists() and any(out.iterdir()):
+        if not force:
+            raise DecisionError(f"{out}: not empty; pass --resume to continue its run, --force to start it again, or another --out")
+        if not manifest_path.exists():
+            raise DecisionError(f"{out}: --force replaces only a decide run, and this directory holds something else; choose another --out")
+        for name in (MANIFEST, DECISIONS, METRICS):
+            (out / name).unlink(missing_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    with files.atomic_file(manifest_path) as handle:
+        handle.write(manifest.model_dump_json(indent=2))
+    return set()
+
+
+def read_manifest(out: Path) -> DecisionManifest:
+    try:
+        data = files.read_bytes(out / MANIFEST, limit=files.DOCUMENT_BYTES, inside=out, what="decide manifest")
+        return DecisionManifest.model_validate_json(data)
+    except FileNotFoundError:
+        raise DecisionError(f"{out}: no {MANIFEST}; not a run of explorer decide") from None
+    except (files.FileRefused, ValueError) as error:
+        raise DecisionError(f"{out / MANIFEST}: not a decide manifest ({str(error).splitlines()[0]})") from None
+
+
+def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
+    """decisions.jsonl, the first line of each question (a resumed run never writes two)."""
+    try:
+        lines, torn = jsonl.read_numbered(out / DECISIONS, DecisionRecord, what="decision record", inside=out)
+    except FileNotFoundError:
+        return []
+    except (jsonl.JsonLinesError, files.FileRefused) as error:
+        raise DecisionError(str(error)) from None
+    if torn is not None and not torn_ok:
+        raise DecisionError(
+            f"{out / DECISIONS}:{torn.number}: torn last line (an interrupted run); explorer decide ... --out {out} --resume mends it"
+        )
+    seen: dict[str, DecisionRecord] = {}
+    for line in lines:
+        seen.setdefault(line.value.question_id, line.value)
+    return list(seen.values())
+
+
+def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures: dict[str, float] | None = None) -> DecisionMetrics:
+    """metrics.json from decisions.jsonl, written whole (of ``question_ids`` where given)."""
+    records = read_records(out)
+    if question_ids is not None:
+        wanted = set(question_ids)
+        records = [record for record in records if record.question_id in wanted]
+    metrics = metrics_of(records, temperatures)
+    with files.atomic_file(out / METRICS) as handle:
+        handle.write(metrics.model_dump_json(indent=2))
+    return metrics
+
+
+def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | None = None) -> DecisionMetrics:
+    measured = [record for record in records if record.measured]
+    return DecisionMetrics(
+        questions=len(records),
+        measured=len(measured),
+        not_measured=len(records) - len(measured),
+        cut=sum(record.cut is not None for record in records),
+        kinds=figures_by_kind(records, temperatures=temperatures),
+        option_tokens_scored=sum(sum(record.option_tokens) for record in measured),
+        seconds=sum(record.seconds for record in records),
+    )
+
+
+__all__ = ["DecideSettings", "decide", "metrics_of", "read_manifest", "read_records", "score_question", "write_metrics"]
