@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "paper_explorer"
-LAYERS = ("corpus", "tools", "agent", "evaluation", "sft", "api", "cli")
+LAYERS = ("corpus", "tools", "agent", "evaluation", "decisions", "sft", "rl", "api", "cli")
 
 
 def layer(module: str) -> str:
