@@ -162,14 +162,21 @@ def train_reranker(
     config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool = False, log: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Train, validate before and after, write OUT; returns validation.json's content."""
+    from paper_explorer.agent.policies import require_llm_extra
+    from paper_explorer.sft.known_warnings import known_warnings_silenced
+
+    require_llm_extra()
+    with known_warnings_silenced():
+        return _train(config, corpus, out, force=force, log=log)
+
+
+def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, log: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
     from paper_explorer.agent.models import load_causal_lm, load_renderer, resolve_model
-    from paper_explorer.agent.policies import require_llm_extra
     from paper_explorer.agent.policies.hf import model_context
     from paper_explorer.sft.model import made_trainable, with_new_adapter
 
-    require_llm_extra()
     train, missed_train = queries(corpus, "train", config.candidates)
     validation, missed_validation = queries(corpus, "validation", config.candidates)
     validation = validation[: config.validation_queries]
