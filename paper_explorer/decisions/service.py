@@ -353,7 +353,7 @@ def create_app(
         return service.answer(request)
 
     @app.get("/v1/health", response_model=Health)
-    def health() -> Health:
+    async def health() -> Health:  # async: answered at once even when every worker thread waits on the model
         return Health(model=service.model, context=backend.max_context, ready=True, waiting=service.waiting)
 
     @app.get("/v1/model", response_model=ModelInfo)

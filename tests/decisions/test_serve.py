@@ -5,12 +5,14 @@ process for the rest. Bounds are on hangs only (HANG_SECONDS), never on speed.""
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import socket
 import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -210,3 +212,163 @@ def test_without_the_serve_extra_it_is_one_line(tiny_model, monkeypatch):
     assert result.returncode == 2
     (line,) = result.stderr.strip().splitlines()
     assert "needs uvicorn" in line and ".[serve]" in line
+
+
+QUESTION = {"id": "q", "kind": "noul", "text": "Is it?"}
+
+
+def with_question(**fields) -> dict:
+    return {"document": "A document.", "questions": [{**QUESTION, **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "loc", "said"),
+    [
+        ({"questions": [QUESTION]}, ["body", "document"], "Field required"),
+        ({"document": "A document."}, ["body", "questions"], "Field required"),
+        ({"document": "A document.", "questions": []}, ["body", "questions"], "at least 1"),
+        (with_question(kind="multiple"), ["body", "questions", 0, "kind"], "'noul', 'choice' or 'score'"),
+        (with_question(kind="choice", options=["only"]), ["body", "questions", 0], "needs 2 to 160 options, got 1"),
+        (with_question(kind="choice", options=[str(n) for n in range(161)]), ["body", "questions", 0], "needs 2 to 160 options, got 161"),
+        (with_question(kind="choice", options=["a", "b"], label="c"), ["body", "questions", 0], "label 'c' is not one of the options"),
+        (with_question(options=["no", "yes", "unknown"]), ["body", "questions", 0], "yes, no, unknown in that order"),
+        (with_question(kind="score", options=["1", "1"]), ["body", "questions", 0], "option '1' is given twice"),
+        (with_question(text=""), ["body", "questions", 0, "text"], "at least 1 character"),
+        ({"document": 5, "questions": [QUESTION]}, ["body", "document"], "valid string"),
+        ({"document": "A document.", "questions": "q"}, ["body", "questions"], "valid list"),
+        ({"document": "A document.", "questions": [QUESTION], "cut": "middle"}, ["body", "cut"], "'none', 'start' or 'end'"),
+        ({"document": "A document.", "questions": [QUESTION], "order": 1}, ["body", "order"], "'given' or 'reversed'"),
+        ({"document": "A document.", "questions": [QUESTION], "mode": "fast"}, ["body", "mode"], "Extra inputs"),
+        ({"document": "A document.", "questions": [QUESTION, QUESTION]}, ["body", "questions", 1, "id"], "question id 'q' is given twice"),
+        (with_question(negation_of="other"), ["body", "questions", 0, "negation_of"], "no noul question of this request"),
+        ([QUESTION], ["body"], "valid dictionary"),
+    ],
+)
+def test_a_malformed_body_is_422_naming_the_field(url, body, loc, said):
+    with client() as http:
+        reply = http.post(f"{url}/v1/decisions", json=body)
+    assert reply.status_code == 422, reply.text
+    [problem] = reply.json()["detail"]
+    assert problem["loc"] == loc and said in problem["msg"], problem
+
+
+@pytest.mark.parametrize(
+    ("content", "headers", "loc", "said"),
+    [
+        (b"{not json", {"content-type": "application/json"}, ["body", 1], "JSON decode error"),
+        (b'{"document": "\\ud800", "questions": []}', {"content-type": "application/json"}, ["body", "document"], "unicode"),
+        (json.dumps(with_question()).encode(), {"content-type": "text/plain"}, ["body"], "send application/json"),
+        (json.dumps(with_question()).encode(), {}, ["body"], "send application/json"),
+    ],
+)
+def test_a_body_that_is_no_json_object_is_422(url, content, headers, loc, said):
+    with client() as http:
+        reply = http.post(f"{url}/v1/decisions", content=content, headers=headers)
+    assert reply.status_code == 422, reply.text
+    problem = reply.json()["detail"][0]
+    assert problem["loc"] == loc and said in problem["msg"], problem
+
+
+def test_a_body_over_the_limit_is_413_whether_its_length_is_given_or_not(small_url):
+    body = json.dumps({"document": "word " * 20_000, "questions": [QUESTION]}).encode()
+    with client() as http:
+        declared = http.post(f"{small_url}/v1/decisions", content=body, headers={"content-type": "application/json"})
+        chunked = http.post(
+            f"{small_url}/v1/decisions",
+            content=(body[start : start + 4096] for start in range(0, len(body), 4096)),  # no Content-Length: sent in chunks
+            headers={"content-type": "application/json"},
+        )
+    for reply in (declared, chunked):
+        assert reply.status_code == 413, reply.text
+        [problem] = reply.json()["detail"]
+        assert problem["loc"] == ["body"] and "over this server's limit of 65,536" in problem["msg"]
+
+
+def test_too_many_questions_or_document_tokens_are_413(small_url):
+    questions = [{**QUESTION, "id": f"q{n}"} for n in range(5)]
+    with client() as http:
+        many = http.post(f"{small_url}/v1/decisions", json={"document": "A document.", "questions": questions})
+        long = http.post(f"{small_url}/v1/decisions", json={"document": "word " * 5_000, "questions": [QUESTION], "cut": "start"})
+    assert many.status_code == 413 and many.json()["detail"][0]["loc"] == ["body", "questions"]
+    assert "5 questions, over this server's limit of 4" in many.json()["detail"][0]["msg"]
+    assert long.status_code == 413 and long.json()["detail"][0]["loc"] == ["body", "document"]
+    assert "over this server's limit of 2,000" in long.json()["detail"][0]["msg"]
+
+
+def test_a_document_over_the_context_is_refused_unless_the_request_says_where_to_cut(small_url, tmp_path, tiny_model):
+    document = {"id": "long", "text": "word " * 400, "questions": [{"id": "q", "kind": "noul", "text": "Is it long?", "label": "yes"}]}
+    with client() as http:
+        refused = http.post(f"{small_url}/v1/decisions", json=request_of(document))
+    assert refused.status_code == 422
+    [problem] = refused.json()["detail"]
+    assert problem["loc"] == ["body", "document"] and "set cut to start or end" in problem["msg"]
+    for side in ("start", "end"):
+        [answer] = ask(small_url, request_of(document, cut=side))["questions"]
+        cut = answer["cut"]
+        assert cut["side"] == side and cut["tokens"] + cut["kept"] == answer["document_tokens"]
+        assert f"{cut['tokens']:,} tokens over" in problem["msg"]
+        assert answer["prompt_tokens"] + max(option["tokens"] for option in answer["options"]) <= CONTEXT
+        assert sum(probabilities(answer)) == pytest.approx(1.0)
+    file = write_decisions(tmp_path / "long.jsonl", [document])
+    assert (
+        run_cli(
+            "decide", str(file), "--model", str(tiny_model), "--max-context", str(CONTEXT), "--cut", "end", "--out", str(tmp_path / "run")
+        ).returncode
+        == 0
+    )
+    from paper_explorer.decisions.run import read_records
+
+    [record] = read_records(tmp_path / "run")
+    assert record.cut is not None and (record.cut.tokens, record.cut.kept) == (cut["tokens"], cut["kept"])
+    assert record.prompt_sha256 == answer["prompt_sha256"]
+
+
+def test_options_that_leave_no_room_for_the_document_are_422_on_the_question(small_url):
+    options = ["a long option " * 40 + str(n) for n in range(3)]
+    body = {"document": "Short.", "questions": [{"id": "wide", "kind": "choice", "text": "Which?", "options": options}], "cut": "start"}
+    with client() as http:
+        reply = http.post(f"{small_url}/v1/decisions", json=body)
+    assert reply.status_code == 422
+    [problem] = reply.json()["detail"]
+    assert problem["loc"] == ["body", "questions", 0] and "leave no room for the document" in problem["msg"]
+
+
+def test_32_concurrent_requests_are_each_answered_as_alone(url, app):
+    """32 requests at once, sent while the model is held busy so that all of them wait together:
+    the server keeps accepting (its health answers, counting them), then scores them one by one,
+    each answer the one that request got alone."""
+    bodies = [request_of({**DOCUMENTS[n % 2], "text": f"Version {n}. " + (DOCUMENTS[n % 2].get("text") or "")}) for n in range(8)]
+    for body in bodies:
+        body["document"] = body["document"].strip()
+    alone = [ask(url, body) for body in bodies]
+    service = app.state.service
+    with client() as http, ThreadPoolExecutor(32) as pool:
+        with service.lock:  # the model busy: every request gets as far as waiting for it
+            futures = [pool.submit(http.post, f"{url}/v1/decisions", json=bodies[n % 8]) for n in range(32)]
+            deadline = time.monotonic() + HANG_SECONDS
+            while (waiting := http.get(f"{url}/v1/health").json()["waiting"]) < 32 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert waiting == 32
+        replies = [future.result(HANG_SECONDS) for future in futures]
+    for n, reply in enumerate(replies):
+        assert reply.status_code == 200, reply.text
+        expected = alone[n % 8]
+        for answer, single in zip(reply.json()["questions"], expected["questions"], strict=True):
+            assert {**answer, "options": None} == {**single, "options": None}
+            assert [option["option"] for option in answer["options"]] == [option["option"] for option in single["options"]]
+            assert probabilities(answer) == pytest.approx(probabilities(single), rel=1e-6, abs=1e-12)
+
+
+def test_the_api_is_described_and_tells_its_model(url, backend):
+    from paper_explorer.decisions.prompts import load_prompts
+
+    with client() as http:
+        schema = http.get(f"{url}/openapi.json").json()
+        docs = http.get(f"{url}/docs")
+        model = http.get(f"{url}/v1/model").json()
+    assert {"post"} == set(schema["paths"]["/v1/decisions"]) and {"/v1/health", "/v1/model"} <= set(schema["paths"])
+    assert {"DecisionRequest", "DecisionQuestion", "DecisionReply", "QuestionAnswer"} <= set(schema["components"]["schemas"])
+    assert docs.status_code == 200 and "swagger" in docs.text.lower()
+    assert model["backend"] == "hf" and model["settings"]["model"] == backend.settings()["model"]
+    assert model["prompts_sha256"] == load_prompts().sha256 and model["context"] == backend.max_context
+    assert model["limits"] == {"body_bytes": 16 * 2**20, "document_tokens": 1_048_576, "questions": 64}
