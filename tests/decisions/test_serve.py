@@ -372,3 +372,30 @@ def test_the_api_is_described_and_tells_its_model(url, backend):
     assert model["backend"] == "hf" and model["settings"]["model"] == backend.settings()["model"]
     assert model["prompts_sha256"] == load_prompts().sha256 and model["context"] == backend.max_context
     assert model["limits"] == {"body_bytes": 16 * 2**20, "document_tokens": 1_048_576, "questions": 64}
+
+
+class FailingOnce:
+    """The tiny model's backend whose next score fails as a model out of memory fails."""
+
+    def __init__(self, backend) -> None:
+        self.inner, self.name, self.renderer, self.max_context = backend, backend.name, backend.renderer, backend.max_context
+        self.failures = 1
+
+    def settings(self) -> dict:
+        return self.inner.settings()
+
+    def score(self, prompt, options, mode="shared"):
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError("CUDA out of memory")
+        return self.inner.score(prompt, options, mode)
+
+
+def test_a_model_that_fails_fails_that_request_only(backend):
+    with served(create_app(FailingOnce(backend))) as base, client() as http:
+        failed = http.post(f"{base}/v1/decisions", json=request_of(DOCUMENTS[1]))
+        again = http.post(f"{base}/v1/decisions", json=request_of(DOCUMENTS[1]))
+    assert failed.status_code == 500
+    [problem] = failed.json()["detail"]
+    assert problem["loc"] == ["body", "questions", 0] and "RuntimeError: CUDA out of memory" in problem["msg"]
+    assert again.status_code == 200 and len(again.json()["questions"]) == 3  # the model's lock was let go
