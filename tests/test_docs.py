@@ -311,8 +311,10 @@ def extra_needed(parsed: Parsed) -> str | None:
         return "export"
     if parsed.path == ("train",) and parsed.value("--dry-run"):
         return None
-    if parsed.path in {("train",), ("tiny-model",), ("convert-gguf",), ("rescore",), ("improve",)}:
+    if parsed.path in {("train",), ("tiny-model",), ("convert-gguf",), ("rescore",), ("improve",), ("decide",), ("rl-rerank",)}:
         return "llm"
+    if parsed.path == ("serve",):
+        return "serve"
     if parsed.path in {("run",), ("eval",)} and "hf" in (parsed.value("--policy"), parsed.value("--backend")):
         return "llm"
     return None
@@ -641,3 +643,5 @@ def test_the_install_rule_of_this_test_knows_the_model_commands():
     assert extra("train --dry-run --data d") is None
     assert extra("eval --out runs/a --tokenizer models/tiny") is None
     assert extra("export runs/a runs/b --to hf") == "export"
+    assert extra("decide f.jsonl --model m --out runs/d") == "llm"
+    assert extra("serve --model m") == "serve"

@@ -36,6 +36,7 @@ from paper_explorer.cli.rescore_command import rescore_command
 from paper_explorer.cli.rl_command import rl_command
 from paper_explorer.cli.run_commands import run_command, show_command
 from paper_explorer.cli.schema_command import schema_command
+from paper_explorer.cli.serve_command import serve_command
 from paper_explorer.cli.sft_commands import sft_app, train_command
 from paper_explorer.cli.usage_errors import OneLineUsageErrors
 from paper_explorer.corpus.errors import CorpusError
@@ -80,6 +81,7 @@ app.command("merge")(merge_command)
 app.command("rescore")(rescore_command)
 app.command("decide")(decide_command)
 app.command("rl-rerank")(rl_rerank_command)
+app.command("serve")(serve_command)
 
 
 class VisibleFormatter(logging.Formatter):
