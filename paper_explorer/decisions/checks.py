@@ -51,7 +51,7 @@ NEGATED = {"yes": "no", "no": "yes", "unknown": "unknown"}
 Pair = tuple[DecisionRecord, DecisionRecord | None]
 
 
-def checks_of(records: Sequence[DecisionRecord], order: str = "given") -> DecisionChecks:
+def checks_of(records: Sequence[DecisionRecord], order: str) -> DecisionChecks:
     """Every check of one run's records; ``order`` is the run's (``--order``: how its options were listed)."""
     return DecisionChecks(
         reversed=reversed_check(records),

@@ -230,7 +230,8 @@ def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures
     return metrics
 
 
-def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | None = None, order: str = "given") -> DecisionMetrics:
+def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | None = None, *, order: str) -> DecisionMetrics:
+    """The run's figures; ``order`` is the manifest's (the severity check counts levels in the file's order)."""
     measured = [record for record in records if record.measured]
     return DecisionMetrics(
         questions=len(records),

@@ -191,7 +191,7 @@ def test_unknown_rate_on_unanswerable_and_false_unknown_on_answerable():
 
 
 def test_a_run_with_nothing_to_check_says_not_measured_never_zero():
-    checks = checks_of([reading("c", "choice", ["a", "b"], [0.6, 0.4])])
+    checks = checks_of([reading("c", "choice", ["a", "b"], [0.6, 0.4])], "given")
     assert checks.reversed is None
     assert checks.negation.consistency is None and checks.negation.mean_yes_no_gap is None
     assert checks.severity.all.mean_error_levels is None and checks.severity.all.expected_lean_scale.mean is None
@@ -206,7 +206,7 @@ def test_a_run_with_nothing_to_check_says_not_measured_never_zero():
 def test_each_check_prints_one_line_with_its_n():
     records = negation_records() + severity_records() + [reading("u", "noul", NOUL, [0.2, 0.2, 0.6], "unknown")]
     records = [record.model_copy(update={"reversed": record}) for record in records]
-    reversed_line, negation, severity, unknown = check_lines(checks_of(records))
+    reversed_line, negation, severity, unknown = check_lines(checks_of(records, "given"))
     assert reversed_line.startswith("reversed options: n=14, same likeliest option 1.000 (noul 9/9, choice 2/2, score 3/3)")
     assert "mean total variation 0.000" in reversed_line and "2 unpaired" in reversed_line  # q4n and s6 are not measured
     assert negation == "negation: n=3 pairs, consistent 0.667 (2 of 3), mean |P(yes|q) - P(no|not q)| 0.100"
