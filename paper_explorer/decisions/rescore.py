@@ -143,8 +143,11 @@ class DecisionRescore:
     def to_json(self) -> str:
         figures = {
             "kind": "decide run",
-            "cached": asdict(self.agreement("cached")),
-            "uncached": asdict(self.agreement("uncached")),
+            **{
+                which: asdict(figures) | {"agreement": figures.agreement}
+                for which in ("cached", "uncached")
+                for figures in [self.agreement(which)]
+            },
             "mismatch": self.mismatch,
             "holds": self.holds,
         }

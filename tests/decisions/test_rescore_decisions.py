@@ -51,6 +51,7 @@ def test_a_faithful_run_holds_cached_and_uncached(decided, tiny_model):
     report = json.loads(run_cli("rescore", str(decided), "--model", str(tiny_model), "--json").stdout)
     assert report["kind"] == "decide run" and report["holds"] and not report["findings"]
     assert report["cached"]["readings"] == report["uncached"]["readings"] == 14
+    assert report["cached"]["agreement"] == report["uncached"]["agreement"] == 1.0
     assert report["cached"]["max_probability_difference"] == 0.0  # the run's own sequence of caches: the same sums
     assert 0.0 <= report["uncached"]["max_relative_loglikelihood_difference"] <= 5e-5
     recorded = {json.loads(line)["question_id"]: json.loads(line) for line in (decided / "decisions.jsonl").read_text().splitlines()}
