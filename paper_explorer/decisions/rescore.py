@@ -37,10 +37,10 @@ from paper_explorer.corpus.setting_names import setting
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.file import Asked, load_decisions
 from paper_explorer.decisions.likelihood import DEFAULT_BATCH_TOKENS, normalised
-from paper_explorer.decisions.prompts import build, load_prompts
+from paper_explorer.decisions.prompts import PromptTexts, build, load_prompts
 from paper_explorer.decisions.records import DECISIONS, MANIFEST, DecisionManifest, DecisionRecord
 from paper_explorer.decisions.run import read_manifest, read_records
-from paper_explorer.evaluation.rescore import DEFAULT_TOLERANCE, decision, largest, relative_difference, values_text
+from paper_explorer.evaluation.rescore import DEFAULT_TOLERANCE, decision, largest, relative_difference, setting_notes, values_text
 from paper_explorer.evaluation.rescore_checks import same_adapter_files
 
 if TYPE_CHECKING:
@@ -141,16 +141,10 @@ class DecisionRescore:
         return self.mismatch is None
 
     def to_json(self) -> str:
-        figures = {
-            "kind": "decide run",
-            **{
-                which: asdict(figures) | {"agreement": figures.agreement}
-                for which in ("cached", "uncached")
-                for figures in [self.agreement(which)]
-            },
-            "mismatch": self.mismatch,
-            "holds": self.holds,
-        }
+        figures: dict[str, Any] = {"kind": "decide run", "mismatch": self.mismatch, "holds": self.holds}
+        for which in ("cached", "uncached"):
+            agreement = self.agreement(which)
+            figures[which] = asdict(agreement) | {"agreement": agreement.agreement}
         return json.dumps(asdict(self) | figures, indent=2)
 
 
@@ -190,6 +184,7 @@ def rescore_decisions(
             "log-probabilities come from its own kernels, so expect differences beyond CPU float32's"
         )
     backend = _load(model, adapter, chosen, manifest)
+    report.notes += setting_notes(backend.policy, recorded_settings, manifest.backend)
     prompts: list[tuple[DecisionRecord, bool, list[int], list[list[int]]]] = []
     for record in records:
         for reading, is_reversed in ((record, False), (record.reversed, True)):
@@ -221,6 +216,8 @@ def rescore_decisions(
 def _questions(run_dir: Path, manifest: DecisionManifest, corpus: Corpus | None) -> dict[str, Asked]:
     """The run's decision file, the one it scored (by SHA-256), by question id."""
     path = Path(manifest.file)
+    if manifest.corpus_sha256 is None and corpus is not None:
+        raise DecisionError(f"{setting('corpus', ', '.join(corpus.sources))}: the run {run_dir} read no corpus; rescore it without one")
     if manifest.corpus_sha256 is not None and corpus is not None and corpus.sha256 != manifest.corpus_sha256:
         raise DecisionError(
             f"{setting('corpus', ', '.join(corpus.sources))}: not the corpus the run read its papers from (SHA-256 {corpus.sha256[:12]}, "
@@ -278,7 +275,7 @@ def _load(model: str, adapter: Path | None, quantization: str, manifest: Decisio
 
 def _rebuilt(
     renderer: ChatRenderer,
-    texts: Any,
+    texts: PromptTexts,
     manifest: DecisionManifest,
     asked: Asked | None,
     reading: DecisionRecord,

@@ -300,7 +300,7 @@ def rescore(
             return report
         prompts.append(prompt)
     policy = _load(model, adapter, chosen, settings)
-    report.notes += _setting_notes(policy, settings, policy_name)
+    report.notes += setting_notes(policy, settings, policy_name)
     report.comparisons = [_compare(policy, item, prompt) for item, prompt in zip(recorded, prompts, strict=True)]
     report.mismatch = next((why for c in report.comparisons if (why := c.mismatch(tolerance)) is not None), None)
     return report
@@ -313,7 +313,7 @@ def _load(model: str, adapter: Path | None, quantization: str, settings: dict[st
     return HFPolicy.load(model, adapter=adapter, quantization=quantization, max_context=context if isinstance(context, int) else 32_768)
 
 
-def _setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str) -> list[str]:
+def setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str) -> list[str]:
     """Where the reload differs from the recording in what sets the tolerance (device, dtype, quantization)."""
     if policy_name != "hf":
         return []
@@ -362,4 +362,14 @@ def _probabilities(logprobs: list[float | None], item: Recorded) -> tuple[list[f
         raise EvaluationError(f"{item.where()}: the reloaded model gives no probabilities ({error})") from None
 
 
-__all__ = ["DEFAULT_TOLERANCE", "Comparison", "Rescore", "decision", "largest", "relative_difference", "rescore", "values_text"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "Comparison",
+    "Rescore",
+    "decision",
+    "largest",
+    "relative_difference",
+    "rescore",
+    "setting_notes",
+    "values_text",
+]

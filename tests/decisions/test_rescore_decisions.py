@@ -114,6 +114,8 @@ def test_the_run_must_be_rescored_against_its_own_file_and_model(decided, tiny_m
 
     result = run_cli("rescore", str(tmp_path / "no-run"), "--model", str(tiny_model), "--corpus", str(QASPER_MINI))
     assert result.returncode == 2 and "only a decide run whose documents name papers reads a corpus" in result.stderr
+    result = run_cli("rescore", str(decided), "--model", str(tiny_model), "--corpus", str(QASPER_MINI))
+    assert result.returncode == 2 and f"the run {decided} read no corpus; rescore it without one" in result.stderr
 
 
 def test_a_question_not_measured_because_it_does_not_fit_is_confirmed(tmp_path, tiny_model):
