@@ -34,6 +34,11 @@ def decide_command(
     mode: str = typer.Option(
         "shared", "--mode", help="shared (the prompt once, the options in one batched pass) or separate (a pass per option)."
     ),
+    check_reversed: bool = typer.Option(
+        False,
+        "--check-reversed",
+        help="Read every question a second time with its options in the reverse order (the reversed-options check).",
+    ),
     max_context: int | None = typer.Option(
         None, "--max-context", min=16, help="The most tokens of prompt and option (default: the model's)."
     ),
@@ -64,11 +69,16 @@ def decide_command(
         model, adapter=adapter, quantization=quantization, max_context=max_context, threads=threads, batch_tokens=batch_tokens
     )
     pinned = (list(corpus.sources), corpus.sha256) if corpus is not None else None
-    settings = DecideSettings(cut=cut, order=order, mode=mode)  # type: ignore[arg-type]
+    settings = DecideSettings(cut=cut, order=order, mode=mode, check_reversed=check_reversed)  # type: ignore[arg-type]
     metrics = decide(
         decisions, backend, out, settings, corpus=pinned, resume=resume, force=force, note=lambda line: typer.echo(line, err=True)
     )
     print_kinds(metrics)
+    if metrics.checks is not None:
+        from paper_explorer.decisions.checks import check_lines
+
+        for line in check_lines(metrics.checks):
+            typer.echo(line)
     typer.echo(f"run written to {out}; explorer inspect {out} shows it")
 
 

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from paper_explorer.decisions.check_records import DecisionChecks
 from paper_explorer.evaluation.records import Interval, ReliabilityBin
 
 DECISION_RUN_VERSION: Literal[1] = 1
@@ -42,6 +43,7 @@ class DecisionManifest(Record):
     cut: Literal["none", "start", "end"]
     order: Literal["given", "reversed"]  # reversed: every question's options listed and scored last first
     mode: Literal["shared", "separate"]  # shared: the prompt's cache once for all options; separate: one pass per option
+    check_reversed: bool = False  # each question read a second time, its options in the reverse order (DecisionRecord.reversed)
     versions: dict[str, str]
     git_commit: str | None
     hardware: dict[str, Any]
@@ -81,6 +83,7 @@ class DecisionRecord(Record):
     forward_passes: int | None = None
     seconds: float = Field(ge=0)
     not_measured: str | None = None
+    reversed: DecisionRecord | None = None  # decide --check-reversed: this question again, its options listed in reverse
 
     @property
     def measured(self) -> bool:
@@ -122,7 +125,7 @@ class DecisionMetrics(Record):
     kinds: dict[str, KindFigures]
     option_tokens_scored: int
     seconds: float  # scoring time, summed over questions
-    checks: dict[str, Any] | None = None  # the consistency checks' figures (decisions.checks), where run
+    checks: DecisionChecks | None = None  # the consistency checks' figures (decisions.checks)
 
 
 __all__ = [

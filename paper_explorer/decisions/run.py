@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.decisions.backends import Backend
 from paper_explorer.decisions.calibration import figures_by_kind
+from paper_explorer.decisions.checks import checks_of
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.file import Asked, DecisionSet
 from paper_explorer.decisions.likelihood import Mode, confidence, normalised
@@ -42,7 +43,7 @@ from paper_explorer.decisions.records import (
 
 REASON_CHARS = 300
 # What --resume compares: a run continued with any of these changed would mix two experiments.
-RESUME_FIELDS = ("file_sha256", "corpus_sha256", "backend", "model", "prompts_sha256", "context", "cut", "order", "mode")
+RESUME_FIELDS = ("file_sha256", "corpus_sha256", "backend", "model", "prompts_sha256", "context", "cut", "order", "mode", "check_reversed")
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class DecideSettings:
     cut: CutSide = "none"
     order: str = "given"  # "reversed": list and score each question's options last first
     mode: Mode = "shared"
+    check_reversed: bool = False  # read each question again, its options in the other order (decisions.checks)
+
+    def other_order(self) -> DecideSettings:
+        return replace(self, order="given" if self.order == "reversed" else "reversed", check_reversed=False)
 
 
 def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings) -> DecisionRecord:
@@ -141,6 +146,7 @@ def decide(
         cut=settings.cut,
         order=settings.order,
         mode=settings.mode,
+        check_reversed=settings.check_reversed,
         versions=versions(),
         git_commit=git_commit(),
         hardware=hardware(),
@@ -151,7 +157,10 @@ def decide(
     with jsonl.AppendOnlyLines(out / DECISIONS) as log:
         for asked in decisions.asked:
             if asked.question.id not in done:
-                log.append(score_question(backend, texts, asked, settings))
+                record = score_question(backend, texts, asked, settings)
+                if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
+                    record.reversed = score_question(backend, texts, asked, settings.other_order())
+                log.append(record)
     return write_metrics(out, [item.question.id for item in decisions.asked])
 
 
@@ -215,13 +224,14 @@ def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures
     if question_ids is not None:
         wanted = set(question_ids)
         records = [record for record in records if record.question_id in wanted]
-    metrics = metrics_of(records, temperatures)
+    metrics = metrics_of(records, temperatures, order=read_manifest(out).order)
     with files.atomic_file(out / METRICS) as handle:
         handle.write(metrics.model_dump_json(indent=2))
     return metrics
 
 
-def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | None = None) -> DecisionMetrics:
+def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | None = None, *, order: str) -> DecisionMetrics:
+    """The run's figures; ``order`` is the manifest's (the severity check counts levels in the file's order)."""
     measured = [record for record in records if record.measured]
     return DecisionMetrics(
         questions=len(records),
@@ -231,6 +241,7 @@ def metrics_of(records: list[DecisionRecord], temperatures: dict[str, float] | N
         kinds=figures_by_kind(records, temperatures=temperatures),
         option_tokens_scored=sum(sum(record.option_tokens) for record in measured),
         seconds=sum(record.seconds for record in records),
+        checks=checks_of(records, order),
     )
 
 

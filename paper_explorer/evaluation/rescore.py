@@ -117,7 +117,7 @@ class Comparison:
         recorded = [math.nan if value is None else value for value in self.recorded_logprobs]
         if len(recorded) != len(self.uncached_logprobs):
             return math.nan
-        return _largest(relative_difference(x, y) for x, y in zip(recorded, self.uncached_logprobs))
+        return largest(relative_difference(x, y) for x, y in zip(recorded, self.uncached_logprobs))
 
     @property
     def mass_difference(self) -> float:
@@ -138,13 +138,13 @@ class Comparison:
         if not self.agrees or not self.difference <= tolerance:
             why = "decides otherwise" if not self.agrees else f"differs by {self.difference:.3g} (tolerance {tolerance:g})"
             return (
-                f"{where} {why}: recorded {_values(self.recorded)} ({self.options[decision(self.recorded)]}), "
-                f"recomputed {_values(self.uncached)} ({self.options[decision(self.uncached)]})"
+                f"{where} {why}: recorded {values_text(self.recorded)} ({self.options[decision(self.recorded)]}), "
+                f"recomputed {values_text(self.uncached)} ({self.options[decision(self.uncached)]})"
             )
         if not self.logprob_difference <= tolerance:
             return (
                 f"{where}: its log-probabilities differ by {self.logprob_difference:.3g} relative to their size (tolerance {tolerance:g}): "
-                f"recorded {_values(self.recorded_logprobs)}, recomputed {_values(self.uncached_logprobs)}"
+                f"recorded {values_text(self.recorded_logprobs)}, recomputed {values_text(self.uncached_logprobs)}"
             )
         if not self.mass_difference <= tolerance:
             return (
@@ -175,15 +175,15 @@ class Rescore:
 
     @property
     def largest_difference(self) -> float:
-        return _largest(c.difference for c in self.comparisons)
+        return largest(c.difference for c in self.comparisons)
 
     @property
     def largest_logprob_difference(self) -> float:
-        return _largest(c.logprob_difference for c in self.comparisons)
+        return largest(c.logprob_difference for c in self.comparisons)
 
     @property
     def largest_mass_difference(self) -> float:
-        return _largest(c.mass_difference for c in self.comparisons)
+        return largest(c.mass_difference for c in self.comparisons)
 
     @property
     def cached_flips(self) -> int:
@@ -191,7 +191,7 @@ class Rescore:
 
     @property
     def largest_cached_difference(self) -> float:
-        return _largest(c.cached_difference for c in self.comparisons)
+        return largest(c.cached_difference for c in self.comparisons)
 
     @property
     def holds(self) -> bool:
@@ -217,7 +217,7 @@ def decision(probabilities: list[float]) -> int:
 
 
 def largest_difference(a: list[float], b: list[float]) -> float:
-    return _largest(abs(x - y) for x, y in zip(a, b, strict=True))
+    return largest(abs(x - y) for x, y in zip(a, b, strict=True))
 
 
 def relative_difference(recorded: float, recomputed: float) -> float:
@@ -229,7 +229,7 @@ def relative_difference(recorded: float, recomputed: float) -> float:
     return abs(recorded - recomputed) / max(1.0, abs(recorded))
 
 
-def _largest(differences) -> float:
+def largest(differences) -> float:
     """The largest, nan when any is (max() keeps or drops a nan by its place in the list)."""
     values = list(differences)
     if any(math.isnan(value) for value in values):
@@ -237,7 +237,7 @@ def _largest(differences) -> float:
     return max(values, default=0.0)
 
 
-def _values(values: Sequence[float | None]) -> str:
+def values_text(values: Sequence[float | None]) -> str:
     return "[" + ", ".join("None" if v is None else f"{v:.8f}" for v in values) + "]"
 
 
@@ -300,7 +300,7 @@ def rescore(
             return report
         prompts.append(prompt)
     policy = _load(model, adapter, chosen, settings)
-    report.notes += _setting_notes(policy, settings, policy_name)
+    report.notes += setting_notes(policy, settings, policy_name)
     report.comparisons = [_compare(policy, item, prompt) for item, prompt in zip(recorded, prompts, strict=True)]
     report.mismatch = next((why for c in report.comparisons if (why := c.mismatch(tolerance)) is not None), None)
     return report
@@ -313,7 +313,7 @@ def _load(model: str, adapter: Path | None, quantization: str, settings: dict[st
     return HFPolicy.load(model, adapter=adapter, quantization=quantization, max_context=context if isinstance(context, int) else 32_768)
 
 
-def _setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str) -> list[str]:
+def setting_notes(policy: HFPolicy, settings: dict[str, Any], policy_name: str) -> list[str]:
     """Where the reload differs from the recording in what sets the tolerance (device, dtype, quantization)."""
     if policy_name != "hf":
         return []
@@ -362,4 +362,14 @@ def _probabilities(logprobs: list[float | None], item: Recorded) -> tuple[list[f
         raise EvaluationError(f"{item.where()}: the reloaded model gives no probabilities ({error})") from None
 
 
-__all__ = ["DEFAULT_TOLERANCE", "Comparison", "Rescore", "decision", "rescore"]
+__all__ = [
+    "DEFAULT_TOLERANCE",
+    "Comparison",
+    "Rescore",
+    "decision",
+    "largest",
+    "relative_difference",
+    "rescore",
+    "setting_notes",
+    "values_text",
+]

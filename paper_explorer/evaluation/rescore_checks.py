@@ -126,7 +126,7 @@ def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> N
         raise EvaluationError(f"{setting('adapter', adapter)}: not a LoRA adapter directory (no adapter_config.json)")
     hashes = settings.get("adapter_sha256")
     if isinstance(hashes, dict):
-        _same_files(adapter, hashes)
+        same_adapter_files(adapter, hashes)
     elif served is not None:
         from paper_explorer.agent.policies.adapters import adapter_sha256
 
@@ -137,7 +137,7 @@ def check_adapter(adapter: Path | None, run: Run, recorded: list[Recorded]) -> N
             )
 
 
-def _same_files(adapter: Path, recorded: dict[str, str]) -> None:
+def same_adapter_files(adapter: Path, recorded: dict[str, str]) -> None:
     now = file_hashes(adapter)
     for name in sorted(set(recorded) | set(now)):
         if name not in now:
