@@ -13,7 +13,7 @@ from paper_explorer.decisions.records import DecisionMetrics
 from tests.conftest import run_cli
 
 pytestmark = pytest.mark.real_model
-EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "decisions-checks.jsonl"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "decisions" / "checks.jsonl"
 
 
 def test_the_checks_print_their_figures_and_the_run_rescores(smollm2, tmp_path):
