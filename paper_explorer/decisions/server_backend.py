@@ -2,11 +2,14 @@
 that returns prompt log-probabilities (vLLM's ``prompt_logprobs``).
 
 Each option is scored as the server's log-probability of its tokens when they end the prompt: the
-request's ``prompt`` is a list holding prompt+option for every option (vLLM batches them and its
-prefix cache computes the shared prompt once), ``max_tokens`` 1 (the completion is thrown away),
+request's ``prompt`` is a list holding prompt+option for every option (the server batches them),
+``max_tokens`` 1 (the completion is thrown away),
 ``prompt_logprobs`` 0 (the log-probability of each prompt token itself, nothing more), and an
 option's log-likelihood is the sum over its tokens. ``shared`` sends the options in requests of
-at most ``chunk`` prompts; ``separate`` sends one request per option. ``forward_passes`` records the
+at most ``chunk`` prompts; ``separate`` sends one request per option. Either way the server
+computes each option's whole prompt: vLLM (v1) never reads its prefix cache for a request that asks
+for prompt_logprobs (``SamplingParams.skip_reading_prefix_cache``; cached tokens would have none),
+so the list saves requests, not prompt passes (bench/decisions.py measures both). ``forward_passes`` records the
 requests made; ``cached_tokens`` is None (the server keeps its cache; we cannot see what it reused).
 
 The requests go through the openai policy's own plumbing (``agent.policies.openai_server``): its
