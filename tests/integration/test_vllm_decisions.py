@@ -1,6 +1,7 @@
 """explorer decide --backend openai against a real vLLM (its CPU build, float32) serving the tiny
 model: its prompt log-probabilities give every option the log-likelihood the local hf backend
-gives it, for all three kinds and options of different lengths, shared or separate.
+gives it, for all three kinds and options of different lengths, shared, separate or chunked, and
+with the prompts sent as text.
 
 The tolerance: both sides run the same float32 weights on the CPU, but with other kernels (vLLM's
 CPU attention and its batched, prefix-cached prompt against transformers' eager pass), so each
@@ -86,13 +87,14 @@ def test_the_servers_option_likelihoods_are_the_local_models(vllm_server, tmp_pa
         "shared": served,
         "separate": [*served, "--mode", "separate"],
         "chunked": [*served, "--chunk", "3"],
+        "text": [*served, "--prompt-format", "text"],  # the server tokenizes; the ids it read are checked against ours
     }
     for name, flags in runs.items():
         result = run_cli("decide", str(file), *flags, "--out", str(tmp_path / name))
         assert result.returncode == 0, result.stderr
     local = scored(tmp_path / "local")
     assert set(local) == {"n1", "c1", "s1", "n2", "c2"} and all(record.measured for record in local.values())
-    for name in ("shared", "separate", "chunked"):
+    for name in ("shared", "separate", "chunked", "text"):
         server = scored(tmp_path / name)
         for question, record in server.items():
             mine = local[question]
