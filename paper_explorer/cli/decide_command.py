@@ -20,8 +20,23 @@ console = Console()
 
 def decide_command(
     decision_file: Path = typer.Argument(..., help="A typed decision file (JSONL; explorer schema decision)."),
-    model: str = typer.Option(..., "--model", "-m", help="The model: a directory or hub id (transformers)."),
+    model: str = typer.Option(
+        ..., "--model", "-m", help="The model: a directory or hub id (hf), or the name the server serves it under (openai)."
+    ),
     out: Path = typer.Option(..., "--out", "-o", help="The run directory to write."),
+    backend_name: str = typer.Option(
+        "hf", "--backend", help="hf (a local transformers model) or openai (a server returning prompt log-probabilities: vLLM)."
+    ),
+    base_url: list[str] | None = typer.Option(
+        None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1; repeated: replicas of one model. Key: $OPENAI_API_KEY."
+    ),
+    tokenizer: Path | None = typer.Option(None, "--tokenizer", help="openai: the served model's tokenizer directory (tokenizer.json)."),
+    prompt_format: str = typer.Option(
+        "ids", "--prompt-format", help="openai: ids (token ids, vLLM) or text (servers that take only text)."
+    ),
+    timeout: float = typer.Option(120.0, "--timeout", min=1, help="openai: seconds per request."),
+    retries: int = typer.Option(4, "--retries", min=0, help="openai: retries with backoff on 429/5xx and network errors."),
+    chunk: int = typer.Option(32, "--chunk", min=1, max=1024, help="openai: prompt+option pairs per request (shared mode)."),
     adapter: Path | None = typer.Option(None, "--adapter", help="A LoRA adapter directory to load on the model."),
     quantization: str = typer.Option("auto", "--quantization", help="auto (4-bit on CUDA, full on CPU), 4bit or none."),
     corpus_path: Path | None = CorpusOption,
@@ -58,16 +73,39 @@ def decide_command(
         raise UsageError(f"--mode {mode!r}: choose shared or separate")
     if resume and force:
         raise UsageError("--resume and --force contradict each other; give one")
+    if backend_name not in ("hf", "openai"):
+        raise UsageError(f"--backend {backend_name!r}: choose hf or openai")
+    local_only = {"--adapter": adapter is not None, "--quantization": quantization != "auto", "--threads": threads is not None}
+    local_only["--batch-tokens"] = batch_tokens != 65_536
+    served_only = {"--base-url": bool(base_url), "--tokenizer": tokenizer is not None, "--prompt-format": prompt_format != "ids"}
+    misplaced = [flag for flag, given in (local_only if backend_name == "openai" else served_only).items() if given]
+    if misplaced:
+        raise UsageError(f"{', '.join(misplaced)}: not for --backend {backend_name}; drop it, or choose the other backend")
+    if backend_name == "openai" and (not base_url or tokenizer is None):
+        raise UsageError("--backend openai needs --base-url (the server) and --tokenizer (the served model's tokenizer directory)")
+    if prompt_format not in ("ids", "text"):
+        raise UsageError(f"--prompt-format {prompt_format!r}: choose ids or text")
     from paper_explorer.cli.options import open_corpus
-    from paper_explorer.decisions.backends import LocalBackend
+    from paper_explorer.decisions.backends import Backend, LocalBackend
     from paper_explorer.decisions.file import load_decisions
     from paper_explorer.decisions.run import DecideSettings, decide
+    from paper_explorer.decisions.server_backend import ServerBackend
 
     corpus = open_corpus(corpus_path) if corpus_path is not None else None
     decisions = load_decisions(decision_file, corpus)
-    backend = LocalBackend.load(
-        model, adapter=adapter, quantization=quantization, max_context=max_context, threads=threads, batch_tokens=batch_tokens
-    )
+    backend: Backend
+    if backend_name == "openai":
+        assert base_url is not None and tokenizer is not None
+        served = ServerBackend.load(
+            base_url, model, tokenizer, prompt_format=prompt_format, max_context=max_context, timeout=timeout, retries=retries, chunk=chunk
+        )
+        if served.note is not None:
+            typer.echo(f"note: {served.note}", err=True)
+        backend = served
+    else:
+        backend = LocalBackend.load(
+            model, adapter=adapter, quantization=quantization, max_context=max_context, threads=threads, batch_tokens=batch_tokens
+        )
     pinned = (list(corpus.sources), corpus.sha256) if corpus is not None else None
     settings = DecideSettings(cut=cut, order=order, mode=mode, check_reversed=check_reversed)  # type: ignore[arg-type]
     metrics = decide(

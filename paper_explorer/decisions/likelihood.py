@@ -32,7 +32,7 @@ DEFAULT_BATCH_TOKENS = 65_536
 @dataclass(frozen=True)
 class OptionLikelihoods:
     loglikelihoods: list[float]  # per option: the sum of its tokens' log-probabilities
-    cached_tokens: int  # prompt tokens reused from the previous prompt's cache
+    cached_tokens: int | None  # prompt tokens reused from the previous prompt's cache (None: a server's, unseen)
     forward_passes: int  # passes run for this prompt (shared: 1 for the prompt + one per batch)
 
 

@@ -81,7 +81,9 @@ class FakeServer:
                         },
                     )
                     return
-                if body.get("max_tokens") == 1 and prompt is not None and len(prompt) < 16:  # preflight's test prompt
+                if (
+                    body.get("max_tokens") == 1 and prompt is not None and len(prompt) < 16 and "prompt_logprobs" not in body
+                ):  # preflight's test prompt
                     fake.probes.append(body)
                     answer = fake.completion("", len(prompt))
                     if top_logprobs is not None and body.get("logprobs"):

