@@ -48,16 +48,22 @@ def preregister_command(
 
 
 def inspect_command(
-    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
-    episode: str | None = typer.Option(None, "--episode", "-e", help="Show one episode (episode or question id) with its flags."),
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (or explorer decide)."),
+    episode: str | None = typer.Option(
+        None, "--episode", "-e", help="Show one episode (episode or question id) with its flags; of a decide run, one question's options."
+    ),
     flag: str | None = typer.Option(None, "--flag", "-f", help="List the episodes a detector flagged, with its evidence."),
-    worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes to list."),
+    worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes (or questions) to list."),
 ) -> None:
     """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
     from paper_explorer.cli.display import id_column
     from paper_explorer.evaluation.answer_metrics import answer_metrics
     from paper_explorer.evaluation.detectors import DETECTORS
-    from paper_explorer.evaluation.run_directory import RL_RUN, Run, kind_of
+    from paper_explorer.evaluation.run_directory import DECIDE_RUN, RL_RUN, Run, kind_of
+
+    if kind_of(run_dir) is DECIDE_RUN:
+        _inspect_decisions(run_dir, episode, flag, worst)
+        return
     from paper_explorer.evaluation.summary import print_summary
 
     if kind_of(run_dir) is RL_RUN and episode is None and flag is None:  # its rounds; each round's runs are inspected as runs
@@ -113,6 +119,20 @@ def inspect_command(
             untrusted(flags),
         )
     console.print(table)
+
+
+def _inspect_decisions(run_dir: Path, question: str | None, flag: str | None, worst: int) -> None:
+    """A run of explorer decide: its per-kind figures and worst questions, or one question's options."""
+    from paper_explorer.decisions.inspect_view import print_question, print_run
+    from paper_explorer.decisions.run_reading import DecisionRun
+
+    if flag is not None:
+        raise UsageError(f"{run_dir}: a decide run has no detector flags; explorer inspect {run_dir} shows its figures")
+    run = DecisionRun.load(run_dir)
+    if question is not None:
+        print_question(console, run, question)
+    else:
+        print_run(console, run, worst)
 
 
 def _print_changed_observations(trajectory: Trajectory) -> None:
