@@ -39,6 +39,10 @@ that records no questions, from an older version, is refused: bytes are all it c
 run of another policy or model, and with a preregistration checks its [frozen] corpus and
 questions hashes against the run's manifest first.
 
+A decide run's file (``decisions.calibration_fit``: a temperature per kind) shares the format and
+the hash check, with ``kind: "decisions"``; ``checked_content`` refuses each kind of file where the
+other is wanted.
+
 Not protected: a file rewritten whole with a freshly computed hash is accepted (the hash finds
 edits, it is not a signature; a preregistration that pins the hash is what fixes a file in advance).
 The labels are scores.jsonl's, not recomputed from the gold answers.

@@ -1,5 +1,5 @@
-"""A run of explorer decide read back as a user reads it: inspect, calibrate fit/apply, and the
-checks that refuse a run whose files were edited."""
+"""A run of explorer decide read back as a user reads it: inspect, report (in a real browser too),
+compare, calibrate fit/apply, and the checks that refuse a run whose files were edited."""
 
 from __future__ import annotations
 
@@ -16,7 +16,18 @@ from paper_explorer.evaluation.errors import EvaluationError
 from paper_explorer.evaluation.run_directory import DECIDE_RUN, EVAL_RUN, Run, kind_of
 from tests.conftest import run_cli
 from tests.decisions.decision_files import DOCUMENTS, labelled_documents, write_decisions
+from tests.evaluation.test_report_browser import browser, console_errors, ink, screenshot, wait_for  # noqa: F401 - browser: a fixture
 
+# What a hostile decision file holds: it would close the page's elements and run script if it were markup.
+HOSTILE = "</td></section><script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\"><!--"
+HOSTILE_DOCUMENT = {
+    "id": "evil",
+    "text": f"A document that says {HOSTILE}.",
+    "questions": [
+        {"id": "<b>q</b><!--", "kind": "choice", "text": HOSTILE, "options": ["plain", HOSTILE, "</script>"], "label": HOSTILE},
+        {"id": "evil-2", "kind": "noul", "text": "Is it <i>safe</i>?", "label": "no"},
+    ],
+}
 MANY = {
     "id": "many",
     "text": "A list of twenty candidate names for the project.",
@@ -32,13 +43,16 @@ def runs(tmp_path_factory, tiny_model):
     file and a test file of labelled questions (each kind right and wrong)."""
     directory = tmp_path_factory.mktemp("decide")
     files = {
-        "small": write_decisions(directory / "small.jsonl", [*DOCUMENTS, MANY]),
+        "small": write_decisions(directory / "small.jsonl", [*DOCUMENTS, MANY, HOSTILE_DOCUMENT]),
         "val": write_decisions(directory / "val.jsonl", labelled_documents("val", 12)),
         "test": write_decisions(directory / "test.jsonl", labelled_documents("test", 12)),
     }
     for name, file in files.items():
         done = run_cli("decide", str(file), "--model", str(tiny_model), "--out", str(directory / name))
         assert done.returncode == 0, done.stderr
+    # the validation file again with its options listed last first: a comparison of one file
+    done = run_cli("decide", str(files["val"]), "--model", str(tiny_model), "--out", str(directory / "val-reversed"), "--order", "reversed")
+    assert done.returncode == 0, done.stderr
     return directory
 
 
@@ -86,7 +100,7 @@ def test_inspect_shows_the_figures_per_kind_within_80_columns(runs):
         assert f"{figures.mean_confidence:.3f}" in row and f"{figures.mean_p_max:.3f}" in row
         interval = figures.ece_equal_width_ci95
         assert any(f"{figures.ece_equal_width:.3f} ({interval.low:.3f}-{interval.high:.3f})" in line for line in lines)
-    assert "8 measured, 0 not measured, 0 cut to fit" in done.stdout
+    assert "10 measured, 0 not measured, 0 cut to fit" in done.stdout
     wrong = sorted((r for r in run.records if r.correct is False), key=lambda r: -(r.p_max or 0))
     assert "most confidently wrong (3)" in done.stdout and f"│ {wrong[0].question_id} " in done.stdout
     assert "least confident (3)" in done.stdout
@@ -139,7 +153,7 @@ def test_edited_or_unfinished_runs_are_refused_in_one_line(runs, tmp_path):
     run = copied(runs, "small", tmp_path / "c")
     whole = (runs / "small" / "decisions.jsonl").read_text().splitlines()
     (run / "decisions.jsonl").write_text("".join(line + "\n" for line in whole[:-1]))
-    one_line_error(run_cli("inspect", str(run)), "7 of the 8 questions scored", "--resume finishes it")
+    one_line_error(run_cli("inspect", str(run)), "9 of the 10 questions scored", "--resume finishes it")
 
 
 def test_calibrate_fits_a_temperature_per_kind_and_apply_never_changes_the_likeliest_option(runs, tmp_path):
@@ -204,3 +218,100 @@ def test_a_run_whose_labelled_questions_are_all_right_or_wrong_fits_no_kind(runs
     file = write_decisions(tmp_path / "one.jsonl", one)
     assert run_cli("decide", str(file), "--model", str(tiny_model), "--out", str(tmp_path / "run")).returncode == 0
     one_line_error(run_cli("calibrate", "fit", str(tmp_path / "run"), "--out", str(tmp_path / "c.json")), "no kind can be fitted", "noul")
+
+
+def test_the_report_shows_the_calibration_table_and_two_reliability_diagrams_per_kind(runs, tmp_path):
+    out = tmp_path / "val.html"
+    done = run_cli("report", str(runs / "val"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "http://" not in text and "https://" not in text and "<link" not in text and "src=" not in text  # nothing fetched
+    run = DecisionRun.load(runs / "val")
+    table = text[text.index('<table id="calibration-table">') : text.index("</table>", text.index('id="calibration-table"'))]
+    for kind, figures in run.metrics.kinds.items():
+        interval = figures.nll_ci95
+        assert f"<td>{kind}</td>" in table and f"{figures.nll:.3f} ({interval.low:.3f}-{interval.high:.3f})" in table
+        assert f'id="reliability-{kind}-width"' in text and f'id="reliability-{kind}-mass"' in text
+    assert text.count('<div class="reliability"') == 2 * len(run.metrics.kinds)
+    again = run_cli("report", str(runs / "val"), "--out", str(out))
+    one_line_error(again, "already exists", "--force")
+    one_line_error(run_cli("report", str(runs / "val"), str(runs / "test"), "--out", str(tmp_path / "two.html")), "explorer compare")
+    one_line_error(run_cli("report", str(runs / "val"), "--corpus", "x.jsonl", "--out", str(tmp_path / "c.html")), "--corpus")
+
+
+def test_the_report_keeps_a_hostile_decision_file_as_text(runs, tmp_path):
+    out = tmp_path / "small.html"
+    assert run_cli("report", str(runs / "small"), "--out", str(out)).returncode == 0
+    text = out.read_text()
+    assert "<script>document" not in text and "<img" not in text and "<b>q</b>" not in text
+    assert text.count("<script") == 2  # the page's data block and its own script, nothing else
+
+
+def test_the_report_in_a_browser_lists_questions_and_opens_one_with_its_options(runs, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    out = tmp_path / "small.html"
+    assert run_cli("report", str(runs / "small"), "--out", str(out)).returncode == 0
+    run = DecisionRun.load(runs / "small")
+    browser.get(out.as_uri())
+    rows = browser.find_elements(By.CSS_SELECTOR, "#questions tbody tr")
+    assert len(rows) == len(run.records)
+    first = run.records[0]
+    cells = [cell.text for cell in rows[0].find_elements(By.TAG_NAME, "td")]
+    assert cells == [first.question_id, first.kind, first.question, first.predicted, f"{first.p_max:.3f}", first.label]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#plots figure svg")) == 2 * len(run.metrics.kinds)
+
+    evil = run.by_question()["<b>q</b><!--"]
+    browser.find_element(By.CSS_SELECTOR, "#questions tbody tr[data-question='evil-2']").click()
+    wait_for(browser, "#detail table")
+    from urllib.parse import quote
+
+    browser.get(out.as_uri() + "#question=" + quote(evil.question_id))
+    wait_for(browser, "#detail table")
+    assert browser.title != "pwned" and not browser.find_elements(By.CSS_SELECTOR, "main img, #detail script, main b")
+    detail = browser.find_element(By.ID, "detail")
+    assert HOSTILE in detail.text and evil.question_id in detail.text
+    options = [row.find_elements(By.TAG_NAME, "td") for row in detail.find_elements(By.CSS_SELECTOR, "table tr")[1:]]
+    assert [cells[1].get_attribute("textContent") for cells in options] == evil.options
+    probabilities = evil.probabilities or []
+    assert [cells[2].text for cells in options] == [f"{p:.4f}" for p in probabilities]
+    assert len(browser.find_elements(By.CSS_SELECTOR, "main > section")) == 2  # no element was closed early
+
+    image = screenshot(browser)
+    image.save(tmp_path / "decide-report.png")  # kept for a person to look at when the test fails
+    boxes = browser.execute_script(
+        "return [...document.querySelectorAll('#plots figure svg')].map(s => { const r = s.getBoundingClientRect(); "
+        "return [r.left + scrollX, r.top + scrollY, r.right + scrollX, r.bottom + scrollY]; })"
+    )
+    for box in boxes:
+        dark, _ = ink(image, tuple(round(v) for v in box))
+        assert dark > 200, f"no axes or labels drawn in the diagram at {box}"
+    assert console_errors(browser) == []
+
+
+def test_compare_pairs_two_runs_of_one_file_per_kind_with_their_agreement(runs, tmp_path):
+    done = run_cli("compare", str(runs / "val"), str(runs / "val-reversed"), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    a, b = DecisionRun.load(runs / "val"), DecisionRun.load(runs / "val-reversed")
+    assert result["measured_in_both"] == 36 and result["questions"] == 36
+    same = sum(ra.predicted == b.by_question()[ra.question_id].predicted for ra in a.records)
+    assert result["agreeing"] == same and result["agreement"] == pytest.approx(same / 36)
+    assert any("order" in note for note in result["notes"])
+    for kind, compared in result["kinds"].items():
+        assert compared["paired"] == 12  # every question labelled and measured in both
+        for figure, name in (("accuracy", "accuracy"), ("ece", "ece_equal_width"), ("brier", "brier"), ("nll", "nll")):
+            assert compared[figure]["a"] == pytest.approx(getattr(a.metrics.kinds[kind], name))
+            assert compared[figure]["b"] == pytest.approx(getattr(b.metrics.kinds[kind], name))
+            assert compared[figure]["difference"] == pytest.approx(compared[figure]["b"] - compared[figure]["a"])
+            interval = compared[figure]["difference_ci95"]
+            assert interval["low"] <= interval["high"]
+    shown = run_cli("compare", str(runs / "val"), str(runs / "val-reversed"), env={"COLUMNS": "80"})
+    assert shown.returncode == 0, shown.stderr
+    assert max(len(line) for line in shown.stdout.splitlines()) <= 80
+    assert f"likeliest option the same in {same}" in shown.stdout.replace("\n", " ")
+    one_line_error(run_cli("compare", str(runs / "val"), str(runs / "test")), "two decision files", "cannot be paired")
+    eval_like = tmp_path / "eval"
+    eval_like.mkdir()
+    (eval_like / "manifest.json").write_text("{}")
+    one_line_error(run_cli("compare", str(runs / "val"), str(eval_like)), "is a run of explorer decide and")
