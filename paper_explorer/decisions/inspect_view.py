@@ -27,6 +27,7 @@ from paper_explorer.evaluation.records import Interval
 TOP_OPTIONS = 10
 QUESTION_CHARS = 34
 OPTION_CHARS = 14
+NOT_MEASURED_IDS = 10
 
 
 def number(value: float | None, digits: int = 3) -> str:
@@ -146,13 +147,13 @@ def print_run(console: Console, run: DecisionRun, count: int) -> None:
         f"{metrics.measured} measured, {metrics.not_measured} not measured, {metrics.cut} cut to fit"
         + (f" ({sum(r.cut.tokens for r in cut if r.cut)} document tokens dropped)" if cut else "")
     )
-    reasons: dict[str, int] = {}
-    for record in run.records:
-        if record.not_measured is not None:
-            reason = record.not_measured.split(":")[0]
-            reasons[reason] = reasons.get(reason, 0) + 1
-    for reason, times in reasons.items():
-        console.print(Text.assemble(("not measured ", "yellow"), f"({times}): ", untrusted(_cut(reason, 60))))
+    unmeasured = [record for record in run.records if record.not_measured is not None]
+    if unmeasured:  # each reason names its own numbers: the first in full, the rest by id
+        ids = ", ".join(record.question_id for record in unmeasured[:NOT_MEASURED_IDS])
+        more = f" and {len(unmeasured) - NOT_MEASURED_IDS} more" if len(unmeasured) > NOT_MEASURED_IDS else ""
+        console.print(Text.assemble(("not measured: ", "yellow"), untrusted(f"{ids}{more}")))
+        first = unmeasured[0]
+        console.print(untrusted(f"  {first.question_id}: {first.not_measured}"))
     for line in check_lines(metrics.checks):
         console.print(untrusted(f"check {line}"))
     if count == 0:
@@ -161,7 +162,7 @@ def print_run(console: Console, run: DecisionRun, count: int) -> None:
     if wrong:
         console.print(questions_table(f"most confidently wrong ({len(wrong)})", wrong))
     else:
-        console.print("no labelled question answered wrong")
+        console.print("no measured question with a label was answered wrong")
     if unsure:
         console.print(questions_table(f"least confident ({len(unsure)})", unsure))
     console.print(untrusted(f"one question's options: explorer inspect {run.directory} --episode QUESTION_ID"), style="dim")

@@ -315,3 +315,23 @@ def test_compare_pairs_two_runs_of_one_file_per_kind_with_their_agreement(runs, 
     eval_like.mkdir()
     (eval_like / "manifest.json").write_text("{}")
     one_line_error(run_cli("compare", str(runs / "val"), str(eval_like)), "is a run of explorer decide and")
+
+
+def test_inspect_counts_the_questions_not_measured_and_cut_and_says_why(tmp_path, tiny_model):
+    file = write_decisions(tmp_path / "small.jsonl")
+    for name, flags in (("over", ["--max-context", "60"]), ("cut", ["--max-context", "125", "--cut", "start"])):
+        done = run_cli("decide", str(file), "--model", str(tiny_model), "--out", str(tmp_path / name), *flags)
+        assert done.returncode == 0, done.stderr
+    over = run_cli("inspect", str(tmp_path / "over"), env={"COLUMNS": "80"})
+    assert over.returncode == 0, over.stderr
+    assert "0 measured, 7 not measured, 0 cut to fit" in over.stdout
+    assert "not measured: q1, q1n, q2, q3, q4, q5, q6" in over.stdout and "over the context" in over.stdout
+    one = run_cli("inspect", str(tmp_path / "over"), "--episode", "q2")
+    assert "not measured: the prompt is" in one.stdout.replace("\n", " ")
+    cut = DecisionRun.load(tmp_path / "cut")
+    dropped = sum(record.cut.tokens for record in cut.records if record.cut)
+    shown = run_cli("inspect", str(tmp_path / "cut"), env={"COLUMNS": "80"})
+    assert (
+        f"{cut.metrics.measured} measured, 0 not measured, {cut.metrics.cut} cut to fit ({dropped} document tokens dropped)" in shown.stdout
+    )
+    assert cut.metrics.cut > 0
