@@ -129,7 +129,7 @@ RL_ROUND = Kind(
 DECIDE_RUN = Kind(
     "a run of explorer decide",
     "decisions.jsonl, or a manifest with decision_run_version",
-    "explorer inspect {path} summarises it (report, compare and calibrate read it too)",
+    "explorer inspect {path} summarises it; explorer report, compare and calibrate read it too",
 )
 EXPORTED_DATASET = Kind(
     "a dataset written by explorer export --to hf", "dataset_dict.json or state.json", "datasets.load_from_disk('{path}') reads it"

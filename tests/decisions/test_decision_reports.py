@@ -78,6 +78,7 @@ def test_a_decide_run_is_its_own_kind_and_the_eval_readers_name_the_command_that
     assert kind_of(started) is DECIDE_RUN
     with pytest.raises(EvaluationError, match=r"holds a run of explorer decide .*not a run of explorer eval; explorer inspect"):
         Run.load(runs / "small")
+    one_line_error(run_cli("eval", "--out", str(runs / "small"), "--resume"), "holds a run of explorer decide", "no run to resume")
     eval_like = tmp_path / "eval"
     eval_like.mkdir()
     (eval_like / "manifest.json").write_text('{"created_at": "now", "config": {}}')
