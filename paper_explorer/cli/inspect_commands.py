@@ -48,16 +48,22 @@ def preregister_command(
 
 
 def inspect_command(
-    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval."),
-    episode: str | None = typer.Option(None, "--episode", "-e", help="Show one episode (episode or question id) with its flags."),
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (or explorer decide)."),
+    episode: str | None = typer.Option(
+        None, "--episode", "-e", help="Show one episode (episode or question id) with its flags; of a decide run, one question's options."
+    ),
     flag: str | None = typer.Option(None, "--flag", "-f", help="List the episodes a detector flagged, with its evidence."),
-    worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes to list."),
+    worst: int = typer.Option(10, "--worst", min=0, help="How many of the worst episodes (or questions) to list."),
 ) -> None:
     """Summarise a run (metrics, abstention, detector rates, worst episodes), or drill into a flag or an episode."""
     from paper_explorer.cli.display import id_column
     from paper_explorer.evaluation.answer_metrics import answer_metrics
     from paper_explorer.evaluation.detectors import DETECTORS
-    from paper_explorer.evaluation.run_directory import RL_RUN, Run, kind_of
+    from paper_explorer.evaluation.run_directory import DECIDE_RUN, RL_RUN, Run, kind_of
+
+    if kind_of(run_dir) is DECIDE_RUN:
+        _inspect_decisions(run_dir, episode, flag, worst)
+        return
     from paper_explorer.evaluation.summary import print_summary
 
     if kind_of(run_dir) is RL_RUN and episode is None and flag is None:  # its rounds; each round's runs are inspected as runs
@@ -115,6 +121,20 @@ def inspect_command(
     console.print(table)
 
 
+def _inspect_decisions(run_dir: Path, question: str | None, flag: str | None, worst: int) -> None:
+    """A run of explorer decide: its per-kind figures and worst questions, or one question's options."""
+    from paper_explorer.decisions.inspect_view import print_question, print_run
+    from paper_explorer.decisions.run_reading import DecisionRun
+
+    if flag is not None:
+        raise UsageError(f"{run_dir}: a decide run has no detector flags; explorer inspect {run_dir} shows its figures")
+    run = DecisionRun.load(run_dir)
+    if question is not None:
+        print_question(console, run, question)
+    else:
+        print_run(console, run, worst)
+
+
 def _print_changed_observations(trajectory: Trajectory) -> None:
     """A replayed episode's observations that differ from its recording (nothing for other policies)."""
     from paper_explorer.evaluation.replay_drift import compared_observations
@@ -139,7 +159,15 @@ def compare_command(
     interval of the F1 difference, exact McNemar on correctness and abstention, Fisher as the unpaired-design test."""
     from paper_explorer.evaluation.compare import confound_note
     from paper_explorer.evaluation.run_comparison import compare
+    from paper_explorer.evaluation.run_directory import DECIDE_RUN, kind_of
 
+    decide_runs = [kind_of(run) is DECIDE_RUN for run in (run_a, run_b)]
+    if any(decide_runs):
+        if not all(decide_runs):
+            decide, other = (run_a, run_b) if decide_runs[0] else (run_b, run_a)
+            raise UsageError(f"{decide} is a run of explorer decide and {other} is not; compare two decide runs of one decision file")
+        _compare_decisions(run_a, run_b, as_json)
+        return
     result = compare(run_a, run_b, note=say_note)
     if as_json:
         typer.echo(json_visible(result.model_dump_json(indent=2)))  # answers and questions are in it
@@ -155,6 +183,18 @@ def compare_command(
     )
     for table in _compare_tables(result):
         console.print(table)
+
+
+def _compare_decisions(run_a: Path, run_b: Path, as_json: bool) -> None:
+    """Two decide runs of one file: per kind, each run's figures and B - A with its paired interval; their agreement."""
+    from paper_explorer.decisions.compare import compare_decisions, print_comparison
+    from paper_explorer.decisions.run_reading import DecisionRun
+
+    result = compare_decisions(DecisionRun.load(run_a), DecisionRun.load(run_b))
+    if as_json:
+        typer.echo(json_visible(result.model_dump_json(indent=2)))
+        return
+    print_comparison(console, result)
 
 
 def _compare_tables(result: RunComparison) -> list[Table | Text | str]:
@@ -291,7 +331,7 @@ def _tokens(value: float | None, signed: bool = False) -> str:
 
 
 def report_command(
-    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (run A of a comparison)."),
+    run_dir: Path = typer.Argument(..., help="A run directory written by explorer eval (run A of a comparison), or by explorer decide."),
     run_b: Path | None = typer.Argument(None, help="A second run: the report compares it with the first, question by question."),
     out: Path = typer.Option(..., "--out", "-o", help="The HTML file to write (self-contained, opens offline)."),
     force: bool = typer.Option(False, "--force", help="Overwrite OUT if it exists."),
@@ -310,6 +350,22 @@ def report_command(
     prediction, cited paragraphs, steps and flags), or of two runs compared question by question with
     the statistics of explorer compare."""
     from paper_explorer.evaluation.html_report import report
+    from paper_explorer.evaluation.run_directory import DECIDE_RUN, kind_of
 
-    report(run_dir, run_b, out=out, corpus=corpus_path, questions=questions_path, force=force, note=say_note)
+    if kind_of(run_dir) is DECIDE_RUN:
+        _report_decisions(run_dir, run_b, out, force, corpus_path=corpus_path, questions_path=questions_path)
+    else:
+        report(run_dir, run_b, out=out, corpus=corpus_path, questions=questions_path, force=force, note=say_note)
     typer.echo(f"report written to {out}")
+
+
+def _report_decisions(run_dir: Path, run_b: Path | None, out: Path, force: bool, **eval_only: Path | None) -> None:
+    from paper_explorer.decisions.report import write_decision_report
+    from paper_explorer.decisions.run_reading import DecisionRun
+
+    if run_b is not None:
+        raise UsageError(f"{run_dir}: a decide run is reported alone; explorer compare {run_dir} {run_b} compares two")
+    given = [f"--{name.removesuffix('_path')}" for name, value in eval_only.items() if value is not None]
+    if given:
+        raise UsageError(f"{run_dir}: a decide run holds its questions and labels; {', '.join(given)} applies to an eval run")
+    write_decision_report(DecisionRun.load(run_dir), out, force)

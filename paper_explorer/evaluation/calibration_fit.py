@@ -39,6 +39,10 @@ that records no questions, from an older version, is refused: bytes are all it c
 run of another policy or model, and with a preregistration checks its [frozen] corpus and
 questions hashes against the run's manifest first.
 
+A decide run's file (``decisions.calibration_fit``: a temperature per kind) shares the format and
+the hash check, with ``kind: "decisions"``; ``checked_content`` refuses each kind of file where the
+other is wanted.
+
 Not protected: a file rewritten whole with a freshly computed hash is accepted (the hash finds
 edits, it is not a signature; a preregistration that pins the hash is what fixes a file in advance).
 The labels are scores.jsonl's, not recomputed from the gold answers.
@@ -55,7 +59,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Final, Literal
+from typing import Annotated, Final, Literal, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -86,6 +90,7 @@ from paper_explorer.evaluation.run_directory import SCORES, TRAJECTORIES, Run
 from paper_explorer.evaluation.scoring import ENDED_BY_POLICY, EpisodeScore, probe_scores
 
 FORMAT: Final = "explorer-calibration/1"
+DECISIONS_KIND: Final = "decisions"  # the "kind" of a file fitted on a decide run (decisions.calibration_fit); a probe's has none
 CALIBRATED = "calibrated.json"
 REFUSED_SPLITS = {
     "test": "a run of the test split",
@@ -96,6 +101,9 @@ REFUSED_SPLITS = {
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # an ECE, a Brier score, an accuracy
@@ -186,6 +194,37 @@ def write_calibration(content: dict, out: Path) -> CalibrationFile:
 
 def load_calibration(path: Path) -> CalibrationFile:
     """A calibration file whose hash matches its contents; anything else is one line."""
+    return validated(CalibrationFile, checked_content(path), path)
+
+
+def validated(model: type[M], data: dict, path: Path) -> M:
+    """``data`` (from ``checked_content``) as ``model``, or one line naming the field that is not."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        first = error.errors(include_url=False)[0]
+        raise EvaluationError(f"{path}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
+
+
+def checked_content(path: Path, kind: str | None = None) -> dict:
+    """A calibration file's JSON, once its format, its sha256 and its kind are checked; anything
+    else is one line. ``kind``: None for an option probe's file, ``DECISIONS_KIND`` for a decide
+    run's (``decisions.calibration_fit``), each refused where the other is wanted."""
+    data = _hashed_content(path)
+    if kind is None and data.get("kind") == DECISIONS_KIND:
+        raise EvaluationError(
+            f"{path}: calibrates the kinds of a run of explorer decide, not an option probe; apply it to a decide run, "
+            "or fit a probe's on an eval run (explorer calibrate fit RUN --probe NAME)"
+        )
+    if kind is not None and data.get("kind") != kind:
+        raise EvaluationError(
+            f"{path}: calibrates option probe {data.get('probe')!r} of an eval run, not the kinds of a decide run; "
+            "fit one on a decide run of a validation file: explorer calibrate fit DECIDE_RUN --out FILE"
+        )
+    return data
+
+
+def _hashed_content(path: Path) -> dict:
     try:
         data = files.parse_json(files.read_text(path, limit=files.DOCUMENT_BYTES, what="calibration"), path)
     except FileNotFoundError:
@@ -204,11 +243,7 @@ def load_calibration(path: Path) -> CalibrationFile:
             f"{path}: its contents do not match its sha256 ({recorded[:12]}...): the file was edited or damaged; "
             "fit it again with explorer calibrate fit"
         )
-    try:
-        return CalibrationFile.model_validate({**data, "sha256": recorded})
-    except ValidationError as error:
-        first = error.errors(include_url=False)[0]
-        raise EvaluationError(f"{path}: field '{'.'.join(map(str, first['loc']))}': {first['msg']}") from None
+    return {**data, "sha256": recorded}
 
 
 def file_sha256(path: Path) -> str:

@@ -135,11 +135,11 @@ def f1_histogram(title: str, values: list[float]) -> str:
     )
 
 
-def reliability_diagram(title: str, bins: list, caption: str = "") -> str:
+def reliability_diagram(title: str, bins: list, caption: str = "", unit: str = "episodes") -> str:
     """A reliability diagram: x the probability the policy gave, y how often the label held. Each
     non-empty bin is a bar over its edges as high as its accuracy, a dot at (mean probability,
     accuracy) and its count above; the dashed diagonal is perfect calibration. ``bins`` are
-    ``records.ReliabilityBin`` (equal-width: fixed edges)."""
+    ``records.ReliabilityBin`` (equal-width: fixed edges); ``unit``: what a bin counts."""
     left, right, size = 52, 10, 220
     top_y = TITLE_HEIGHT + 14
     base_y = top_y + size
@@ -164,7 +164,7 @@ def reliability_diagram(title: str, bins: list, caption: str = "") -> str:
         if not b.count:
             continue
         x0, x1, height = x_of(b.low), x_of(b.high), size * b.accuracy
-        tip = f"{b.low:.2f}-{b.high:.2f}: {b.count} episodes, mean probability {b.mean_confidence:.3f}, accuracy {b.accuracy:.3f}"
+        tip = f"{b.low:.2f}-{b.high:.2f}: {b.count} {unit}, mean probability {b.mean_confidence:.3f}, accuracy {b.accuracy:.3f}"
         body.append(
             f'<rect x="{x0 + 1:.1f}" y="{base_y - height:.1f}" width="{max(1.0, x1 - x0 - 2):.1f}" height="{height:.1f}" '
             f'class="bar"><title>{html.escape(tip)}</title></rect>'
@@ -182,6 +182,6 @@ def reliability_diagram(title: str, bins: list, caption: str = "") -> str:
     body.append(_text(legend_x, top_y + 10, "bar: accuracy in the bin"))
     body.append(_text(legend_x, top_y + 26, "dot: at the bin's mean"))
     body.append(_text(legend_x, top_y + 40, "probability"))
-    body.append(_text(legend_x, top_y + 56, "number: episodes"))
+    body.append(_text(legend_x, top_y + 56, f"number: {unit}"))
     body.append(_text(legend_x, top_y + 72, "dashed: calibrated"))
     return _figure(title, width, base_y + AXIS_SPACE + 4, body, caption)

@@ -15,8 +15,9 @@ What this module owns:
   resuming, merging and reading a run back all ask it; nothing else decides.
 - What a directory is (``kind_of``), told by the files it holds: an eval run, the episode log of
   ``explorer run``, an ``sft build`` dataset, a training run or one of its checkpoints, an
-  ``improve`` run or round, an exported dataset. A command given the wrong kind names what it
-  got and the command that takes it, instead of advising one that cannot help.
+  ``improve`` run or round, an exported dataset, a run of ``explorer decide`` (whose reader is
+  ``decisions.run_reading``). A command given the wrong kind names what it got and the command
+  that takes it, instead of advising one that cannot help.
 - Writing the files a run rewrites whole (``write_manifest``, ``drop_superseded_errors``,
   ``write_metrics``), each atomically (``corpus.files.atomic_file``): whole or absent after a kill.
 - Reading a finished run (``Run.load``): every file through its pydantic model, every JSON-lines
@@ -71,6 +72,7 @@ TRAJECTORIES = "trajectories.jsonl"
 SCORES = "scores.jsonl"
 METRICS = "metrics.json"
 MERGED = "merged.json"  # only in a run explorer merge joined (evaluation.merge.MergeRecord)
+DECISIONS = "decisions.jsonl"  # a run of explorer decide (decisions.records), not of explorer eval
 RUN_FILES = (MANIFEST, TRAJECTORIES, SCORES, METRICS)
 
 Key = tuple[str | None, int]  # (question id, sample)
@@ -124,32 +126,56 @@ RL_ROUND = Kind(
     "batch.jsonl or update/",
     "its samples and validation are eval runs: explorer inspect {path}/samples",
 )
+DECIDE_RUN = Kind(
+    "a run of explorer decide",
+    "decisions.jsonl, or a manifest with decision_run_version",
+    "explorer inspect {path} summarises it; explorer report, compare and calibrate read it too",
+)
 EXPORTED_DATASET = Kind(
     "a dataset written by explorer export --to hf", "dataset_dict.json or state.json", "datasets.load_from_disk('{path}') reads it"
 )
 
 
-def not_a_run_but_a_file(path: Path) -> str:
+def not_a_run_but_a_file(path: Path, writer: str = "explorer eval") -> str:
     """What to name instead of a file where a run directory is wanted: the run that holds it, or,
     for the log of ``explorer run`` or any other file, what reads it."""
-    if kind_of(path.parent) is EVAL_RUN:
+    if kind_of(path.parent) in (EVAL_RUN, DECIDE_RUN):
         return f"{path}: a file of the run {path.parent}; name the run directory itself: {path.parent}"
     if path.name == TRAJECTORIES:
         return f"{path}: a trajectories file, not a run directory of explorer eval; explorer show {path} prints its episodes"
-    return f"{path}: a file, not a run directory; name the directory explorer eval --out wrote"
+    return f"{path}: a file, not a run directory; name the directory {writer} --out wrote"
+
+
+def refuse_unless(path: Path, wanted: Kind, marker: str, writer: str) -> None:
+    """One line unless ``path`` is a directory of kind ``wanted`` (told by ``marker``, written by
+    ``writer``): a file, a missing directory, an unknown one, or one of another kind that names
+    the command taking it."""
+    if path.is_file():
+        raise EvaluationError(not_a_run_but_a_file(path, writer))
+    if not path.is_dir():
+        raise EvaluationError(f"{path}: no such run directory")
+    kind = kind_of(path)
+    if kind is None:
+        raise EvaluationError(f"{path}: no {marker}, so not {wanted.what}; name the directory {writer} --out wrote")
+    if kind is not wanted:
+        raise EvaluationError(f"{kind.named(path)}, not {wanted.what}; {kind.taken_by(path)}")
 
 
 def kind_of(path: Path) -> Kind | None:
     """The kind of directory ``path`` is, by the files it holds; None for an empty, unknown or missing one.
 
-    Told by file names alone, so nothing is parsed: an eval run by its manifest (written before any
-    episode), the episode log of ``explorer run`` by a log without one."""
+    Told by file names, so nothing is parsed: an eval run by its manifest (written before any
+    episode), the episode log of ``explorer run`` by a log without one. A decide run writes a
+    manifest.json too: it is told by its decisions.jsonl, or, before its first question, by the
+    field name ``decision_run_version`` in the first bytes of its manifest."""
     if not path.is_dir():
         return None
 
     def holds(name: str) -> bool:
         return (path / name).exists()
 
+    if holds(DECISIONS) or _names_a_decide_run(path / MANIFEST):
+        return DECIDE_RUN
     if holds(MANIFEST):
         return EVAL_RUN
     if holds("improve.json"):
@@ -173,6 +199,17 @@ def kind_of(path: Path) -> Kind | None:
     if holds(TRAJECTORIES):
         return EPISODE_LOG
     return None
+
+
+def _names_a_decide_run(manifest: Path) -> bool:
+    """Whether a manifest.json is a decide run's: its field name, looked for in the file's first
+    bytes (opened as a regular file of the directory; one that cannot be read is left to the
+    eval run's reader, which says why)."""
+    try:
+        with files.open_regular(manifest, limit=files.DOCUMENT_BYTES, inside=manifest.parent, what="run manifest") as handle:
+            return b'"decision_run_version"' in handle.read(4096)
+    except (files.FileRefused, OSError):
+        return False
 
 
 def not_an_eval_run(path: Path, kind: Kind) -> str:
@@ -285,17 +322,7 @@ class Run:
         disagree is refused in one line. False only for a reader of the manifest and the log alone
         (``explorer rescore``), which believes neither derived file."""
         directory = Path(path)
-        if directory.is_file():
-            raise EvaluationError(not_a_run_but_a_file(directory))
-        if not directory.is_dir():
-            raise EvaluationError(f"{directory}: no such run directory")
-        kind = kind_of(directory)
-        if kind is None:
-            raise EvaluationError(
-                f"{directory}: no {MANIFEST}, so not a run of explorer eval; name the directory explorer eval --out wrote"
-            )
-        if kind is not EVAL_RUN:
-            raise EvaluationError(not_an_eval_run(directory, kind))
+        refuse_unless(directory, EVAL_RUN, MANIFEST, "explorer eval")
         manifest = read_manifest(directory, "it was written by another version of explorer eval")
         finish = f"is the run finished? ({finish_command(directory)} finishes it)"
         try:

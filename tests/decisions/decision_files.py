@@ -50,3 +50,45 @@ DOCUMENTS = [
 def write_decisions(path: Path, documents: list[dict] | None = None) -> Path:
     path.write_text("".join(json.dumps(document) + "\n" for document in documents or DOCUMENTS), encoding="utf-8")
     return path
+
+
+COLOURS = ["red", "green", "blue"]
+LEVELS = [str(n) for n in range(1, 6)]
+
+
+def labelled_documents(name: str, count: int) -> list[dict]:
+    """``count`` documents named ``name``-i, each with a labelled question of every kind, labels
+    cycling through the options: enough rows that each kind holds right and wrong answers (a
+    validation file and a test file are two names)."""
+    documents = []
+    for i in range(count):
+        colour = COLOURS[i % len(COLOURS)]
+        documents.append(
+            {
+                "id": f"{name}-{i}",
+                "text": f"Report {name} {i}. The widget is painted {colour}. Its build takes {i + 2} minutes on a laptop.",
+                "questions": [
+                    {
+                        "id": f"{name}-{i}-open",
+                        "kind": "noul",
+                        "text": f"Is widget {i} painted {colour}?",
+                        "label": ["yes", "no", "unknown"][i % 3],
+                    },
+                    {
+                        "id": f"{name}-{i}-colour",
+                        "kind": "choice",
+                        "text": "Which colour is the widget?",
+                        "options": COLOURS,
+                        "label": colour,
+                    },
+                    {
+                        "id": f"{name}-{i}-speed",
+                        "kind": "score",
+                        "text": "How fast is the build?",
+                        "options": LEVELS,
+                        "label": LEVELS[i % 5],
+                    },
+                ],
+            }
+        )
+    return documents
