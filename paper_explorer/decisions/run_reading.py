@@ -12,8 +12,8 @@ read an eval run only through ``evaluation.run_directory.Run``. Each problem is 
   their normalisation, its predicted option, p_max, confidence statistic and correctness follow
   from them, its label is one of its options; a line edited to another answer is refused;
 - metrics.json is what ``decisions.run.metrics_of`` computes from the lines now (the same code
-  gives the same floats; the bootstrap is seeded), field by field. Its ``checks`` (the consistency
-  checks' figures, written by another command) are read as they are.
+  gives the same floats; the bootstrap is seeded), field by field, the consistency checks'
+  figures (``checks``) included.
 
 Not protected: decisions.jsonl and metrics.json rewritten together, consistently, are accepted (the
 check finds edits, it is not a signature); the lines are not re-scored with the model here
@@ -72,7 +72,7 @@ class DecisionRun:
                 f"{manifest.questions} of {manifest.kinds}: not this run's lines"
             )
         metrics = read_metrics(directory, finish)
-        difference = first_difference(metrics_of(records).model_dump(), metrics.model_dump(exclude={"checks"}))
+        difference = first_difference(metrics_of(records, order=manifest.order).model_dump(), metrics.model_dump())
         if difference is not None:
             where, computed, written = difference
             raise DecisionError(
