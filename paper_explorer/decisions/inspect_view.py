@@ -12,13 +12,12 @@ the terminal as ``agent.terminal_text.untrusted`` text, never as rich markup.
 
 from __future__ import annotations
 
-from typing import Any
-
 from rich.console import Console
 from rich.table import Column, Table
 from rich.text import Text
 
 from paper_explorer.agent.terminal_text import untrusted
+from paper_explorer.decisions.checks import check_lines
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.records import DecisionRecord, KindFigures
 from paper_explorer.decisions.run_reading import DecisionRun
@@ -78,26 +77,6 @@ def ece_table(kinds: dict[str, KindFigures]) -> Table:
     return table
 
 
-def check_lines(checks: dict[str, Any] | Any | None) -> list[str]:
-    """One 'name: value' line per recorded check, whatever its figures are (a number, a record)."""
-    if checks is None:
-        return []
-    found = checks.model_dump(mode="json") if hasattr(checks, "model_dump") else checks
-    if not isinstance(found, dict):
-        return [f"checks: {found}"]
-    return [f"{name}: {_value(value)}" for name, value in found.items() if value is not None]
-
-
-def _value(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{key} {_value(item)}" for key, item in value.items() if item is not None)
-    if isinstance(value, list):
-        return ", ".join(_value(item) for item in value)
-    return str(value)
-
-
 def _cut(text: str, chars: int) -> str:
     return text if len(text) <= chars else text[: chars - 1] + "…"
 
@@ -154,8 +133,9 @@ def print_run(console: Console, run: DecisionRun, count: int) -> None:
         console.print(Text.assemble(("not measured: ", "yellow"), untrusted(f"{ids}{more}")))
         first = unmeasured[0]
         console.print(untrusted(f"  {first.question_id}: {first.not_measured}"))
-    for line in check_lines(metrics.checks):
-        console.print(untrusted(f"check {line}"))
+    if metrics.checks is not None:
+        for line in check_lines(metrics.checks):
+            console.print(untrusted(line))
     if count == 0:
         return
     wrong, unsure = worst(run, count)

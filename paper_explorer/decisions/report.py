@@ -88,7 +88,7 @@ def report_html(run: DecisionRun) -> str:
         commit=html.escape(str(manifest.git_commit)),
     )
     counts = f"{metrics.measured} of {metrics.questions} questions measured, {metrics.not_measured} not measured, {metrics.cut} cut to fit"
-    checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(metrics.checks))
+    checks = "".join(f"<li>{html.escape(line)}</li>" for line in check_lines(metrics.checks)) if metrics.checks else ""
     main = MAIN.format(
         counts=html.escape(counts),
         calibration=html_table("calibration-table", CALIBRATION_HEADER, calibration_rows(metrics.kinds)),

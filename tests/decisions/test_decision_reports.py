@@ -123,14 +123,24 @@ def test_inspect_one_question_lists_its_options_the_likeliest_ten_when_more(runs
     one_line_error(missing, "no question 'nope'")
 
 
-def test_inspect_prints_whatever_checks_metrics_json_records(runs, tmp_path):
+def test_inspect_prints_the_checks_the_run_recorded(runs):
+    from paper_explorer.decisions.checks import check_lines
+    from paper_explorer.decisions.run_reading import DecisionRun
+
+    run = DecisionRun.load(runs / "small")
+    assert run.metrics.checks is not None
+    done = run_cli("inspect", str(runs / "small"), env={"COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    for line in check_lines(run.metrics.checks):
+        assert line in done.stdout
+
+
+def test_forged_check_figures_are_refused(runs, tmp_path):
     run = copied(runs, "small", tmp_path)
     metrics = json.loads((run / "metrics.json").read_text())
-    metrics["checks"] = {"reversed_agreement": 0.875, "negation": {"pairs": 1, "consistent": 1.0}}
+    metrics["checks"]["unknown"]["unknown_rate"] = 1.0
     (run / "metrics.json").write_text(json.dumps(metrics))
-    done = run_cli("inspect", str(run), env={"COLUMNS": "80"})
-    assert done.returncode == 0, done.stderr
-    assert "check reversed_agreement: 0.875" in done.stdout and "check negation: pairs 1, consistent 1" in done.stdout
+    one_line_error(run_cli("inspect", str(run)), "checks")
 
 
 def test_edited_or_unfinished_runs_are_refused_in_one_line(runs, tmp_path):
