@@ -164,7 +164,7 @@ def main() -> None:
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        command = "nice python bench/rerank.py" + (f" --questions {args.questions}" if args.questions != 100 else "")
+        command = " ".join(["nice python bench/rerank.py", *sys.argv[1:]])
         write_results("## Reranking search with a model (bench/rerank.py)", command, ("torch", "transformers"), text)
 
 

@@ -31,7 +31,7 @@ from paper_explorer.cli.merge_command import merge_command
 from paper_explorer.cli.model_commands import convert_gguf_command, tiny_model_command
 from paper_explorer.cli.parity_command import check_parity_command
 from paper_explorer.cli.questions_command import questions_app
-from paper_explorer.cli.rerank_command import rerank_serve_command
+from paper_explorer.cli.rerank_command import rerank_serve_command, rerank_train_command
 from paper_explorer.cli.rescore_command import rescore_command
 from paper_explorer.cli.rl_command import rl_command
 from paper_explorer.cli.run_commands import run_command, show_command
@@ -80,6 +80,7 @@ app.command("merge")(merge_command)
 app.command("rescore")(rescore_command)
 app.command("decide")(decide_command)
 app.command("rerank-serve")(rerank_serve_command)
+app.command("rerank-train")(rerank_train_command)
 
 
 class VisibleFormatter(logging.Formatter):

@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import paper_explorer.corpus.files as files
 from paper_explorer.decisions.backends import Backend
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.likelihood import normalised
-from paper_explorer.decisions.prompts import PromptTexts, build
+from paper_explorer.decisions.prompts import Built, PromptTexts, build, read_table
 from paper_explorer.tools.reranking import RerankerIdentity, reranked_order
 
 RELEVANCE_FILE = Path(__file__).parent / "relevance.toml"
@@ -55,19 +54,13 @@ def load_relevance_prompt(path: Path | None = None) -> RelevancePrompt:
     """The relevance prompt file (the project's unless ``path``): a [relevance] table with a
     ``before`` and an ``after`` text, {query} in exactly one of them."""
     path = path or RELEVANCE_FILE
-    try:
-        data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="relevance prompt .toml")
-        table = files.parse_toml(files.decode(data, path), path)
-    except FileNotFoundError:
-        raise DecisionError(f"{path}: no such relevance prompt file") from None
-    except files.FileRefused as error:
-        raise DecisionError(str(error)) from None
+    table, sha256 = read_table(path, "relevance prompt")
     entry = table.get("relevance")
     if not isinstance(entry, dict) or set(entry) != {"before", "after"} or not all(isinstance(v, str) for v in entry.values()):
         raise DecisionError(f"{path}: [relevance] must hold a before and an after text, nothing else")
     if ("{query}" in entry["before"]) == ("{query}" in entry["after"]):
         raise DecisionError(f"{path}: [relevance] must hold {{query}} in before or in after, once")
-    return RelevancePrompt(entry["before"], entry["after"], hashlib.sha256(data).hexdigest())
+    return RelevancePrompt(entry["before"], entry["after"], sha256)
 
 
 class Reranker:
@@ -94,16 +87,22 @@ class Reranker:
             model=str(settings["model"].get("model", "")), settings_sha256=digest, prompts_sha256=self.prompt.sha256, options=list(OPTIONS)
         )
 
-    def judge(self, query: str, passages: list[str]) -> list[Judged]:
-        """Each passage's relevance to ``query``, in the order given."""
+    def built(self, query: str, passage: str) -> Built:
+        """One passage's prompt (cut at the passage's end to fit) and the options' continuations."""
         before = self.prompt.before.replace("{query}", query)
         after = self.prompt.after.replace("{query}", query)
         texts = PromptTexts({"noul": before}, {"noul": after}, self.prompt.sha256)  # build's frame: before, passage, after
+        made = build(self.backend.renderer, texts, "noul", query, passage, list(OPTIONS), context=self.backend.max_context, cut="end")
+        if made.prompt is None:
+            raise DecisionError(f"the query leaves no room for a passage: {made.overflow}")
+        return made
+
+    def judge(self, query: str, passages: list[str]) -> list[Judged]:
+        """Each passage's relevance to ``query``, in the order given."""
         judged = []
         for passage in passages:
-            built = build(self.backend.renderer, texts, "noul", query, passage, list(OPTIONS), context=self.backend.max_context, cut="end")
-            if built.prompt is None:
-                raise DecisionError(f"the query leaves no room for a passage: {built.overflow}")
+            built = self.built(query, passage)
+            assert built.prompt is not None
             scored = self.backend.score(built.prompt, built.options, "shared")
             probabilities, _ = normalised(scored.loglikelihoods)
             judged.append(Judged(probabilities[0], len(built.prompt), scored.cached_tokens, built.cut.tokens if built.cut else 0))

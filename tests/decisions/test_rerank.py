@@ -129,24 +129,34 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def rerank_url(backend):
+def _serving(app):
+    """``app`` served by uvicorn on a free port of 127.0.0.1, in a thread: (its URL, a stop function)."""
     import uvicorn
 
-    from paper_explorer.decisions.rerank import Reranker
-    from paper_explorer.decisions.rerank_service import rerank_app
-
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(rerank_app(Reranker(backend)), host="127.0.0.1", port=port, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started and time.monotonic() < deadline:
         time.sleep(0.05)
     assert server.started
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+
+    def stop() -> None:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+@pytest.fixture(scope="module")
+def rerank_url(backend):
+    from paper_explorer.decisions.rerank import Reranker
+    from paper_explorer.decisions.rerank_service import rerank_app
+
+    url, stop = _serving(rerank_app(Reranker(backend)))
+    yield url
+    stop()
 
 
 def _exec(tmp_path, code: str, *flags: str) -> dict:
@@ -195,3 +205,31 @@ def test_a_rerank_url_that_is_no_url_is_one_line(tmp_path):
     (tmp_path / "a.py").write_text("1\n")
     done = run_cli("exec", str(tmp_path / "a.py"), "--rerank-url", "localhost:8765")
     assert done.returncode == 2 and "rerank" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_service_answers_a_malformed_request_422_with_the_field_named(rerank_url):
+    import httpx
+
+    for body, field in (({"query": "q", "passages": []}, "passages"), ({"query": "", "passages": ["p"]}, "query")):
+        reply = httpx.post(f"{rerank_url}/v1/rerank", json=body)
+        assert reply.status_code == 422 and field in json.dumps(reply.json()["detail"])
+    described = httpx.get(f"{rerank_url}/v1/reranker").json()
+    assert described["identity"]["options"] == ["yes", "no"] and described["settings"]["prompts_sha256"]
+
+
+def test_a_reply_that_is_not_one_relevance_per_passage_is_a_tool_error(tmp_path):
+    from fastapi import FastAPI
+
+    fake = FastAPI()
+
+    @fake.post("/v1/rerank")
+    def short_reply() -> dict:  # one relevance, whatever was asked
+        identity = {"model": "m", "settings_sha256": "0" * 64, "prompts_sha256": "0" * 64, "options": ["yes", "no"]}
+        return {"relevance": [0.5], "cut_tokens": [0], "reranker": identity}
+
+    url, stop = _serving(fake)
+    try:
+        result = _exec(tmp_path, 'search("learning rate", rerank=5)\n', "--rerank-url", url)
+    finally:
+        stop()
+    assert "judged 1 passages of 5" in result["error"]
