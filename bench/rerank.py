@@ -20,7 +20,6 @@ passages, the second cannot.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 import tempfile
@@ -31,7 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.common import write_results  # noqa: E402
-from paper_explorer.corpus import BM25Index, DemoConfig, generate, load  # noqa: E402
+from paper_explorer.corpus import DemoConfig, generate, load  # noqa: E402
+from paper_explorer.decisions.listwise import Candidates, candidates, ndcg  # noqa: E402
 from paper_explorer.evaluation.retrieval import gold_paragraph_sets  # noqa: E402
 
 SMOLLM2 = ROOT / ".models" / "smollm2-135m-instruct"
@@ -53,33 +53,19 @@ def recall(ranked: list[str], golds: list[set[str]], k: int) -> float:
     return max(len(gold & set(ranked[:k])) / len(gold) for gold in golds)
 
 
-def ndcg(ranked: list[str], golds: list[set[str]], k: int = 5) -> float:
-    def one(gold: set[str]) -> float:
-        dcg = sum(1 / math.log2(rank + 1) for rank, text in enumerate(ranked[:k], 1) if text in gold)
-        ideal = sum(1 / math.log2(rank + 1) for rank in range(1, min(len(gold), k) + 1))
-        return dcg / ideal
-
-    return max(one(gold) for gold in golds)
-
-
-def figures(ranked_lists: list[list[str]], golds: list[list[set[str]]]) -> dict[str, float]:
+def figures(ranked_lists: list[list[str]], cases: list[Candidates]) -> dict[str, float]:
     return {
-        "R@1": statistics.fmean(recall(r, g, 1) for r, g in zip(ranked_lists, golds)),
-        "R@5": statistics.fmean(recall(r, g, 5) for r, g in zip(ranked_lists, golds)),
-        "NDCG@5": statistics.fmean(ndcg(r, g) for r, g in zip(ranked_lists, golds)),
+        "R@1": statistics.fmean(recall(ranked, case.golds, 1) for ranked, case in zip(ranked_lists, cases)),
+        "R@5": statistics.fmean(recall(ranked, case.golds, 5) for ranked, case in zip(ranked_lists, cases)),
+        "NDCG@5": statistics.fmean(ndcg(ranked, case.golds) for ranked, case in zip(ranked_lists, cases)),
     }
 
 
-def candidates(corpus, count: int, depth: int):
-    """(question, its gold sets, BM25's top ``depth`` paragraph texts) for every n-th question with gold."""
-    index = BM25Index.cached(corpus)
+def sampled(corpus, count: int) -> list:
+    """Every n-th question with gold evidence, ``count`` of them (0: all)."""
     with_gold = [question for question in corpus.questions if gold_paragraph_sets(question)]
     step = max(1, len(with_gold) // count) if count else 1
-    chosen = with_gold[::step][:count] if count else with_gold
-    return [
-        (question, gold_paragraph_sets(question), [hit.text for hit in index.scoped(question.paper_id).search(question.text, k=depth)])
-        for question in chosen
-    ]
+    return with_gold[::step][:count] if count else with_gold
 
 
 def rerank_all(model: str, cases, prompt_path: Path | None = None):
@@ -89,11 +75,11 @@ def rerank_all(model: str, cases, prompt_path: Path | None = None):
     reranker = Reranker(LocalBackend.load(model, threads=1), load_relevance_prompt(prompt_path))
     reranker.judge("warm up", ["a passage"])
     ranked, seconds, cached, tokens = [], [], 0, 0
-    for question, _, texts in cases:
+    for case in cases:
         started = time.perf_counter()
-        order, judged = reranker.rerank(question.text, texts)
+        order, judged = reranker.rerank(case.query, case.passages)
         seconds.append(time.perf_counter() - started)
-        ranked.append([texts[i] for i in order])
+        ranked.append([case.passages[i] for i in order])
         cached += sum(item.cached_tokens for item in judged)
         tokens += sum(item.prompt_tokens for item in judged)
     return ranked, seconds, cached / max(tokens, 1)
@@ -114,10 +100,9 @@ def main() -> None:
 
     torch.set_num_threads(1)
     corpus = generate(DemoConfig()) if args.corpus is None else load(args.corpus, args.questions_file)
-    cases = candidates(corpus, args.questions, args.depth)
-    golds = [gold for _, gold, _ in cases]
-    rows = [("BM25 alone", figures([texts for _, _, texts in cases], golds), None, None)]
-    ceiling = statistics.fmean(recall(texts, gold, args.depth) for _, gold, texts in cases)
+    cases = candidates(corpus, sampled(corpus, args.questions), args.depth)
+    rows = [("BM25 alone", figures([case.passages for case in cases], cases), None, None)]
+    ceiling = statistics.fmean(recall(case.passages, case.golds, args.depth) for case in cases)
     prefix_rows = []
     with tempfile.TemporaryDirectory() as scratch:
         passage_first = Path(scratch) / "passage_first.toml"
@@ -132,7 +117,7 @@ def main() -> None:
             else:
                 model, label = name, name
             ranked, seconds, cached = rerank_all(model, cases)
-            rows.append((f"BM25 top {args.depth}, reranked by {label}", figures(ranked, golds), statistics.median(seconds), cached))
+            rows.append((f"BM25 top {args.depth}, reranked by {label}", figures(ranked, cases), statistics.median(seconds), cached))
             print(label, rows[-1], flush=True)
             if args.prefix_questions:
                 few = cases[: args.prefix_questions]
