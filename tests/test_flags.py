@@ -271,7 +271,7 @@ def test_an_episode_config_keeps_the_json_old_runs_recorded():
         "output_chars": 20000,
         "record_prompt_ids": False,
     }
-    added = {"record_kb": 1024, "episode_record_kb": 16384}
+    added = {"record_kb": 1024, "episode_record_kb": 16384, "rerank_url": None}  # and the reranker (issue 35)
     written = json.loads(EpisodeConfig.model_validate(recorded).model_dump_json())
     assert written == {**recorded, **added}
     assert list(written) == [*list(recorded)[:-1], *added, "record_prompt_ids"]  # the keys' order too

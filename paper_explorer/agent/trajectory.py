@@ -18,7 +18,8 @@ from paper_explorer.tools import registry
 from paper_explorer.tools.limits import MAX_OUTPUT_CHARS, SandboxSettings
 from paper_explorer.tools.records import Evidence, Outcome, Status, ToolCallRecord
 
-# 10: which documents the episode's tools saw (Trajectory.documents: a question's own, or the shared papers);
+# 11: the reranker of a search(..., rerank=K) call (ToolCallRecord.reranker) and the run's reranking service
+# (EpisodeConfig.rerank_url); 10: which documents the episode's tools saw (Trajectory.documents: a question's own, or the shared papers);
 # 9: the tokens each model call sampled, with their log-probabilities (Served.sampled, kept with
 # EpisodeConfig.record_sampled): explorer rl trains on exactly those ids;
 # 8: each piece of paper text a research call showed, typed and placed, and a read's page
@@ -28,7 +29,7 @@ from paper_explorer.tools.records import Evidence, Outcome, Status, ToolCallReco
 # 6: option probes (Trajectory.probes); 5: the memory reader's record (StepPolicyInfo.reading) and the no_answer outcome; 4: what each tool
 # call returned (ToolCallRecord.returned); 3: served prompts, reasoning; 2: isolation,
 # deferred_output_chars. Older files still load: every field added since is optional.
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 # A probe's options must hold at least this share of the model's next-token distribution for their
 # renormalised probabilities to be read as its belief: below it the model wanted to write something
 # else (a fine-tuned policy after its turn: code), and renormalising magnifies the noise of a
@@ -328,7 +329,7 @@ class Hashes(Record):
 
 
 class Trajectory(Record):
-    schema_version: Literal[1, 2, 3, 4, 5, 6, 7, 8, 9, 10] = SCHEMA_VERSION
+    schema_version: Literal[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11] = SCHEMA_VERSION
     episode_id: str
     question_id: str | None  # None for a free-text question given on the command line
     question: str

@@ -90,30 +90,55 @@ def search(
     paper_id: str | None = typer.Option(
         None, "--paper-id", help="Search only this paper's paragraphs (a question's own documents are searched only so)."
     ),
+    rerank: int | None = typer.Option(
+        None, "--rerank", min=1, max=1000, help="Reorder the top RERANK BM25 hits (at least k) by --model's relevance, P(yes)."
+    ),
+    model: str | None = typer.Option(None, "--model", "-m", help="The reranking model (with --rerank): a directory or hub id."),
+    threads: int | None = typer.Option(None, "--threads", min=1, help="torch's CPU threads for --model (default: half the cores)."),
     as_json: bool = JsonOption,
 ) -> None:
     """BM25 search over paragraphs: the best k, with paper, section and paragraph index.
 
     Without --paper-id it searches the shared papers, as an episode's search does; a paper that
-    holds its questions' own documents is searched alone, with --paper-id, over its own statistics."""
+    holds its questions' own documents is searched alone, with --paper-id, over its own statistics.
+    With --rerank K and --model M the top K hits are judged by M (its P(yes) that the paragraph
+    helps answer the query) and the best k of them shown in that order, beside their BM25 rank."""
     from paper_explorer.corpus import BM25Index
 
+    if (rerank is None) != (model is None):
+        raise UsageError("--rerank K and --model M go together: pass both to rerank, or neither")
+    if rerank is not None and rerank < k:
+        raise UsageError(f"--rerank {rerank} reorders fewer hits than -k {k} shows; pass --rerank at least -k")
     corpus = open_corpus(corpus_path)
     if paper_id is not None and paper_id not in corpus:
         raise UsageError(f"--paper-id: no paper {paper_id!r} in the corpus; `explorer corpus stats` lists its size")
     index = BM25Index.cached(corpus).scoped(paper_id)
-    hits = index.search(query, k=k, paper_id=paper_id)
+    hits = index.search(query, k=rerank or k, paper_id=paper_id)
+    relevance: list[float] | None = None
+    bm25_ranks = list(range(1, len(hits) + 1))
+    if model is not None and hits:
+        from paper_explorer.decisions.backends import LocalBackend
+        from paper_explorer.decisions.rerank import Reranker
+
+        order, judged = Reranker(LocalBackend.load(model, threads=threads)).rerank(query, [hit.text for hit in hits])
+        order = order[:k]
+        hits, bm25_ranks, relevance = [hits[i] for i in order], [i + 1 for i in order], [judged[i].relevance for i in order]
     own = sum(1 for paper in corpus.papers if paper.own_documents)
     if paper_id is None and own:
         typer.echo(f"note: {own} papers hold their questions' own documents and are searched only with --paper-id", err=True)
     if as_json:
-        _print_json([asdict(hit) for hit in hits])
+        reranked = [{"bm25_rank": rank, "relevance": p} for rank, p in zip(bm25_ranks, relevance)] if relevance is not None else None
+        _print_json([asdict(hit) | (reranked[n] if reranked else {}) for n, hit in enumerate(hits)])
         return
     if not hits:
         console.print(untrusted(f"no paragraph shares a word with {query!r} (tokens: {index.tokenize(query)})"))
         return
-    table = Table(title=untrusted(f"{len(hits)} hits for {query!r}"), title_justify="left")
+    title = f"{len(hits)} hits for {query!r}" + (f", the top {rerank} reranked by {model}" if relevance is not None else "")
+    table = Table(title=untrusted(title), title_justify="left")
     table.add_column("#", no_wrap=True)
+    if relevance is not None:
+        table.add_column("BM25 #", no_wrap=True)
+        table.add_column("P(relevant)", no_wrap=True)
     table.add_column("score", no_wrap=True)
     table.add_column("paper", no_wrap=True)
     table.add_column("section", max_width=22, overflow="ellipsis", no_wrap=True)
@@ -123,6 +148,7 @@ def search(
         text = hit.text if len(hit.text) <= 160 else hit.text[:157] + "..."
         table.add_row(
             str(rank),
+            *([str(bm25_ranks[rank - 1]), f"{relevance[rank - 1]:.3f}"] if relevance is not None else []),
             f"{hit.score:.3f}",
             untrusted(hit.paper_id),
             untrusted(f"{hit.section_index}: {hit.section or '-'}"),

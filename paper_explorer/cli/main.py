@@ -31,6 +31,7 @@ from paper_explorer.cli.merge_command import merge_command
 from paper_explorer.cli.model_commands import convert_gguf_command, tiny_model_command
 from paper_explorer.cli.parity_command import check_parity_command
 from paper_explorer.cli.questions_command import questions_app
+from paper_explorer.cli.rerank_command import rerank_serve_command
 from paper_explorer.cli.rerank_rl_command import rl_rerank_command
 from paper_explorer.cli.rescore_command import rescore_command
 from paper_explorer.cli.rl_command import rl_command
@@ -82,6 +83,7 @@ app.command("rescore")(rescore_command)
 app.command("decide")(decide_command)
 app.command("rl-rerank")(rl_rerank_command)
 app.command("serve")(serve_command)
+app.command("rerank-serve")(rerank_serve_command)
 
 
 class VisibleFormatter(logging.Formatter):

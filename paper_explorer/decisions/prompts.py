@@ -57,13 +57,7 @@ def load_prompts(path: Path | None = None) -> PromptTexts:
     """The prompts file (the project's unless ``path``), checked: each kind's before and after,
     with the fields its kind fills; one DecisionError line otherwise."""
     path = path or PROMPTS_FILE
-    try:
-        data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what="decision prompts .toml")
-        table = files.parse_toml(files.decode(data, path), path)
-    except FileNotFoundError:
-        raise DecisionError(f"{path}: no such prompts file") from None
-    except files.FileRefused as error:
-        raise DecisionError(str(error)) from None
+    table, sha256 = read_table(path, "decision prompts")
     before, after = {}, {}
     for kind in KINDS:
         entry = table.get(kind)
@@ -74,7 +68,20 @@ def load_prompts(path: Path | None = None) -> PromptTexts:
         if missing:
             raise DecisionError(f"{path}: [{kind}] after must hold {' and '.join(missing)}")
         before[kind], after[kind] = entry["before"], entry["after"]
-    return PromptTexts(before, after, hashlib.sha256(data).hexdigest())
+    return PromptTexts(before, after, sha256)
+
+
+def read_table(path: Path, what: str) -> tuple[dict, str]:
+    """A prompts .toml file's table and the sha256 of its bytes (what a run records); one
+    DecisionError line for a file that is missing or not one to read."""
+    try:
+        data = files.read_bytes(path, limit=files.DOCUMENT_BYTES, what=f"{what} .toml")
+        table = files.parse_toml(files.decode(data, path), path)
+    except FileNotFoundError:
+        raise DecisionError(f"{path}: no such {what} file") from None
+    except files.FileRefused as error:
+        raise DecisionError(str(error)) from None
+    return table, hashlib.sha256(data).hexdigest()
 
 
 def listed(options: tuple[str, ...] | list[str]) -> str:
@@ -120,4 +127,4 @@ def build(
     return Built(prompt, continuations, len(document_ids) + (made_cut.tokens if made_cut else 0), made_cut)
 
 
-__all__ = ["CUTS", "PROMPTS_FILE", "Built", "Cut", "PromptTexts", "build", "listed", "load_prompts"]
+__all__ = ["CUTS", "PROMPTS_FILE", "Built", "Cut", "PromptTexts", "build", "listed", "load_prompts", "read_table"]

@@ -1,21 +1,19 @@
 """``explorer rl-rerank``: listwise RL of the model as a reranker of search hits (``rl.listwise``
 has the arithmetic).
 
-For each train question with gold evidence, BM25 gives its top ``candidates`` paragraphs (over the
-papers its episodes search: its own documents, or the shared papers); a paragraph is relevant when
-it is gold evidence of any annotator. A question none of whose candidates is relevant teaches
-nothing (every ranking scores 0) and is left out, counted. Each step takes the next
-``queries_per_step`` questions (wrapping around), scores each candidate with the adapter being
-trained - the log-probability of "yes" among yes / no / unknown to the relevance question
-(``relevance_prompt``), each option's whole continuation - draws ``samples`` Plackett-Luce rankings,
-and takes one AdamW step on the listwise loss. The reference for the KL term is the model training
-starts from (the base, or the base with the supervised ``adapter``): its yes / no / unknown
-distributions for every question a step will take are computed once, before the first step.
+For each train question with gold evidence, BM25 gives its top ``candidates`` paragraphs and the
+gold is its annotators' evidence (``decisions.rerank_gold``: the search its episodes run, the best
+annotator's NDCG). A question none of whose candidates is gold teaches nothing (every ranking
+scores 0) and is left out, counted. Each step takes the next ``queries_per_step`` questions
+(wrapping around), scores each candidate with the adapter being trained - the log-probability of
+"yes" among yes / no to the reranker's own relevance prompt (``decisions.rerank.relevance_built``,
+each option's whole continuation), so the adapter is one ``explorer rerank-serve --adapter``
+serves - draws ``samples`` Plackett-Luce rankings, and takes one AdamW step on the listwise loss. The reference for the KL term is the model training
+starts from (the base, or the base with the supervised ``adapter``): its yes / no distributions for every question a step will take are computed once, before the first step.
 
 Validation, before the first step and after the last, ranks the first ``validation_queries``
-validation questions' candidates by P(yes) (ties in BM25's order) and reports NDCG@k, R@1 and R@5
-beside BM25's own order of the same candidates; recall is over the best annotator's gold
-paragraphs, as the run's retrieval figures (``evaluation.retrieval``) count it.
+validation questions' candidates by P(yes) (ties in BM25's order, as the reranker orders them) and
+reports NDCG@k, R@1 and R@5 beside BM25's own order of the same candidates.
 
 OUT holds listwise.json (the settings, written first), steps.jsonl (one line per step),
 validation.json and adapter/ (the trained LoRA adapter, written whole at the end). A run is minutes
@@ -28,7 +26,6 @@ import json
 import random
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -38,14 +35,12 @@ from pydantic import Field
 import paper_explorer.corpus.files as files
 import paper_explorer.corpus.jsonl as jsonl
 from paper_explorer.agent.config import Config
-from paper_explorer.corpus import BM25Index, Corpus
-from paper_explorer.decisions.prompts import build, load_prompts
-from paper_explorer.decisions.schema import NOUL_OPTIONS
+from paper_explorer.corpus import Corpus
+from paper_explorer.decisions.rerank import RelevancePrompt, load_relevance_prompt, relevance_built
+from paper_explorer.decisions.rerank_gold import Candidates, candidates
 from paper_explorer.evaluation.errors import EvaluationError
-from paper_explorer.evaluation.retrieval import gold_paragraph_sets
-from paper_explorer.rl.listwise import listwise_loss, ndcg, option_kl, recall, sample_rankings
-
-RELEVANCE_QUESTION = 'Does this passage help answer the question "{query}"?'
+from paper_explorer.rl.listwise import listwise_loss, option_kl, sample_rankings
+from paper_explorer.tools.reranking import reranked_order
 
 
 class ListwiseConfig(Config):
@@ -60,7 +55,7 @@ class ListwiseConfig(Config):
     steps: int = Field(20, ge=1, le=100_000, description="AdamW steps.")
     queries_per_step: int = Field(4, ge=1, le=1024, description="Train questions per step.")
     learning_rate: float = Field(1e-4, gt=0, le=1, description="AdamW's learning rate.")
-    kl_beta: float = Field(0.05, ge=0, le=100, description="Weight of the KL to the reference's yes/no/unknown distributions.")
+    kl_beta: float = Field(0.05, ge=0, le=100, description="Weight of the KL to the reference's yes/no distributions.")
     lora_r: int = Field(8, ge=1, description="LoRA rank of a new adapter.")
     lora_alpha: int = Field(16, ge=1, description="LoRA scaling numerator of a new adapter.")
     validation_queries: int = Field(20, ge=1, description="Validation questions ranked before and after.")
@@ -69,43 +64,11 @@ class ListwiseConfig(Config):
     seed: int = Field(0, description="Seeds the adapter, the order of questions and the rankings drawn.")
 
 
-@dataclass(frozen=True)
-class Query:
-    question_id: str
-    text: str
-    passages: list[str]  # BM25's top candidates, in its order
-    relevance: list[float]  # 1.0: gold evidence of some annotator
-    gold: int  # the best annotator's gold paragraphs (recall's denominator)
-
-
-def queries(corpus: Corpus, split: str, candidates: int) -> tuple[list[Query], int]:
+def questions(corpus: Corpus, split: str, depth: int) -> tuple[list[Candidates], int]:
     """(the split's questions whose candidates hold gold evidence, how many with gold evidence had none)."""
-    index = BM25Index.build(corpus)
-    found, missed = [], 0
-    for question in corpus.split(split).questions:  # type: ignore[arg-type]
-        golds = gold_paragraph_sets(question)
-        if not golds:
-            continue
-        hits = index.scoped(question.paper_id).search(question.text, k=candidates)
-        union = set().union(*golds)
-        relevance = [1.0 if hit.text in union else 0.0 for hit in hits]
-        if not any(relevance):
-            missed += 1
-            continue
-        found.append(Query(question.id, question.text, [hit.text for hit in hits], relevance, max(len(gold) for gold in golds)))
-    return found, missed
-
-
-def relevance_prompt(renderer: Any, query: str, passage: str, context: int) -> tuple[list[int], list[list[int]]]:
-    """The typed noul question about one passage, as ``explorer decide`` asks it; the passage cut at
-    its end where it would not fit (a paragraph rarely is that long; the prompt says nothing of a cut
-    because a ranking of paragraphs is what is learned)."""
-    built = build(
-        renderer, load_prompts(), "noul", RELEVANCE_QUESTION.format(query=query), passage, list(NOUL_OPTIONS), context=context, cut="end"
-    )
-    if built.prompt is None:
-        raise EvaluationError(f"the relevance question does not fit the context of {context} tokens: {built.overflow}")
-    return built.prompt, built.options
+    found = candidates(corpus, list(corpus.split(split).questions), depth)  # type: ignore[arg-type]
+    learnable = [question for question in found if question.learnable]
+    return learnable, len(found) - len(learnable)
 
 
 def option_logprobs(model: Any, prompt: list[int], options: list[list[int]]):
@@ -127,33 +90,34 @@ def option_logprobs(model: Any, prompt: list[int], options: list[list[int]]):
     return torch.log_softmax(torch.stack(totals), dim=0)
 
 
-def candidate_logprobs(model: Any, renderer: Any, query: Query, context: int):
-    """(K, options) log-probabilities of yes / no / unknown per candidate."""
+def candidate_logprobs(model: Any, renderer: Any, prompt: RelevancePrompt, question: Candidates, context: int):
+    """(K, 2) log-probabilities of yes / no per candidate."""
     import torch
 
     rows = []
-    for passage in query.passages:
-        prompt, options = relevance_prompt(renderer, query.text, passage, context)
-        rows.append(option_logprobs(model, prompt, options))
+    for passage in question.passages:
+        built = relevance_built(renderer, context, prompt, question.query, passage)
+        assert built.prompt is not None
+        rows.append(option_logprobs(model, built.prompt, built.options))
     return torch.stack(rows)
 
 
-def ranking_figures(order: list[int], query: Query, k: int) -> dict[str, float]:
-    ranked = [query.relevance[i] for i in order]
-    return {f"ndcg@{k}": ndcg(ranked, k), "recall@1": recall(ranked, 1, query.gold), "recall@5": recall(ranked, 5, query.gold)}
+def ranking_figures(order: list[int], question: Candidates, k: int) -> dict[str, float]:
+    return {f"ndcg@{k}": question.reward(order, k), "recall@1": question.recall(order, 1), "recall@5": question.recall(order, 5)}
 
 
-def validate(model: Any, renderer: Any, validation: list[Query], k: int, context: int) -> dict[str, dict[str, float]]:
+def validate(
+    model: Any, renderer: Any, prompt: RelevancePrompt, validation: list[Candidates], k: int, context: int
+) -> dict[str, dict[str, float]]:
     """Mean figures of BM25's order and of the reranker's (P(yes), ties in BM25's order)."""
     import torch
 
     bm25, reranked = [], []
     with torch.no_grad():
-        for query in validation:
-            yes = candidate_logprobs(model, renderer, query, context)[:, 0].tolist()
-            order = sorted(range(len(yes)), key=lambda i: (-yes[i], i))
-            bm25.append(ranking_figures(list(range(len(yes))), query, k))
-            reranked.append(ranking_figures(order, query, k))
+        for question in validation:
+            yes = candidate_logprobs(model, renderer, prompt, question, context)[:, 0].tolist()
+            bm25.append(ranking_figures(list(range(len(yes))), question, k))
+            reranked.append(ranking_figures(reranked_order(yes), question, k))
     mean = lambda rows: {name: fmean(row[name] for row in rows) for name in rows[0]}  # noqa: E731
     return {"questions": {"count": float(len(validation))}, "bm25": mean(bm25), "reranked": mean(reranked)}
 
@@ -177,8 +141,8 @@ def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, lo
     from paper_explorer.agent.policies.hf import model_context
     from paper_explorer.sft.model import made_trainable, with_new_adapter
 
-    train, missed_train = queries(corpus, "train", config.candidates)
-    validation, missed_validation = queries(corpus, "validation", config.candidates)
+    train, missed_train = questions(corpus, "train", config.candidates)
+    validation, missed_validation = questions(corpus, "validation", config.candidates)
     validation = validation[: config.validation_queries]
     if not train or not validation:
         raise EvaluationError(
@@ -190,6 +154,7 @@ def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, lo
         "train_without_gold_in_candidates": missed_train, "validation_questions": len(validation),
         "validation_without_gold_in_candidates": missed_validation}, indent=2))  # fmt: skip
     renderer = load_renderer(resolve_model(config.model))
+    prompt = load_relevance_prompt()
     loaded = load_causal_lm(config.model, config.quantization, threads=config.threads)
     torch.manual_seed(config.seed)
     model = made_trainable(loaded.model, loaded.quantization == "4bit", False)
@@ -201,7 +166,7 @@ def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, lo
         model = with_new_adapter(model, config.lora_r, config.lora_alpha, 0.0, ["q_proj", "k_proj", "v_proj", "o_proj"])
     context = model_context(model)
     model.eval()  # no dropout: the scores that draw a ranking are the ones differentiated
-    before = validate(model, renderer, validation, config.ndcg_k, context)
+    before = validate(model, renderer, prompt, validation, config.ndcg_k, context)
     log(
         f"before: BM25 ndcg@{config.ndcg_k} {before['bm25'][f'ndcg@{config.ndcg_k}']:.3f}, reranked {before['reranked'][f'ndcg@{config.ndcg_k}']:.3f}"
     )
@@ -214,19 +179,21 @@ def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, lo
         for step in range(config.steps)
     ]
     with torch.no_grad():
-        references = {query.question_id: candidate_logprobs(model, renderer, query, context) for batch in schedule for query in batch}
+        references = {
+            id(question): candidate_logprobs(model, renderer, prompt, question, context) for batch in schedule for question in batch
+        }
     with jsonl.AppendOnlyLines(out / "steps.jsonl") as steps:
         for step, batch in enumerate(schedule, 1):
             rewards, greedy, kls, losses = [], [], [], []
-            for query in batch:
-                logprobs = candidate_logprobs(model, renderer, query, context)
-                kl = option_kl(logprobs, references[query.question_id])
+            for question in batch:
+                logprobs = candidate_logprobs(model, renderer, prompt, question, context)
+                kl = option_kl(logprobs, references[id(question)])
                 scores = logprobs[:, 0]
                 rankings = sample_rankings(scores, config.samples, generator)
-                loss, drawn, _ = listwise_loss(scores, query.relevance, rankings, config.ndcg_k, config.kl_beta, kl)
+                drawn = [question.reward(ranking.tolist(), config.ndcg_k) for ranking in rankings]
+                loss, _ = listwise_loss(scores, drawn, rankings, config.kl_beta, kl)
                 (loss / len(batch)).backward()
-                yes = scores.detach().tolist()
-                greedy.append(ndcg([query.relevance[i] for i in sorted(range(len(yes)), key=lambda i: (-yes[i], i))], config.ndcg_k))
+                greedy.append(question.reward(reranked_order(scores.detach().tolist()), config.ndcg_k))
                 rewards.append(fmean(drawn))
                 kls.append(float(kl.detach()))
                 losses.append(float(loss.detach()))
@@ -245,7 +212,7 @@ def _train(config: ListwiseConfig, corpus: Corpus, out: Path, *, force: bool, lo
             log(
                 f"step {step}: reward {figures['reward']:.3f}, greedy ndcg@{config.ndcg_k} {figures['greedy_ndcg']:.3f}, kl {figures['kl']:.4f}"
             )
-    after = validate(model, renderer, validation, config.ndcg_k, context)
+    after = validate(model, renderer, prompt, validation, config.ndcg_k, context)
     log(
         f"after: BM25 ndcg@{config.ndcg_k} {after['bm25'][f'ndcg@{config.ndcg_k}']:.3f}, reranked {after['reranked'][f'ndcg@{config.ndcg_k}']:.3f}"
     )
@@ -274,4 +241,4 @@ def _save_adapter(model: Any, target: Path) -> None:
     partial.rename(target)
 
 
-__all__ = ["ListwiseConfig", "Query", "candidate_logprobs", "queries", "relevance_prompt", "train_reranker", "validate"]
+__all__ = ["ListwiseConfig", "candidate_logprobs", "questions", "train_reranker", "validate"]

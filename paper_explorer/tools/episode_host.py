@@ -67,6 +67,7 @@ from paper_explorer.tools.errors import ToolError
 from paper_explorer.tools.limits import Limits
 from paper_explorer.tools.paper_tools import PaperTools, RecordsFull
 from paper_explorer.tools.records import Outcome, ToolCallRecord
+from paper_explorer.tools.reranking import RerankClient
 from paper_explorer.tools.zygote import Zygote, serve_forks
 
 DEATH_GRACE_SECONDS = 2.0  # how long a worker whose channel closed may take to finish dying
@@ -303,6 +304,7 @@ class EpisodeHost:
 
     def __init__(self, tools, limits: Limits, shared: BM25Index | None = None) -> None:
         self.tools = tools
+        tools.reranker = reranker_of(limits)
         self.shared = shared if shared is not None else tools.index
         self.limits = limits
         self.actions = 0  # numbers each action, so a done frame is matched to the action it answers
@@ -323,6 +325,7 @@ class EpisodeHost:
         _TIMERS.clocks = None  # the last action's clocks, and through them its channel and limits
         process_caches.reset(self.shared.corpus)
         self.tools = PaperTools.for_question(self.shared, paper_id)
+        self.tools.reranker = reranker_of(limits)
 
     def attach(self, channel: socket.socket, pid: int) -> None:
         """A new worker (the first, or one after a breach): its channel, and its CPU clock in /proc."""
@@ -540,6 +543,11 @@ def main(control_fd: int, kernel_fence: bool, payload_fd: int, host: type[Episod
         ),
         prepare_spare=lambda: _warm(index),
     )
+
+
+def reranker_of(limits: Limits) -> RerankClient | None:
+    """The client of the run's reranking service (search's rerank), as the policy's process set it."""
+    return RerankClient(limits.rerank_url) if limits.rerank_url is not None else None
 
 
 def question_paper(request: dict) -> str | None:

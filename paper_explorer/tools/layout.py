@@ -325,10 +325,13 @@ HIT_FIELDS = {
 }
 
 
+RERANKED_FIELDS = {"bm25_rank", "relevance"}  # a search hit reordered by search(rerank=K) has these too
+
+
 def is_hit(name: str, hit: Any) -> bool:
     return (
         isinstance(hit, dict)
-        and set(hit) == HIT_FIELDS[name]
+        and (set(hit) == HIT_FIELDS[name] or (name == "search" and set(hit) == HIT_FIELDS[name] | RERANKED_FIELDS))
         and isinstance(hit["paper_id"], str)
         and all(type(hit[key]) is int for key in ("section", "paragraph"))
         and all(isinstance(hit[key], str) for key in HIT_TEXTS[name])

@@ -80,6 +80,13 @@ class SandboxSettings(BaseModel):
         le=MAX_RECORD_KB,
         description="Tool-call records one episode may add to its trajectory, in KiB as sent: past it, as past an action's (episode_records).",
     )
+    rerank_url: str | None = Field(
+        None,
+        max_length=2_000,
+        pattern=r"^https?://[^\s/]+(/\S*)?$",
+        description="The reranking service that search(..., rerank=K) calls (explorer rerank-serve's http://127.0.0.1:PORT); "
+        "without one, rerank is refused to the model.",
+    )
 
 
 class Limits(SandboxSettings):

@@ -52,6 +52,7 @@ from paper_explorer.tools.arguments import validate
 from paper_explorer.tools.errors import ToolError
 from paper_explorer.tools.layout import Rendered
 from paper_explorer.tools.records import Outcome, Returned, Shown, ToolCallRecord
+from paper_explorer.tools.reranking import RerankClient, RerankerIdentity
 
 SENTENCE_BOUNDARY = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(\[])")
 
@@ -225,6 +226,8 @@ class PaperTools:
         self.record_bytes = 0  # bytes of records this action added, as tools.wire sends them
         self._tools = registry.by_name() if tools is None else tools  # the tools registered when the episode began
         self.tool_names = frozenset(self._tools)
+        self.reranker: RerankClient | None = None  # the run's reranking service (search's rerank), set by the episode host
+        self.reranked_by: RerankerIdentity | None = None  # set by a call that reranked: its record keeps it
 
     @classmethod
     def for_question(cls, index: BM25Index, paper_id: str | None, tools: dict[str, registry.Tool] | None = None) -> PaperTools:
@@ -261,11 +264,13 @@ class PaperTools:
         started = time.perf_counter()
         record = ToolCallRecord(name=name, arguments={}, seconds=0.0)
         room: int | None = None
+        self.reranked_by = None
         try:
             parsed = validate(tool.arguments, name, tuple(args), kwargs)
             record.arguments = for_record(parsed.model_dump())
             room = self._room(record)
             result = tool.function(self, parsed)
+            record.reranker = self.reranked_by
             if isinstance(result, Rendered):  # a research call: its rendering and what it showed, written together
                 record.returned = self._kept(result.text, room, result.shown)
                 return result.value

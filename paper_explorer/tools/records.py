@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from paper_explorer.tools.layout import misfit
+from paper_explorer.tools.reranking import RerankerIdentity
 from paper_explorer.tools.shown import Page, Piece, PieceKind, Record, Shown
 
 __all__ = [  # what a tool call showed is defined in tools.shown (tools.layout, which these records check against, makes it)
@@ -69,6 +70,7 @@ class ToolCallRecord(Record):
     error: str | None = None  # the ToolError the policy saw, or "internal error: ..." for a bug of ours
     # What the tool returned (None: the call failed, or a trajectory of schema 3 or older, which did not keep it)
     returned: Returned | None = None
+    reranker: RerankerIdentity | None = None  # search(rerank=K): the model that reordered its hits (tools.reranking)
 
     @model_validator(mode="after")
     def _fits(self) -> ToolCallRecord:

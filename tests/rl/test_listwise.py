@@ -10,7 +10,8 @@ import math
 import pytest
 import torch
 
-from paper_explorer.rl.listwise import listwise_loss, ndcg, option_kl, plackett_luce_logprob, recall, sample_rankings
+from paper_explorer.decisions.rerank_gold import Candidates, ndcg
+from paper_explorer.rl.listwise import listwise_loss, option_kl, plackett_luce_logprob, sample_rankings
 from tests.conftest import run_cli
 
 
@@ -31,10 +32,14 @@ def test_plackett_luce_is_a_distribution_over_rankings_and_sampling_draws_from_i
 
 
 def test_ndcg_and_recall_by_hand():
-    assert ndcg([1, 0, 0], 5) == 1.0
-    assert ndcg([0, 1, 0, 1], 5) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3)))
-    assert ndcg([0, 0, 1], 2) == 0.0 and ndcg([0, 0], 5) == 0.0
-    assert recall([0, 1, 1], 1, 2) == 0.0 and recall([0, 1, 1], 5, 2) == 1.0 and recall([1], 5, 4) == 0.25
+    """Binary gains; the ideal puts every gold paragraph first, found by BM25 or not; the best annotator's."""
+    assert ndcg(["a", "x", "y"], [{"a"}], 5) == 1.0
+    assert ndcg(["x", "a", "y", "b"], [{"a", "b"}], 5) == pytest.approx((1 / math.log2(3) + 1 / math.log2(5)) / (1 + 1 / math.log2(3)))
+    assert ndcg(["x", "y", "a"], [{"a"}], 2) == 0.0
+    assert ndcg(["x", "a"], [{"a", "b"}, {"a"}], 5) == pytest.approx(1 / math.log2(3))  # the second annotator's is higher
+    question = Candidates("q", ["x", "a", "b"], [{"a", "b", "c", "d"}])
+    assert question.recall([0, 1, 2], 1) == 0.0 and question.recall([1, 2, 0], 5) == 0.5
+    assert question.reward([2, 1, 0], 5) == ndcg(["b", "a", "x"], question.golds, 5)
 
 
 def test_option_kl_is_zero_for_the_same_distribution_and_positive_otherwise():
@@ -45,12 +50,13 @@ def test_option_kl_is_zero_for_the_same_distribution_and_positive_otherwise():
 
 def test_the_loss_moves_relevant_items_to_the_top():
     """Gradient steps on the listwise loss, with scores as free parameters, rank the relevant first."""
-    relevance = [0.0, 0.0, 1.0, 0.0, 1.0, 0.0]
+    question = Candidates("q", ["p0", "p1", "p2", "p3", "p4", "p5"], [{"p2", "p4"}])
     scores = torch.zeros(6, requires_grad=True)
     optimizer = torch.optim.SGD([scores], lr=0.5)
     generator = torch.Generator().manual_seed(1)
     for _ in range(200):
-        loss, rewards, advantages = listwise_loss(scores, relevance, sample_rankings(scores, 16, generator), 5, 0.0, None)
+        rankings = sample_rankings(scores, 16, generator)
+        loss, advantages = listwise_loss(scores, [question.reward(r.tolist()) for r in rankings], rankings, 0.0, None)
         assert sum(advantages) == pytest.approx(0.0, abs=1e-9)  # leave-one-out advantages of a group sum to 0
         optimizer.zero_grad()
         loss.backward()

@@ -136,7 +136,7 @@ def test_abstain_records_the_reason(tools, call):
         ("search", ("",), {}, "query"),
         ("search", ("x" * 501,), {}, "at most 500 characters"),
         ("search", ("x",), {"limit": 3}, "has no argument 'limit'"),
-        ("search", ("x", 3, None, "extra"), {}, "at most 3 arguments"),
+        ("search", ("x", 3, None, None, "extra"), {}, "at most 4 arguments"),
         ("search", ("x",), {"paper_id": "nope"}, "no paper 'nope'"),
         ("extract", ("demo-00000",), {}, "needs the argument 'query'"),
         ("submit", ("",), {}, "answer"),
@@ -188,7 +188,7 @@ def test_every_call_is_recorded_with_arguments_and_latency(tools, call):
     with pytest.raises(ToolError):
         call["read"]("nope")
     assert [c.name for c in tools.calls] == ["search", "read"]
-    assert tools.calls[0].arguments == {"query": "learning rate", "k": 2, "paper_id": None}
+    assert tools.calls[0].arguments == {"query": "learning rate", "k": 2, "paper_id": None, "rerank": None}
     assert tools.calls[0].seconds > 0 and tools.calls[0].error is None and "no paper" in tools.calls[1].error
 
 
@@ -198,7 +198,7 @@ def test_tool_page_documents_every_tool_from_its_argument_model():
         assert tool.summary in page and tool.example in page
         for name, field in tool.arguments.model_fields.items():
             assert f"{name}: {field.description}" in page
-    assert "search(query, k=5, paper_id=None)" in page and "(>= 1, <= 50)" in page
+    assert "search(query, k=5, paper_id=None, rerank=None)" in page and "(>= 1, <= 50)" in page
     assert page.count("search(query") == 1
 
 
