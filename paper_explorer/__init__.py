@@ -44,11 +44,14 @@ _EXPORTS = {
     "improve": "paper_explorer.sft.improve",
     "TeachConfig": "paper_explorer.sft.teach",
     "teach": "paper_explorer.sft.teach",
+    "decide": "paper_explorer.decisions.api",
+    "DecisionRun": "paper_explorer.decisions.run_reading",
 }
 
 __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for readers and linters
     "BuildConfig",
     "Corpus",
+    "DecisionRun",
     "Episode",
     "EpisodeConfig",
     "EvalConfig",
@@ -61,6 +64,7 @@ __all__ = [  # what _EXPORTS holds (a test checks they agree), spelled out for r
     "TrainConfig",
     "build_dataset",
     "compare",
+    "decide",
     "evaluate",
     "improve",
     "load_corpus",
@@ -75,6 +79,8 @@ if TYPE_CHECKING:
     from paper_explorer.agent.config import EvalConfig, PolicyConfig, RunConfig
     from paper_explorer.agent.trajectory import EpisodeConfig
     from paper_explorer.corpus import Corpus
+    from paper_explorer.decisions.api import decide
+    from paper_explorer.decisions.run_reading import DecisionRun
     from paper_explorer.evaluation.episode import Episode, run
     from paper_explorer.evaluation.html_report import report
     from paper_explorer.evaluation.preregister import PreregisterConfig, preregister

@@ -86,31 +86,34 @@ def decide_command(
     if prompt_format not in ("ids", "text"):
         raise UsageError(f"--prompt-format {prompt_format!r}: choose ids or text")
     from paper_explorer.cli.options import open_corpus
-    from paper_explorer.decisions.backends import Backend, LocalBackend
-    from paper_explorer.decisions.file import load_decisions
-    from paper_explorer.decisions.run import DecideSettings, decide
-    from paper_explorer.decisions.server_backend import ServerBackend
+    from paper_explorer.decisions.api import decide
 
-    corpus = open_corpus(corpus_path) if corpus_path is not None else None
-    decisions = load_decisions(decision_file, corpus)
-    backend: Backend
-    if backend_name == "openai":
-        assert base_url is not None and tokenizer is not None
-        served = ServerBackend.load(
-            base_url, model, tokenizer, prompt_format=prompt_format, max_context=max_context, timeout=timeout, retries=retries, chunk=chunk
-        )
-        if served.note is not None:
-            typer.echo(f"note: {served.note}", err=True)
-        backend = served
-    else:
-        backend = LocalBackend.load(
-            model, adapter=adapter, quantization=quantization, max_context=max_context, threads=threads, batch_tokens=batch_tokens
-        )
-    pinned = (list(corpus.sources), corpus.sha256) if corpus is not None else None
-    settings = DecideSettings(cut=cut, order=order, mode=mode, check_reversed=check_reversed)  # type: ignore[arg-type]
-    metrics = decide(
-        decisions, backend, out, settings, corpus=pinned, resume=resume, force=force, note=lambda line: typer.echo(line, err=True)
+    run = decide(
+        decision_file,
+        model=model,
+        out=out,
+        backend=backend_name,
+        corpus=open_corpus(corpus_path) if corpus_path is not None else None,
+        cut=cut,
+        order=order,
+        mode=mode,
+        check_reversed=check_reversed,
+        max_context=max_context,
+        adapter=adapter,
+        quantization=quantization,
+        threads=threads,
+        batch_tokens=batch_tokens,
+        base_url=base_url,
+        tokenizer=tokenizer,
+        prompt_format=prompt_format,
+        timeout=timeout,
+        retries=retries,
+        chunk=chunk,
+        resume=resume,
+        force=force,
+        note=lambda line: typer.echo(line, err=True),
     )
+    metrics = run.metrics
     print_kinds(metrics)
     if metrics.checks is not None:
         from paper_explorer.decisions.checks import check_lines

@@ -136,3 +136,15 @@ def test_a_paper_of_the_corpus_is_read_as_its_text(tmp_path, small_demo):
     )
     [asked] = load_decisions(file, corpus).asked
     assert asked.document.startswith(paper.title.strip()) and paper.sections[0].paragraphs[0].strip() in asked.document
+
+
+def test_the_python_api_decides_a_file_and_reads_the_run_back(tmp_path, tiny_model):
+    from paper_explorer import DecisionRun, decide
+    from paper_explorer.decisions.errors import DecisionError
+
+    file = write_decisions(tmp_path / "decisions.jsonl")
+    decided = decide(file, model=str(tiny_model), out=tmp_path / "run")
+    assert isinstance(decided, DecisionRun) and set(decided.metrics.kinds) == {"noul", "choice", "score"}
+    assert decided.by_question()["q2"].options == ["MIT", "BSD-3-Clause", "GPL-3.0 or later"]
+    with pytest.raises(DecisionError, match="cut='middle': choose none, start, end"):
+        decide(file, model=str(tiny_model), out=tmp_path / "other", cut="middle")
