@@ -30,7 +30,7 @@ from paper_explorer.decisions.checks import checks_of
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.file import Asked, DecisionSet
 from paper_explorer.decisions.likelihood import Mode, confidence, normalised
-from paper_explorer.decisions.prompts import CutSide, PromptTexts, build, load_prompts
+from paper_explorer.decisions.prompts import CutSide, PromptTexts, build, indistinct, load_prompts
 from paper_explorer.decisions.records import (
     DECISIONS,
     MANIFEST,
@@ -151,6 +151,10 @@ def decide(
         git_commit=git_commit(),
         hardware=hardware(),
     )
+    for asked in decisions.asked:  # before anything is written: a file this model cannot read is refused whole
+        problem = indistinct(backend.renderer, asked.question.choices)
+        if problem is not None:
+            raise DecisionError(f"{decisions.path}:{asked.line}: question {asked.question.id!r}: {problem}")
     done = _prepare(out, manifest, resume=resume, force=force)
     if done:
         note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")

@@ -34,8 +34,8 @@ from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.decisions.backends import Backend
 from paper_explorer.decisions.likelihood import confidence, normalised
-from paper_explorer.decisions.prompts import Built, PromptTexts, build, load_prompts
-from paper_explorer.decisions.schema import MAX_OPTIONS, DecisionQuestion, Text
+from paper_explorer.decisions.prompts import Built, PromptTexts, build, indistinct, load_prompts
+from paper_explorer.decisions.schema import DOCUMENT_CHARS, MAX_OPTIONS, DecisionQuestion, Text, too_long
 
 API_VERSION = "1"
 Scope = MutableMapping[str, Any]
@@ -153,6 +153,8 @@ class DecisionService:
 
     def answer(self, request: DecisionRequest) -> DecisionReply:
         _check_questions(request, self.limits)
+        if len(request.document) > DOCUMENT_CHARS:  # a larger --max-body-mb lets one through; tokenising it would take gigabytes
+            raise Refused(413, ("body", "document"), too_long(len(request.document)), "too_large")
         try:
             document = self.backend.renderer.text(request.document)
         except AgentError as error:  # text the tokenizer cannot read (a lone surrogate)
@@ -184,6 +186,9 @@ class DecisionService:
         context = self.backend.max_context
         where = ("body", "questions", index)
         try:
+            problem = indistinct(self.backend.renderer, options)
+            if problem is not None:
+                raise Refused(422, (*where, "options"), f"question {question.id!r}: {problem}", "value_error")
             made = build(
                 self.backend.renderer, self.texts, question.kind, question.text, document, options, context=context, cut=request.cut
             )
