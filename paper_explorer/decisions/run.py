@@ -12,9 +12,12 @@ silently, and a failed question never loses the others.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -155,25 +158,47 @@ def decide(
         problem = indistinct(backend.renderer, asked.question.choices)
         if problem is not None:
             raise DecisionError(f"{decisions.path}:{asked.line}: question {asked.question.id!r}: {problem}")
-    done = _prepare(out, manifest, resume=resume, force=force)
-    if done:
-        note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
-    with jsonl.AppendOnlyLines(out / DECISIONS) as log:
-        for asked in decisions.asked:
-            if asked.question.id not in done:
-                record = score_question(backend, texts, asked, settings)
-                if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
-                    record.reversed = score_question(backend, texts, asked, settings.other_order())
-                log.append(record)
-    return write_metrics(out, [item.question.id for item in decisions.asked])
+    if out.exists() and not out.is_dir():
+        raise DecisionError(f"{out}: is a file, not a run directory; choose another --out")
+    if resume and not (out / MANIFEST).exists():
+        raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
+    out.mkdir(parents=True, exist_ok=True)
+    with _sole_writer(out):
+        done = _prepare(out, manifest, resume=resume, force=force)
+        if done:
+            note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
+        with jsonl.AppendOnlyLines(out / DECISIONS) as log:
+            for asked in decisions.asked:
+                if asked.question.id not in done:
+                    record = score_question(backend, texts, asked, settings)
+                    if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
+                        record.reversed = score_question(backend, texts, asked, settings.other_order())
+                    log.append(record)
+        return write_metrics(out, [item.question.id for item in decisions.asked])
+
+
+@contextlib.contextmanager
+def _sole_writer(out: Path) -> Iterator[None]:
+    """An exclusive lock on the run directory while this process writes it: two decide runs into
+    one directory would each write a manifest and interleave their lines, one run's records read
+    under the other's settings. The lock goes with the process, so a killed run never leaves it."""
+    descriptor = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DecisionError(
+                f"{out}: another explorer decide is writing this run now; wait for it to end, or choose another --out"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool) -> set[str]:
     """The question ids already scored (resume), after writing or checking the manifest."""
     manifest_path = out / MANIFEST
     if resume:
-        if not manifest_path.exists():
-            raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
         before = read_manifest(out)
         changed = [name for name in RESUME_FIELDS if getattr(before, name) != getattr(manifest, name)]
         if changed:
@@ -181,14 +206,17 @@ def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool
                 f"{out}: --resume with other {', '.join(changed)} than the run was started with; start a new run with another --out"
             )
         return {record.question_id for record in read_records(out, torn_ok=True)}
-    if out.exists() and any(out.iterdir()):
+    if any(out.iterdir()):
         if not force:
             raise DecisionError(f"{out}: not empty; pass --resume to continue its run, --force to start it again, or another --out")
-        if not manifest_path.exists():
-            raise DecisionError(f"{out}: --force replaces only a decide run, and this directory holds something else; choose another --out")
+        try:
+            read_manifest(out)  # an evaluation run has a manifest.json and a metrics.json too
+        except DecisionError:
+            raise DecisionError(
+                f"{out}: --force replaces only a decide run, and this directory holds something else; choose another --out"
+            ) from None
         for name in (MANIFEST, DECISIONS, METRICS):
             (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
     with files.atomic_file(manifest_path) as handle:
         handle.write(manifest.model_dump_json(indent=2))
     return set()
