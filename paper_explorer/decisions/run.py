@@ -233,7 +233,8 @@ def read_manifest(out: Path) -> DecisionManifest:
 
 
 def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
-    """decisions.jsonl, the first line of each question (a resumed run never writes two)."""
+    """decisions.jsonl, a line per question: decide writes each once (--resume scores only the
+    missing, one run writes at a time), so a second line of a question is an edit, refused."""
     try:
         lines, torn = jsonl.read_numbered(out / DECISIONS, DecisionRecord, what="decision record", inside=out)
     except FileNotFoundError:
@@ -244,10 +245,15 @@ def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
         raise DecisionError(
             f"{out / DECISIONS}:{torn.number}: torn last line (an interrupted run); explorer decide ... --out {out} --resume mends it"
         )
-    seen: dict[str, DecisionRecord] = {}
+    seen: dict[str, int] = {}
     for line in lines:
-        seen.setdefault(line.value.question_id, line.value)
-    return list(seen.values())
+        first = seen.setdefault(line.value.question_id, line.number)
+        if first != line.number:
+            raise DecisionError(
+                f"{out / DECISIONS}:{line.number}: question {line.value.question_id!r} is also on line {first}; "
+                "a decide run records each question once, so this file was edited or joined: run it again with --force"
+            )
+    return [line.value for line in lines]
 
 
 def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures: dict[str, float] | None = None) -> DecisionMetrics:
