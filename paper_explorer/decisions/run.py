@@ -60,8 +60,11 @@ class DecideSettings:
         return replace(self, order="given" if self.order == "reversed" else "reversed", check_reversed=False)
 
 
-def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings) -> DecisionRecord:
-    """One question's record: its options scored as listed, or why they were not."""
+def score_question(
+    backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings, document: list[int] | None = None
+) -> DecisionRecord:
+    """One question's record: its options scored as listed, or why they were not. ``document``:
+    its document's ids where the caller tokenised them once for all its questions."""
     question = asked.question
     options = list(question.choices)
     if settings.order == "reversed":
@@ -79,7 +82,14 @@ def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings:
     }
     try:
         built = build(
-            backend.renderer, texts, question.kind, question.text, asked.document, options, context=backend.max_context, cut=settings.cut
+            backend.renderer,
+            texts,
+            question.kind,
+            question.text,
+            asked.document if document is None else document,
+            options,
+            context=backend.max_context,
+            cut=settings.cut,
         )
     except AgentError as error:  # text the tokenizer cannot read (a lone surrogate)
         return DecisionRecord(
@@ -168,13 +178,26 @@ def decide(
         if done:
             note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
         with jsonl.AppendOnlyLines(out / DECISIONS) as log:
+            tokenised: dict[str, list[int] | None] = {}  # the current document's ids: its questions are on one line
             for asked in decisions.asked:
                 if asked.question.id not in done:
-                    record = score_question(backend, texts, asked, settings)
+                    if asked.document_id not in tokenised:
+                        tokenised = {asked.document_id: _ids(backend, asked.document)}
+                    ids = tokenised[asked.document_id]
+                    record = score_question(backend, texts, asked, settings, ids)
                     if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
-                        record.reversed = score_question(backend, texts, asked, settings.other_order())
+                        record.reversed = score_question(backend, texts, asked, settings.other_order(), ids)
                     log.append(record)
         return write_metrics(out, [item.question.id for item in decisions.asked])
+
+
+def _ids(backend: Backend, document: str) -> list[int] | None:
+    """A document's ids, tokenised once for all its questions (a long one is not remembered by the
+    renderer); None when it cannot be, and each question records why (``score_question``)."""
+    try:
+        return backend.renderer.text(document)
+    except AgentError:
+        return None
 
 
 @contextlib.contextmanager
