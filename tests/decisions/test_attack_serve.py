@@ -88,3 +88,46 @@ def test_options_the_tokenizer_reads_alike_are_422_naming_them(qwen3_vocab_model
     assert reply.status_code == 422, reply.text
     (problem,) = reply.json()["detail"]
     assert problem["loc"] == ["body", "questions", 1, "options"] and "same tokens to this model" in problem["msg"]
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("example.invalid", "--host 'example.invalid': not an address"),
+        ("192.0.2.1", "give an address of this machine"),  # TEST-NET-1: no machine's own
+    ],
+)
+def test_a_host_that_is_not_this_machines_is_one_line_about_the_host(tiny_model, host, said):
+    """Both were told to choose another --port, which could never help."""
+    from tests.conftest import run_cli
+
+    result = run_cli("serve", "--model", str(tiny_model), "--host", host, "--port", "0")
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert said in line and "--port" not in line.split(":", 2)[-1].split(";")[-1]
+
+
+def test_every_interface_is_served_with_a_warning(tiny_model):
+    """--host 0.0.0.0 serves an API without authentication to every machine that reaches it: said."""
+    import signal
+    import subprocess
+
+    from tests.conftest import HANG_SECONDS, checkout_environment, explorer_command
+
+    process = subprocess.Popen(
+        explorer_command("serve", "--model", str(tiny_model), "--host", "0.0.0.0", "--port", "0"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=checkout_environment(),
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline().startswith("serving typed decisions at http://0.0.0.0:")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=HANG_SECONDS)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(HANG_SECONDS)
+    assert process.returncode == 0
+    assert err.splitlines()[0].startswith("warning: listening on 0.0.0.0, reachable from other machines; the API has no authentication")
