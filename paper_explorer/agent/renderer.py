@@ -62,6 +62,9 @@ from paper_explorer.corpus.setting_names import setting
 
 THINK, END_THINK = "<think>", "</think>"
 TEXT_CACHE = 4096  # texts whose ids a renderer remembers (8 bytes an id: at most ~35 MB for 1k-token texts)
+# A longer text is encoded each time, never remembered: a served document (explorer serve) or a
+# benchmark's context would keep its text and ids alive, 4096 of them growing into gigabytes.
+REMEMBERED_CHARS = 32_768
 BREAK = object()  # ends the current span of text: what follows is encoded as a piece of its own
 MARK = object()  # records the position it is reached at (always a boundary: after a BREAK or a control token)
 FOLD_SEPARATOR = "\n\n"  # a template without a system role gets the system prompt before the first user message
@@ -265,8 +268,9 @@ class ChatRenderer:
 
         Remembered for the last ``TEXT_CACHE`` texts: every step re-renders the conversation, whose
         system prompt is the same in every episode and whose earlier turns were encoded at the
-        step before (half of an openai policy's host time per step went to encoding them again)."""
-        return list(self._remembered(text))
+        step before (half of an openai policy's host time per step went to encoding them again).
+        A text over ``REMEMBERED_CHARS`` is not remembered."""
+        return list(self._remembered(text) if len(text) <= REMEMBERED_CHARS else self._pieces(text))
 
     def _text(self, text: str) -> array:
         return array("l", self._pieces(text))

@@ -7,7 +7,9 @@ manager stops it (exit 0); either way the requests in flight are answered first.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
+import ipaddress
 import signal
 import socket
 from pathlib import Path
@@ -48,10 +50,23 @@ def serve_command(
 
     try:
         listener = listening_socket(host, port)
-    except OSError as error:
+    except socket.gaierror as error:  # a name that resolves to nothing: the port is not the problem
         raise UsageError(
-            f"--host {host} --port {port}: cannot listen there ({error.strerror or error}); choose another --port, or 0 for a free one"
+            f"--host {host!r}: not an address ({error.strerror or error}); give an IP address of this machine, such as 127.0.0.1"
         ) from None
+    except OSError as error:
+        fix = (
+            "choose another --port, or 0 for a free one"
+            if error.errno == errno.EADDRINUSE
+            else "give an address of this machine, such as 127.0.0.1"
+        )
+        raise UsageError(f"--host {host} --port {port}: cannot listen there ({error.strerror or error}); {fix}") from None
+    if not ipaddress.ip_address(listener.getsockname()[0]).is_loopback:
+        typer.echo(
+            f"warning: listening on {host}, reachable from other machines; the API has no authentication, so anyone who can reach "
+            "this port can use the model (put it behind a proxy that authenticates)",
+            err=True,
+        )
     with listener:
         backend = LocalBackend.load(
             model, adapter=adapter, quantization=quantization, max_context=max_context, threads=threads, batch_tokens=batch_tokens

@@ -16,7 +16,7 @@ import paper_explorer.corpus.jsonl as jsonl
 from paper_explorer.corpus.collection import Corpus
 from paper_explorer.corpus.schema import Paper
 from paper_explorer.decisions.errors import DecisionError
-from paper_explorer.decisions.schema import DecisionDocument, DecisionQuestion
+from paper_explorer.decisions.schema import DOCUMENT_CHARS, DecisionDocument, DecisionQuestion, too_long
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,8 @@ def load_decisions(path: Path, corpus: Corpus | None = None) -> DecisionSet:
         data = jsonl.read_bytes(path, "typed decision file")
     except FileNotFoundError:
         raise DecisionError(f"{path}: no such decision file; write one as docs/decisions.md shows (explorer schema decision)") from None
+    except jsonl.JsonLinesError as error:  # a directory, a FIFO, a binary file, one over the size limit
+        raise DecisionError(str(error)) from None
     lines = jsonl.every_line(data)
     if not lines:
         raise DecisionError(f"{path}: holds no document; write one JSON object per line (explorer schema decision)")
@@ -103,6 +105,8 @@ def _resolved(path: Path, documents: list[tuple[int, DecisionDocument]], corpus:
         text = document.own_text()
         if text is None:
             text = paper_text(_paper(path, number, document, corpus))
+            if len(text) > DOCUMENT_CHARS:
+                raise DecisionError(f"{path}:{number}: document {document.id!r}, paper {document.paper!r}: {too_long(len(text))}")
         asked.extend(Asked(question, document.id, text, number) for question in document.questions)
     return asked
 

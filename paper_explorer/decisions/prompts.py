@@ -84,6 +84,22 @@ def read_table(path: Path, what: str) -> tuple[dict, str]:
     return table, hashlib.sha256(data).hexdigest()
 
 
+def indistinct(renderer: ChatRenderer, options: tuple[str, ...] | list[str]) -> str | None:
+    """Why two of ``options`` cannot be told apart by the model (their continuations are the same
+    ids: a tokenizer that normalises Unicode reads "café" and "cafe\u0301" alike), or None. Scored,
+    they would split one option's probability between them."""
+    seen: dict[tuple[int, ...], str] = {}
+    for option in options:
+        ids = tuple(renderer.action(option))
+        if ids in seen:
+            return (
+                f"options {seen[ids]!r} and {option!r} are the same tokens to this model (its tokenizer normalises them alike), "
+                "so it cannot tell them apart; make them differ"
+            )
+        seen[ids] = option
+    return None
+
+
 def listed(options: tuple[str, ...] | list[str]) -> str:
     return "\n".join(f"- {option}" for option in options)
 
@@ -117,7 +133,7 @@ def build(
             hint = (
                 "; pass --cut start or --cut end to drop that many document tokens"
                 if room > 0
-                else "; even an empty document would not fit"
+                else "; the rest of the prompt and the longest option leave no room for any of the document"
             )
             return Built(None, continuations, len(document_ids), overflow=reason + hint)
         kept = document_ids[over:] if cut == "start" else document_ids[: len(document_ids) - over]
@@ -127,4 +143,4 @@ def build(
     return Built(prompt, continuations, len(document_ids) + (made_cut.tokens if made_cut else 0), made_cut)
 
 
-__all__ = ["CUTS", "PROMPTS_FILE", "Built", "Cut", "PromptTexts", "build", "listed", "load_prompts", "read_table"]
+__all__ = ["CUTS", "PROMPTS_FILE", "Built", "Cut", "PromptTexts", "build", "indistinct", "listed", "load_prompts", "read_table"]

@@ -36,7 +36,7 @@ from paper_explorer.agent.served import ids_sha256
 from paper_explorer.corpus.setting_names import setting
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.file import Asked, load_decisions
-from paper_explorer.decisions.likelihood import DEFAULT_BATCH_TOKENS, normalised
+from paper_explorer.decisions.likelihood import DEFAULT_BATCH_TOKENS, confidence, normalised
 from paper_explorer.decisions.prompts import PromptTexts, build, load_prompts
 from paper_explorer.decisions.records import DECISIONS, MANIFEST, DecisionManifest, DecisionRecord
 from paper_explorer.decisions.run import read_manifest, read_records
@@ -292,6 +292,13 @@ def _rebuilt(
     if sorted(reading.options) != sorted(question.choices) or reading.question != question.text:
         report.findings.append(f"{where}: its recorded question or options are not the file's")
         return None
+    recorded = {"kind": reading.kind, "label": reading.label, "ordered": reading.ordered, "negation_of": reading.negation_of}
+    given = {"kind": question.kind, "label": question.label, "ordered": question.is_ordered, "negation_of": question.negation_of}
+    recorded["document_id"], given["document_id"] = reading.document_id, asked.document_id
+    if recorded != given:  # calibration and the checks read these from the record
+        changed = ", ".join(f"{name} {recorded[name]!r} (the file's: {given[name]!r})" for name in given if recorded[name] != given[name])
+        report.findings.append(f"{where}: its recorded {changed} is not the file's")
+        return None
     built = build(
         renderer, texts, question.kind, question.text, asked.document, list(reading.options), context=manifest.context, cut=manifest.cut
     )
@@ -303,6 +310,10 @@ def _rebuilt(
                 f"{where}: recorded as not measured ({reading.not_measured}), but its prompt of {len(built.prompt)} tokens fits the "
                 f"run's context of {manifest.context}"
             )
+        return None
+    derived = _underived(reading)
+    if derived is not None:
+        report.findings.append(f"{where}: its recorded {derived}")
         return None
     if built.prompt is None:
         report.findings.append(f"{where}: its prompt rebuilt from the file does not fit the run's context ({built.overflow})")
@@ -318,6 +329,27 @@ def _rebuilt(
         report.findings.append(f"{where}: its options are {lengths} tokens long rebuilt, recorded {reading.option_tokens}")
         return None
     return built.prompt, built.options
+
+
+def _underived(reading: DecisionRecord) -> str | None:
+    """Which of a measured reading's figures is not what its own probabilities and label give
+    (calibration reads p_max and correct, the checks the confidence): None when all are."""
+    probabilities = reading.probabilities or []
+    best = decision(probabilities)
+    figures = {
+        "p_max": (reading.p_max, probabilities[best]),
+        "confidence": (reading.confidence, confidence(probabilities)),
+        "correct": (reading.correct, None if reading.label is None else reading.options[best] == reading.label),
+    }
+    for name, (recorded, derived) in figures.items():
+        same = (
+            recorded == derived
+            if isinstance(derived, bool) or derived is None
+            else recorded is not None and abs(recorded - derived) <= 1e-12
+        )
+        if not same:
+            return f"{name} {recorded!r} is not what its probabilities and label give ({derived!r})"
+    return None
 
 
 def _disagreement(reading: Reading, which: str, tolerance: float) -> str | None:

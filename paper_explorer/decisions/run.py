@@ -12,9 +12,12 @@ silently, and a failed question never loses the others.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,7 +33,7 @@ from paper_explorer.decisions.checks import checks_of
 from paper_explorer.decisions.errors import DecisionError
 from paper_explorer.decisions.file import Asked, DecisionSet
 from paper_explorer.decisions.likelihood import Mode, confidence, normalised
-from paper_explorer.decisions.prompts import CutSide, PromptTexts, build, load_prompts
+from paper_explorer.decisions.prompts import CutSide, PromptTexts, build, indistinct, load_prompts
 from paper_explorer.decisions.records import (
     DECISIONS,
     MANIFEST,
@@ -57,8 +60,11 @@ class DecideSettings:
         return replace(self, order="given" if self.order == "reversed" else "reversed", check_reversed=False)
 
 
-def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings) -> DecisionRecord:
-    """One question's record: its options scored as listed, or why they were not."""
+def score_question(
+    backend: Backend, texts: PromptTexts, asked: Asked, settings: DecideSettings, document: list[int] | None = None
+) -> DecisionRecord:
+    """One question's record: its options scored as listed, or why they were not. ``document``:
+    its document's ids where the caller tokenised them once for all its questions."""
     question = asked.question
     options = list(question.choices)
     if settings.order == "reversed":
@@ -76,7 +82,14 @@ def score_question(backend: Backend, texts: PromptTexts, asked: Asked, settings:
     }
     try:
         built = build(
-            backend.renderer, texts, question.kind, question.text, asked.document, options, context=backend.max_context, cut=settings.cut
+            backend.renderer,
+            texts,
+            question.kind,
+            question.text,
+            asked.document if document is None else document,
+            options,
+            context=backend.max_context,
+            cut=settings.cut,
         )
     except AgentError as error:  # text the tokenizer cannot read (a lone surrogate)
         return DecisionRecord(
@@ -151,25 +164,64 @@ def decide(
         git_commit=git_commit(),
         hardware=hardware(),
     )
-    done = _prepare(out, manifest, resume=resume, force=force)
-    if done:
-        note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
-    with jsonl.AppendOnlyLines(out / DECISIONS) as log:
-        for asked in decisions.asked:
-            if asked.question.id not in done:
-                record = score_question(backend, texts, asked, settings)
-                if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
-                    record.reversed = score_question(backend, texts, asked, settings.other_order())
-                log.append(record)
-    return write_metrics(out, [item.question.id for item in decisions.asked])
+    for asked in decisions.asked:  # before anything is written: a file this model cannot read is refused whole
+        problem = indistinct(backend.renderer, asked.question.choices)
+        if problem is not None:
+            raise DecisionError(f"{decisions.path}:{asked.line}: question {asked.question.id!r}: {problem}")
+    if out.exists() and not out.is_dir():
+        raise DecisionError(f"{out}: is a file, not a run directory; choose another --out")
+    if resume and not (out / MANIFEST).exists():
+        raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
+    out.mkdir(parents=True, exist_ok=True)
+    with _sole_writer(out):
+        done = _prepare(out, manifest, resume=resume, force=force)
+        if done:
+            note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
+        with jsonl.AppendOnlyLines(out / DECISIONS) as log:
+            tokenised: dict[str, list[int] | None] = {}  # the current document's ids: its questions are on one line
+            for asked in decisions.asked:
+                if asked.question.id not in done:
+                    if asked.document_id not in tokenised:
+                        tokenised = {asked.document_id: _ids(backend, asked.document)}
+                    ids = tokenised[asked.document_id]
+                    record = score_question(backend, texts, asked, settings, ids)
+                    if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
+                        record.reversed = score_question(backend, texts, asked, settings.other_order(), ids)
+                    log.append(record)
+        return write_metrics(out, [item.question.id for item in decisions.asked])
+
+
+def _ids(backend: Backend, document: str) -> list[int] | None:
+    """A document's ids, tokenised once for all its questions (a long one is not remembered by the
+    renderer); None when it cannot be, and each question records why (``score_question``)."""
+    try:
+        return backend.renderer.text(document)
+    except AgentError:
+        return None
+
+
+@contextlib.contextmanager
+def _sole_writer(out: Path) -> Iterator[None]:
+    """An exclusive lock on the run directory while this process writes it: two decide runs into
+    one directory would each write a manifest and interleave their lines, one run's records read
+    under the other's settings. The lock goes with the process, so a killed run never leaves it."""
+    descriptor = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DecisionError(
+                f"{out}: another explorer decide is writing this run now; wait for it to end, or choose another --out"
+            ) from None
+        yield
+    finally:
+        os.close(descriptor)
 
 
 def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool) -> set[str]:
     """The question ids already scored (resume), after writing or checking the manifest."""
     manifest_path = out / MANIFEST
     if resume:
-        if not manifest_path.exists():
-            raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
         before = read_manifest(out)
         changed = [name for name in RESUME_FIELDS if getattr(before, name) != getattr(manifest, name)]
         if changed:
@@ -177,14 +229,17 @@ def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool
                 f"{out}: --resume with other {', '.join(changed)} than the run was started with; start a new run with another --out"
             )
         return {record.question_id for record in read_records(out, torn_ok=True)}
-    if out.exists() and any(out.iterdir()):
+    if any(out.iterdir()):
         if not force:
             raise DecisionError(f"{out}: not empty; pass --resume to continue its run, --force to start it again, or another --out")
-        if not manifest_path.exists():
-            raise DecisionError(f"{out}: --force replaces only a decide run, and this directory holds something else; choose another --out")
+        try:
+            read_manifest(out)  # an evaluation run has a manifest.json and a metrics.json too
+        except DecisionError:
+            raise DecisionError(
+                f"{out}: --force replaces only a decide run, and this directory holds something else; choose another --out"
+            ) from None
         for name in (MANIFEST, DECISIONS, METRICS):
             (out / name).unlink(missing_ok=True)
-    out.mkdir(parents=True, exist_ok=True)
     with files.atomic_file(manifest_path) as handle:
         handle.write(manifest.model_dump_json(indent=2))
     return set()
@@ -201,7 +256,8 @@ def read_manifest(out: Path) -> DecisionManifest:
 
 
 def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
-    """decisions.jsonl, the first line of each question (a resumed run never writes two)."""
+    """decisions.jsonl, a line per question: decide writes each once (--resume scores only the
+    missing, one run writes at a time), so a second line of a question is an edit, refused."""
     try:
         lines, torn = jsonl.read_numbered(out / DECISIONS, DecisionRecord, what="decision record", inside=out)
     except FileNotFoundError:
@@ -212,10 +268,15 @@ def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
         raise DecisionError(
             f"{out / DECISIONS}:{torn.number}: torn last line (an interrupted run); explorer decide ... --out {out} --resume mends it"
         )
-    seen: dict[str, DecisionRecord] = {}
+    seen: dict[str, int] = {}
     for line in lines:
-        seen.setdefault(line.value.question_id, line.value)
-    return list(seen.values())
+        first = seen.setdefault(line.value.question_id, line.number)
+        if first != line.number:
+            raise DecisionError(
+                f"{out / DECISIONS}:{line.number}: question {line.value.question_id!r} is also on line {first}; "
+                "a decide run records each question once, so this file was edited or joined: run it again with --force"
+            )
+    return [line.value for line in lines]
 
 
 def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures: dict[str, float] | None = None) -> DecisionMetrics:

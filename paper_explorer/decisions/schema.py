@@ -25,14 +25,18 @@ Question ids are unique across the file: a run records one line per question id.
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints, model_validator
 
 KINDS = ("noul", "choice", "score")
 NOUL_OPTIONS = ("yes", "no", "unknown")
 MAX_OPTIONS = 160
 ID_CHARS = 200
+# Tokenising costs some 200 bytes of memory a character, and 16 Mi characters are millions of
+# tokens, over any model's context: a longer document is refused before it is tokenised.
+DOCUMENT_CHARS = 16 * 2**20
 
 Identifier = Annotated[str, StringConstraints(min_length=1, max_length=ID_CHARS, pattern=r"^[^\s\x00-\x1f\x7f]+$")]
 Text = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
@@ -50,7 +54,7 @@ class DecisionQuestion(BaseModel):
         default=None, description="choice: 2-160 options; score: the rubric's levels, lowest first; noul: yes, no, unknown or none"
     )
     label: str | None = Field(default=None, description="The right option, where known.")
-    ordered: bool = Field(default=False, description="choice: the options run from least to most severe (score: always).")
+    ordered: StrictBool = Field(default=False, description="choice: the options run from least to most severe (score: always).")
     negation_of: Identifier | None = Field(
         default=None, description="A noul question of the same document that this noul question negates."
     )
@@ -66,6 +70,11 @@ class DecisionQuestion(BaseModel):
         else:
             if options is None or not 2 <= len(options) <= MAX_OPTIONS:
                 raise ValueError(f"a {self.kind} question needs 2 to {MAX_OPTIONS} options, got {0 if options is None else len(options)}")
+            broken = next((option for option in options if _breaks_the_listing(option)), None)
+            if broken is not None:
+                raise ValueError(
+                    f"option {broken!r} holds a line break or control character; the prompt lists one option a line, so write each on one line"
+                )
             if len(set(options)) != len(options):
                 twice = next(option for option in options if options.count(option) > 1)
                 raise ValueError(f"option {twice!r} is given twice")
@@ -107,6 +116,9 @@ class DecisionDocument(BaseModel):
             raise ValueError(f"give the document one way: text, paragraphs or paper (got {', '.join(given) or 'none'})")
         if self.paragraphs is not None and not self.paragraphs:
             raise ValueError("paragraphs is empty")
+        text = self.own_text()
+        if text is not None and len(text) > DOCUMENT_CHARS:
+            raise ValueError(too_long(len(text)))
         return self
 
     def own_text(self) -> str | None:
@@ -114,6 +126,19 @@ class DecisionDocument(BaseModel):
         if self.text is not None:
             return self.text
         return "\n\n".join(self.paragraphs) if self.paragraphs is not None else None
+
+
+def too_long(characters: int) -> str:
+    return (
+        f"the document is {characters:,} characters, over the {DOCUMENT_CHARS:,} a decision document may hold "
+        "(more than any model's context, and gigabytes to tokenise); cut it to the part the questions are about"
+    )
+
+
+def _breaks_the_listing(option: str) -> bool:
+    """A line break (U+2028 and U+0085 too) or a control character other than tab: in the prompt's
+    list of options ("- A\\n- B") it would make one option read as two, or hide part of it."""
+    return any(character != "\t" and unicodedata.category(character) in ("Cc", "Zl", "Zp") for character in option)
 
 
 __all__ = ["KINDS", "MAX_OPTIONS", "NOUL_OPTIONS", "DecisionDocument", "DecisionQuestion"]

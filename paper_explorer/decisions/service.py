@@ -26,18 +26,25 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from fastapi import FastAPI, HTTPException, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from paper_explorer.agent.errors import AgentError
 from paper_explorer.agent.served import ids_sha256
 from paper_explorer.decisions.backends import Backend
 from paper_explorer.decisions.likelihood import confidence, normalised
-from paper_explorer.decisions.prompts import Built, PromptTexts, build, load_prompts
-from paper_explorer.decisions.schema import MAX_OPTIONS, DecisionQuestion, Text
+from paper_explorer.decisions.prompts import Built, PromptTexts, build, indistinct, load_prompts
+from paper_explorer.decisions.schema import DOCUMENT_CHARS, MAX_OPTIONS, DecisionQuestion, Text, too_long
 
 API_VERSION = "1"
+_UNREADABLE = {
+    RecursionError: "nested too deeply",
+    ValueError: "a number of too many digits",
+    UnicodeDecodeError: "not UTF-8, UTF-16 or UTF-32",
+}
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -153,6 +160,8 @@ class DecisionService:
 
     def answer(self, request: DecisionRequest) -> DecisionReply:
         _check_questions(request, self.limits)
+        if len(request.document) > DOCUMENT_CHARS:  # a larger --max-body-mb lets one through; tokenising it would take gigabytes
+            raise Refused(413, ("body", "document"), too_long(len(request.document)), "too_large")
         try:
             document = self.backend.renderer.text(request.document)
         except AgentError as error:  # text the tokenizer cannot read (a lone surrogate)
@@ -184,6 +193,9 @@ class DecisionService:
         context = self.backend.max_context
         where = ("body", "questions", index)
         try:
+            problem = indistinct(self.backend.renderer, options)
+            if problem is not None:
+                raise Refused(422, (*where, "options"), f"question {question.id!r}: {problem}", "value_error")
             made = build(
                 self.backend.renderer, self.texts, question.kind, question.text, document, options, context=context, cut=request.cut
             )
@@ -335,6 +347,16 @@ def create_app(
     @app.exception_handler(Refused)
     async def refused(_: Request, error: Refused) -> JSONResponse:
         return error.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def unparsed(request: Request, error: StarletteHTTPException) -> Response:
+        # FastAPI answers a body json.loads raised other than JSONDecodeError on with a bare 400
+        # ("There was an error parsing the body"): said here as every other malformed body is.
+        if error.status_code == 400 and error.__cause__ is not None:
+            why = _UNREADABLE.get(type(error.__cause__), type(error.__cause__).__name__)
+            msg = f"the body cannot be read as JSON ({why}); send UTF-8 JSON as the OpenAPI schema at /openapi.json shows"
+            return JSONResponse({"detail": [{"loc": ["body"], "msg": msg, "type": "json_invalid"}]}, status_code=422)
+        return await http_exception_handler(request, error)
 
     @app.exception_handler(RequestValidationError)
     async def malformed(request: Request, error: RequestValidationError) -> JSONResponse:

@@ -66,6 +66,8 @@ def test_an_edited_probability_or_choice_is_named(decided, tiny_model, tmp_path)
     def nudge(record):
         first, second = record["probabilities"][:2]
         record["probabilities"][:2] = [first + 1e-3, second - 1e-3] if first > second else [first - 1e-3, second + 1e-3]
+        p_max, count = max(record["probabilities"]), len(record["probabilities"])
+        record.update(p_max=p_max, confidence=(count * p_max - 1) / (count - 1))  # consistent, so only the recomputation tells
 
     run = edited(decided, tmp_path / "nudged", "q5", nudge)
     result = run_cli("rescore", str(run), "--model", str(tiny_model))
