@@ -28,7 +28,10 @@ def decide_command(
         "hf", "--backend", help="hf (a local transformers model) or openai (a server returning prompt log-probabilities: vLLM)."
     ),
     base_url: list[str] | None = typer.Option(
-        None, "--base-url", help="openai: the server, e.g. http://localhost:8000/v1; repeated: replicas of one model. Key: $OPENAI_API_KEY."
+        None,
+        "--base-url",
+        metavar="<url>",
+        help="openai: the server's base URL, ending in /v1; repeated: replicas of one model. Key: $OPENAI_API_KEY.",
     ),
     tokenizer: Path | None = typer.Option(None, "--tokenizer", help="openai: the served model's tokenizer directory (tokenizer.json)."),
     prompt_format: str = typer.Option(
