@@ -336,7 +336,9 @@ def test_a_killed_run_of_processes_resumes_with_every_episode_once_and_leaves_no
 
 @pytest.mark.slow
 def test_ctrl_c_stops_the_processes_and_keeps_what_finished(tiny_tokenizer, tmp_path):
-    server = scripted_server(tiny_tokenizer, latency=0.15)
+    # slow enough answers that the 60 episodes cannot all finish while a loaded machine's test
+    # process notices the tenth and sends Ctrl-C (at 0.15 s they once did, in 4 s, before it)
+    server = scripted_server(tiny_tokenizer, latency=0.5)
     out = tmp_path / "run"
     process = start_in_flight(tiny_tokenizer, server, out, "--workers", "2", "--concurrency", "4")
     os.killpg(process.pid, signal.SIGINT)  # as a terminal sends it: to every process of the foreground group

@@ -93,6 +93,11 @@ def _serve(app, listener: socket.socket) -> None:
         typer.echo("stopped (SIGTERM)", err=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+    # uvicorn raises a signal it shut down for again once its handlers are gone; should that not
+    # reach us as KeyboardInterrupt (a second signal while it shut down, a handler another library
+    # left), Ctrl-C still ends the command as every command's does: exit 130.
+    if signal.SIGINT in getattr(server, "_captured_signals", []):
+        raise KeyboardInterrupt
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
