@@ -64,6 +64,9 @@ def decide_command(
     threads: int | None = typer.Option(None, "--threads", min=1, help="torch's CPU threads (default: half the cores)."),
     resume: bool = typer.Option(False, "--resume", help="Score only the questions OUT lacks, with the settings it was started with."),
     force: bool = typer.Option(False, "--force", help="Replace the decide run in OUT."),
+    retry_not_measured: bool = typer.Option(
+        False, "--retry-not-measured", help="With --resume: score again the questions recorded not measured (a server down)."
+    ),
 ) -> None:
     """Score every typed question of a file: a probability for each option, calibration per kind."""
     from paper_explorer.decisions.prompts import CUTS
@@ -114,6 +117,7 @@ def decide_command(
         chunk=chunk,
         resume=resume,
         force=force,
+        retry_not_measured=retry_not_measured,
         note=lambda line: typer.echo(line, err=True),
     )
     metrics = run.metrics

@@ -37,6 +37,7 @@ def decide(
     chunk: int = 32,
     resume: bool = False,
     force: bool = False,
+    retry_not_measured: bool = False,
     note: Callable[[str], None] = lambda _: None,
 ) -> DecisionRun:
     """Score every question of ``file`` with ``model`` (``backend="hf"``: a local transformers
@@ -91,7 +92,9 @@ def decide(
         )
     pinned = (list(loaded.sources), loaded.sha256) if loaded is not None else None
     settings = DecideSettings(cut=cut, order=order, mode=mode, check_reversed=check_reversed)  # type: ignore[arg-type]
-    decide_set(decisions, scorer, Path(out), settings, corpus=pinned, resume=resume, force=force, note=note)
+    decide_set(
+        decisions, scorer, Path(out), settings, corpus=pinned, resume=resume, force=force, retry_not_measured=retry_not_measured, note=note
+    )
     return DecisionRun.load(out)
 
 

@@ -139,9 +139,13 @@ def decide(
     corpus: tuple[list[str], str] | None = None,
     resume: bool = False,
     force: bool = False,
+    retry_not_measured: bool = False,
     note: Callable[[str], None] = lambda _: None,
 ) -> DecisionMetrics:
-    """Score ``decisions`` into the run directory ``out`` and return its metrics."""
+    """Score ``decisions`` into the run directory ``out`` and return its metrics. With ``resume``
+    and ``retry_not_measured``, the questions recorded not measured (a server that was down, a
+    failed pass) are scored again: the new line supersedes the old, and the file is rewritten
+    with one line a question once they are done."""
     texts = load_prompts()
     manifest = DecisionManifest(
         created_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -170,11 +174,16 @@ def decide(
             raise DecisionError(f"{decisions.path}:{asked.line}: question {asked.question.id!r}: {problem}")
     if out.exists() and not out.is_dir():
         raise DecisionError(f"{out}: is a file, not a run directory; choose another --out")
+    if retry_not_measured and not resume:
+        raise DecisionError("retrying the questions not measured continues a run: pass --resume with it")
     if resume and not (out / MANIFEST).exists():
         raise DecisionError(f"{out}: no {MANIFEST} to resume; start the run without --resume")
     out.mkdir(parents=True, exist_ok=True)
     with _sole_writer(out):
-        done = _prepare(out, manifest, resume=resume, force=force)
+        scored = _prepare(out, manifest, resume=resume, force=force)
+        done = {question for question, whole in scored.items() if whole or not retry_not_measured}
+        if retry_not_measured:
+            note(f"retrying {len(scored) - len(done)} questions recorded not measured")
         if done:
             note(f"resuming {out}: {len(done)} of {len(decisions.asked)} questions already scored")
         with jsonl.AppendOnlyLines(out / DECISIONS) as log:
@@ -188,6 +197,8 @@ def decide(
                     if settings.check_reversed:  # on the same line, so a resumed run never holds one reading without the other
                         record.reversed = score_question(backend, texts, asked, settings.other_order(), ids)
                     log.append(record)
+        if len(done) < len(scored):  # a retry superseded lines: one line a question again, written whole
+            jsonl.write_records(out / DECISIONS, read_records(out))
         return write_metrics(out, [item.question.id for item in decisions.asked])
 
 
@@ -218,8 +229,9 @@ def _sole_writer(out: Path) -> Iterator[None]:
         os.close(descriptor)
 
 
-def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool) -> set[str]:
-    """The question ids already scored (resume), after writing or checking the manifest."""
+def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool) -> dict[str, bool]:
+    """The question ids already recorded (resume), each with whether it was measured whole (its
+    reversed reading too), after writing or checking the manifest."""
     manifest_path = out / MANIFEST
     if resume:
         before = read_manifest(out)
@@ -228,7 +240,7 @@ def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool
             raise DecisionError(
                 f"{out}: --resume with other {', '.join(changed)} than the run was started with; start a new run with another --out"
             )
-        return {record.question_id for record in read_records(out, torn_ok=True)}
+        return {record.question_id: _whole(record) for record in read_records(out, torn_ok=True)}
     if any(out.iterdir()):
         if not force:
             raise DecisionError(f"{out}: not empty; pass --resume to continue its run, --force to start it again, or another --out")
@@ -242,7 +254,11 @@ def _prepare(out: Path, manifest: DecisionManifest, *, resume: bool, force: bool
             (out / name).unlink(missing_ok=True)
     with files.atomic_file(manifest_path) as handle:
         handle.write(manifest.model_dump_json(indent=2))
-    return set()
+    return {}
+
+
+def _whole(record: DecisionRecord) -> bool:
+    return record.measured and (record.reversed is None or record.reversed.measured)
 
 
 def read_manifest(out: Path) -> DecisionManifest:
@@ -256,8 +272,10 @@ def read_manifest(out: Path) -> DecisionManifest:
 
 
 def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
-    """decisions.jsonl, a line per question: decide writes each once (--resume scores only the
-    missing, one run writes at a time), so a second line of a question is an edit, refused."""
+    """decisions.jsonl, a line per question, in the order first recorded. Decide writes each once
+    (--resume scores only the missing, one run writes at a time), except that --retry-not-measured
+    appends a new line for a question recorded not measured: a later line supersedes such a line
+    (until the retry rewrites the file). Any other second line of a question is an edit, refused."""
     try:
         lines, torn = jsonl.read_numbered(out / DECISIONS, DecisionRecord, what="decision record", inside=out)
     except FileNotFoundError:
@@ -268,15 +286,16 @@ def read_records(out: Path, *, torn_ok: bool = False) -> list[DecisionRecord]:
         raise DecisionError(
             f"{out / DECISIONS}:{torn.number}: torn last line (an interrupted run); explorer decide ... --out {out} --resume mends it"
         )
-    seen: dict[str, int] = {}
+    latest: dict[str, jsonl.Record[DecisionRecord]] = {}
     for line in lines:
-        first = seen.setdefault(line.value.question_id, line.number)
-        if first != line.number:
+        earlier = latest.get(line.value.question_id)
+        if earlier is not None and _whole(earlier.value):
             raise DecisionError(
-                f"{out / DECISIONS}:{line.number}: question {line.value.question_id!r} is also on line {first}; "
+                f"{out / DECISIONS}:{line.number}: question {line.value.question_id!r} is also on line {earlier.number}; "
                 "a decide run records each question once, so this file was edited or joined: run it again with --force"
             )
-    return [line.value for line in lines]
+        latest[line.value.question_id] = line
+    return [line.value for line in latest.values()]
 
 
 def write_metrics(out: Path, question_ids: list[str] | None = None, temperatures: dict[str, float] | None = None) -> DecisionMetrics:

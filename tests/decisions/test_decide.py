@@ -148,3 +148,49 @@ def test_the_python_api_decides_a_file_and_reads_the_run_back(tmp_path, tiny_mod
     assert decided.by_question()["q2"].options == ["MIT", "BSD-3-Clause", "GPL-3.0 or later"]
     with pytest.raises(DecisionError, match="cut='middle': choose none, start, end"):
         decide(file, model=str(tiny_model), out=tmp_path / "other", cut="middle")
+
+
+class FailingFirst:
+    """A backend whose first ``failures`` scoring calls fail, as a server that was down."""
+
+    def __init__(self, backend, failures: int) -> None:
+        self.backend, self.failures = backend, failures
+        self.name, self.renderer, self.max_context = backend.name, backend.renderer, backend.max_context
+
+    def settings(self):
+        return self.backend.settings()
+
+    def score(self, prompt, options, mode="shared"):
+        if self.failures:
+            self.failures -= 1
+            raise OSError("connection refused")
+        return self.backend.score(prompt, options, mode)
+
+
+def test_resume_retries_the_questions_not_measured_when_asked(tmp_path, backend, tiny_model):
+    from paper_explorer.decisions.run import DecideSettings, decide
+
+    decisions = load_decisions(write_decisions(tmp_path / "decisions.jsonl"))
+    out = tmp_path / "run"
+    decide(decisions, FailingFirst(backend, 2), out, DecideSettings())
+    first = read_records(out)
+    assert [r.question_id for r in first if not r.measured] == ["q1", "q1n"] and "connection refused" in (first[0].not_measured or "")
+    decide(decisions, backend, out, DecideSettings(), resume=True)  # a plain resume keeps them as recorded
+    assert [r.question_id for r in read_records(out) if not r.measured] == ["q1", "q1n"]
+    notes: list[str] = []
+    metrics = decide(decisions, FailingFirst(backend, 1), out, DecideSettings(), resume=True, retry_not_measured=True, note=notes.append)
+    assert "retrying 2 questions recorded not measured" in notes
+    middle = read_records(out)  # q1 failed again, q1n is measured now
+    assert [r.question_id for r in middle] == ["q1", "q1n", "q2", "q3", "q4", "q5", "q6"]
+    assert [r.question_id for r in middle if not r.measured] == ["q1"] and metrics.not_measured == 1
+    decide(decisions, backend, out, DecideSettings(), resume=True, retry_not_measured=True)
+    assert all(r.measured for r in read_records(out))
+    assert len((out / "decisions.jsonl").read_bytes().splitlines()) == 7  # one line a question again
+    result = run_cli("inspect", str(out))
+    assert result.returncode == 0, result.stderr
+    assert (
+        run_cli(
+            "decide", str(tmp_path / "decisions.jsonl"), "--model", str(tiny_model), "--out", str(out), "--retry-not-measured"
+        ).returncode
+        == 2
+    )
