@@ -14,6 +14,10 @@ Every refusal is a JSON body of FastAPI's validation shape, ``{"detail": [{"loc"
 the wrong type, a label not among the options, a document over the context with ``cut`` none),
 413 for one over the server's limits (``ServeLimits``: body bytes, document tokens, questions).
 A document is never cut unless the request's ``cut`` says where, and the reply says what was cut.
+
+Why one module: the request and reply models, the limits, the refusals' shape and the scoring under
+the lock are one API, and /openapi.json is generated from them together; split, a check the
+handler relies on (a limit, a field's bound) could drift from the schema that documents it.
 """
 
 from __future__ import annotations
