@@ -170,15 +170,16 @@ def smollm2_wheel() -> Path:
     return SMOLLM2_WHEEL
 
 
-def killed_once_logged(command: list[str], log: Path, lines: int) -> int:
-    """Start ``command`` in its own process group, kill -9 the whole group once ``log`` holds
-    ``lines`` lines (bounded by HANG_SECONDS), and return how many lines it holds then."""
+def killed_once_logged(command: list[str], log: Path, lines: int, env: dict | None = None) -> int:
+    """Start ``command`` in its own process group (with ``env`` added to the environment), kill -9
+    the whole group once ``log`` holds ``lines`` lines (bounded by HANG_SECONDS), and return how
+    many lines it holds then."""
     process = subprocess.Popen(
         command,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,
-        env=checkout_environment(),
+        env=checkout_environment(env),
         preexec_fn=with_signals_a_terminal_leaves,
     )
     deadline = time.monotonic() + HANG_SECONDS
