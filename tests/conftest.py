@@ -39,11 +39,16 @@ def explorer_command(*args: str) -> list[str]:
 
 
 def with_signals_a_terminal_leaves() -> None:
-    """``preexec_fn`` of a command a test interrupts: SIGINT and SIGTERM unblocked in the child, as a
-    shell's child starts. A blocked signal mask survives exec, and a library in the test process
-    can leave the main thread's blocking SIGINT (full-suite runs under xdist did): the command
-    would then never see the Ctrl-C the test sends, and run to its end or wait forever."""
+    """``preexec_fn`` of a command a test interrupts: SIGINT and SIGTERM unblocked and at their
+    default action in the child, as a terminal's foreground job starts. Both survive exec when
+    they are not: a library in the test process can leave the main thread blocking SIGINT (full
+    runs under xdist did), and a test session started in the background of a non-interactive
+    shell (``make test &``, a CI runner) ignores SIGINT, which its children inherit, so that
+    Python never installs its Ctrl-C handler in them. Either way the command would never see the
+    Ctrl-C the test sends, and run to its end or wait for ever."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def checkout_environment(extra: dict | None = None) -> dict:
