@@ -64,6 +64,7 @@ PARSE_ONLY = {
     "qwen3": "needs a Qwen3 tokenizer, in which each probe option is one token",
     "download": "downloads and converts a real model (make smollm2 does it once for the tests)",
     "smollm2": "needs the real model the README's download block converts, and minutes of CPU",
+    "ray": "needs a Ray cluster of several machines (tests/test_ray.py starts one on this machine)",
 }
 SLOW = "slow"
 FILE_NAME = re.compile(r"^[\w-]+(/[\w-]+)*\.\w+$")  # the tag of a block that is a file to save
@@ -315,6 +316,8 @@ def extra_needed(parsed: Parsed) -> str | None:
         return "llm"
     if parsed.path == ("serve",):
         return "serve"
+    if parsed.path in {("eval",), ("rl",)} and parsed.value("--ray"):
+        return "ray"
     if parsed.path in {("run",), ("eval",)} and "hf" in (parsed.value("--policy"), parsed.value("--backend")):
         return "llm"
     return None
@@ -645,3 +648,4 @@ def test_the_install_rule_of_this_test_knows_the_model_commands():
     assert extra("export runs/a runs/b --to hf") == "export"
     assert extra("decide f.jsonl --model m --out runs/d") == "llm"
     assert extra("serve --model m") == "serve"
+    assert extra("eval --ray auto --out runs/a") == "ray"

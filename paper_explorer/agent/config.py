@@ -140,6 +140,12 @@ class EvalConfig(RunConfig):
         le=1024,
         description="Episodes in flight in each process, each waiting on the server (for policy openai, e.g. 256 against vLLM).",
     )
+    ray: str | None = Field(
+        None,
+        min_length=1,
+        pattern=r"^\S+$",
+        description="Run the episodes as tasks on this Ray cluster (HOST:PORT, ray://HOST:10001, auto); this process writes the run.",
+    )
     samples: int = Field(1, ge=1, le=1000, description="Episodes per question, each with its own seed (pass@k, majority vote).")
     max_consecutive_errors: int = Field(5, ge=1, description="Stop the run after this many episodes in a row end in policy_error.")
     preregistration: Path | None = Field(None, description="TOML with frozen hashes and a pass rule (explorer preregister writes one).")

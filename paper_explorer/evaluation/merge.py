@@ -59,7 +59,7 @@ Key = tuple[str, int]  # (question id, sample): merged runs' episodes all have a
 SHARD_FIELDS = {"shard", "questions", "selected_questions_sha256"}
 # How a node ran its episodes and reached its server, not which episodes or how they went: nodes may differ
 # (each shard's own command and settings stay in merged.json).
-EXECUTION_FIELDS = {"workers", "concurrency", "policy.base_url", "policy.timeout", "policy.retries"}
+EXECUTION_FIELDS = {"workers", "concurrency", "ray", "policy.base_url", "policy.timeout", "policy.retries"}
 
 
 class MergedRun(BaseModel):

@@ -8,7 +8,7 @@ named as what it is, with the command that takes it, so that the hints for a new
 resume=True") and for a resume ("without resume=True") never point at each other. Settings are
 named through ``corpus.setting_names.setting``: as the Python caller passes them, or as flags.
 
-What may change on a resume: how episodes are run (``EXECUTION_FIELDS``: workers, concurrency),
+What may change on a resume: how episodes are run (``EXECUTION_FIELDS``: workers, concurrency, ray),
 where the corpus lies (it is found again by its recorded path or given anew, and checked by
 hash), and the server(s) of an ``openai`` policy, named again with ``--base-url`` (a server
 moves; trajectories record which one answered each step). Not checked here: the server's weights
@@ -51,7 +51,7 @@ from paper_explorer.evaluation.run_directory import (
 # Fields of a manifest's config that the run derived rather than was given.
 DERIVED_FIELDS = ("questions", "selected_questions_sha256")
 # How episodes are run, not which or how they go: a resumed run may change them.
-EXECUTION_FIELDS = ("workers", "concurrency")
+EXECUTION_FIELDS = ("workers", "concurrency", "ray")
 # Where an openai policy's requests go: a resumed run may change it, named in its own command.
 SERVER_FIELD = "policy.base_url"
 DEMO_SOURCE_PREFIX = "demo("  # how a generated corpus names its source (corpus.demo)

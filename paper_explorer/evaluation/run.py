@@ -55,7 +55,8 @@ from paper_explorer.evaluation.run_directory import (
     TRAJECTORIES,
     Run,
     comparison_run,
-    drop_superseded_errors,
+    read_manifest,
+    settle_log,
     write_manifest,
     write_metrics,
 )
@@ -63,13 +64,14 @@ from paper_explorer.evaluation.run_events import EvaluationFailed, EvaluationInt
 
 if TYPE_CHECKING:
     from paper_explorer.evaluation.prereg import Preregistered
+    from paper_explorer.evaluation.ray_tasks import RayCluster
 
 __all__ = [
     "EvaluationFailed",
     "EvaluationInterrupted",
     "LogReporter",
     "Reporter",
-    "drop_superseded_errors",
+    "settle_log",
     "evaluate",
     "load_corpus",
     "recorded_corpus",
@@ -239,13 +241,14 @@ class _Run:
         _refuse_other_probes(out, config, latest.values())
         done = {key for key, t in latest.items() if not (self.retry_errors and t.outcome.status == "policy_error")}
         remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
-        self._ready(config, policy, remaining, load_adapter)
+        cluster = self._ready(config, policy, remaining, load_adapter)
         _make_run_directory(out)
         index = BM25Index.cached(self.corpus)
         if not (out / MANIFEST).exists():
             write_manifest(out / MANIFEST, self.corpus, recorded, hashes, sandbox_isolation(self.corpus, index, config.episode))
         # The log's opening cuts off the torn last line that reading it stepped around.
         with (
+            contextlib.closing(cluster) if cluster is not None else contextlib.nullcontext(),
             _running(EpisodeRunner(self.corpus, index, policy, config.episode)),
             loaded_state_frozen(),
             TrajectoryLog(out / TRAJECTORIES) as trajectory_log,
@@ -257,8 +260,9 @@ class _Run:
                     f"resuming: {len(units) - len(remaining)} of {len(units)} episodes already written"
                     + (f"; {len(set(latest) - done)} that ended in policy_error run again" if self.retry_errors else "")
                 )
-            stopped = self._run_all(remaining, config, trajectory_log, len(units) - len(remaining), len(units))
-        replaced = drop_superseded_errors(out)
+            stopped = self._run_all(remaining, config, trajectory_log, len(units) - len(remaining), len(units), cluster)
+        whole = [(question.id, sample) for question, sample in units] if stopped is None else None  # put in order once whole
+        replaced = settle_log(out, whole)
         if replaced:
             self.reporter.say(f"replaced {replaced} episodes that had ended in policy_error")
         if stopped is not None:
@@ -273,6 +277,11 @@ class _Run:
         return self._scored(out, config, questions, index, prereg)
 
     def _policy(self, config: EvalConfig) -> Policy:
+        if config.ray is not None and config.workers > 1:
+            raise EvaluationError(
+                f"{setting('workers', config.workers)} forks processes on this machine; with {setting('ray')} the cluster's "
+                f"nodes run the episodes, one task per CPU: leave {setting('workers')} out (or 1)"
+            )
         if config.policy.serving == "hf" and (config.workers > 1 or config.concurrency > 1):
             raise EvaluationError(
                 f"{setting('policy.name', config.policy.name)} with its model in this process (hf) runs one episode at a time; "
@@ -308,19 +317,27 @@ class _Run:
         )
         return None
 
-    def _ready(self, config: EvalConfig, policy: Policy, remaining: list, load_adapter: Callable[[], None] | None) -> None:
+    def _ready(self, config: EvalConfig, policy: Policy, remaining: list, load_adapter: Callable[[], None] | None) -> RayCluster | None:
         """The policy's server asked once before any episode (a dead or wrong server is one line now,
-        not a policy_error per episode, and writes nothing); not asked when nothing is left to run."""
-        if config.concurrency > 1:
+        not a policy_error per episode, and writes nothing); not asked when nothing is left to run.
+        With ``ray``, the cluster connected to (the same: one line, nothing written)."""
+        if config.concurrency > 1 and config.ray is None:
             raise_descriptor_limit(config.concurrency, len(server_urls(config.policy)) or 1)
         if not remaining:
             self.reporter.note("every episode is written; the policy's server is not asked")  # rescoring needs no server
-            return
+            return None
         if load_adapter is not None:  # before the preflight, which then finds the adapter's name served
             load_adapter()
         preflight = policy.preflight()
         if preflight:
             self.reporter.note(preflight)
+        if config.ray is None:
+            return None
+        from paper_explorer.evaluation.ray_tasks import RayCluster
+
+        cluster = RayCluster(config.ray)
+        cluster.connect()
+        return cluster
 
     def _scored(self, out: Path, config: EvalConfig, questions: list, index: BM25Index, prereg: Preregistered | None) -> RunMetrics:
         metrics = write_metrics(out, questions, index, prereg)
@@ -345,7 +362,9 @@ class _Run:
             )
         return metrics
 
-    def _run_all(self, units: list, config: EvalConfig, trajectory_log: TrajectoryLog, already: int, total: int) -> str | None:
+    def _run_all(
+        self, units: list, config: EvalConfig, trajectory_log: TrajectoryLog, already: int, total: int, cluster: RayCluster | None
+    ) -> str | None:
         """Run and log every unit; stop early, returning the last error, after
         ``max_consecutive_errors`` policy errors in a row (a server that is down fails every episode
         the same way). Episodes run one at a time, ``concurrency`` in flight in this process, or in
@@ -354,7 +373,12 @@ class _Run:
         errors, max_errors, written = 0, config.max_consecutive_errors, already
         run_one = _run_one_in_flight if config.concurrency > 1 else _run_one
         batches: Generator[list[Trajectory], None, None]
-        if len(units) <= 1 or (config.workers == 1 and config.concurrency == 1):
+        if cluster is not None:  # the nodes run them; their isolation must be the manifest's
+            from paper_explorer.evaluation.ray_tasks import driver_identity
+
+            identity = driver_identity(read_manifest(self.out).isolation)
+            batches = cluster.run_batches(units, self.corpus, config, identity)
+        elif len(units) <= 1 or (config.workers == 1 and config.concurrency == 1):
             batches = ([_run_one(unit)] for unit in units)
         elif config.workers == 1:
             batches = EpisodeThreads(run_one, config.concurrency).run_batches(units)

@@ -18,7 +18,7 @@ What this module owns:
   ``improve`` run or round, an exported dataset, a run of ``explorer decide`` (whose reader is
   ``decisions.run_reading``). A command given the wrong kind names what it got and the command
   that takes it, instead of advising one that cannot help.
-- Writing the files a run rewrites whole (``write_manifest``, ``drop_superseded_errors``,
+- Writing the files a run rewrites whole (``write_manifest``, ``settle_log``,
   ``write_metrics``), each atomically (``corpus.files.atomic_file``): whole or absent after a kill.
 - Reading a finished run (``Run.load``): every file through its pydantic model, every JSON-lines
   file through ``corpus.jsonl`` (bytes split on ``b"\\n"`` only: an answer holding U+2028 stays
@@ -431,16 +431,28 @@ def write_manifest(path: Path, corpus: Corpus, config: RecordedEvalConfig, hashe
         handle.write(manifest.model_dump_json(indent=2))
 
 
-def drop_superseded_errors(out: Path) -> int:
-    """Rewrite the run's log (whole, atomically) without the policy_error episodes that a later
-    line of the same question and sample replaced (``run_directory.superseded``); returns how
-    many were dropped. A crash before this leaves both lines, and the scoring keeps the later one
-    all the same. Lines are copied as the bytes they were read as, from one read of the file."""
-    logged, _ = read_log(out)
+def settle_log(out: Path, units: Sequence[Key] | None = None) -> int:
+    """Once the episodes have run: rewrite the run's log (whole, atomically, at most once) without the policy_error episodes
+    that a later line of the same question and sample replaced (``run_directory.superseded``), and
+    returns how many were dropped. A crash before this leaves both lines, and the scoring keeps the
+    later one all the same. Lines are copied as the bytes they were read as, from one read of the file.
+
+    With ``units`` (the run's (question, sample) pairs in the selection's order: the questions, then
+    the sample), a log that holds exactly one line for each is also put in that order, the order
+    one process running them one at a time writes (and ``explorer merge`` joins shards in).
+    Episodes that ran in parallel (threads, processes, Ray tasks) were logged as they finished; in
+    this order the run's bytes, scores and hashes are the one-process run's, timings aside. A log
+    missing some (an interrupted or stopped run) keeps its order."""
+    logged, torn = read_log(out)
     dropped = superseded(logged)
-    if not dropped:
-        return 0
-    write_lines(out / TRAJECTORIES, (record.data for record in logged if record.number not in dropped))
+    kept = [record for record in logged if record.number not in dropped]
+    keys = [episode_key(record.value) for record in kept]
+    reorder = units is not None and torn is None and keys != list(units) and len(keys) == len(units) and set(keys) == set(units)
+    if reorder:
+        position = {key: number for number, key in enumerate(units or ())}
+        kept.sort(key=lambda record: position[episode_key(record.value)])
+    if dropped or reorder:
+        write_lines(out / TRAJECTORIES, (record.data for record in kept))
     return len(dropped)
 
 

@@ -82,6 +82,12 @@ class RLConfig(Config):
         default_factory=lambda: dict(DEFAULT_REWARD),
         description="Reward parts and their weights (rl.rewards): answer metrics, correct_abstention, detectors.",
     )
+    ray: str | None = Field(
+        None,
+        min_length=1,
+        pattern=r"^\S+$",
+        description="Run each round's sampling and validation episodes as tasks on this Ray cluster (HOST:PORT, auto).",
+    )
     validation_episodes: int = Field(8, ge=0, description="Greedy validation episodes per round (and before round 1).")
     validation_max_steps: int = Field(6, ge=1, le=MAX_STEPS, description="Actions per validation episode.")
     validation_max_new_tokens: int = Field(256, ge=1, description="Tokens per action of a validation episode.")

@@ -68,7 +68,7 @@ from paper_explorer.sft.rounds import settings_recorded
 M = TypeVar("M", bound=BaseModel)
 
 # What a resume may change: more (or fewer) rounds, another reporter; the rounds done stay as they are.
-RESUMABLE_CHANGES = frozenset({"rounds", "report_to"})
+RESUMABLE_CHANGES = frozenset({"rounds", "report_to", "ray"})  # ray: where episodes run, not which
 
 SUMMARY = "rl_summary.json"
 SAMPLES = "samples"
@@ -193,6 +193,7 @@ def _sample(run: Path, number: int, config: RLConfig, corpus, adapter: Path | No
         episode=sampling.episode.model_copy(update={"seed": config.episode.seed + number}),
         split="train",
         samples=config.group_size,
+        ray=config.ray,
     )
     if not (run / METRICS).exists():
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
@@ -234,7 +235,7 @@ def _validate(directory: Path, number: int, config: RLConfig, corpus, adapter: P
         if policy.name != "memory-reader":  # the reader's plan sets its own steps, and its caps are its recipe's
             policy = policy.model_copy(update={"max_new_tokens": config.validation_max_new_tokens})
             episode = episode.model_copy(update={"max_steps": config.validation_max_steps})
-        eval_config = EvalConfig(policy=policy, episode=episode, split="validation", limit=config.validation_episodes)
+        eval_config = EvalConfig(policy=policy, episode=episode, split="validation", limit=config.validation_episodes, ray=config.ray)
         run_eval(run, eval_config, corpus, resume=(run / MANIFEST).exists(), reporter=reporter)
         _release_memory()
     validation = Run.load(run)

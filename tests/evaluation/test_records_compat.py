@@ -31,6 +31,7 @@ CONFIG_KEYS = [
     "shard",
     "workers",
     "concurrency",
+    "ray",
     "samples",
     "max_consecutive_errors",
     "preregistration",
@@ -53,7 +54,7 @@ def test_a_run_whose_manifest_predates_the_newer_settings_loads_and_resumes(tmp_
     old = json.loads(path.read_text())
     for name in ("record_kb", "episode_record_kb", "host_seconds", "record_prompt_ids"):  # added to the episode since
         del old["config"]["episode"][name]
-    for name in ("max_consecutive_errors", "preregistration", "shard"):  # added to the run's config since
+    for name in ("max_consecutive_errors", "preregistration", "shard", "ray"):  # added to the run's config since
         del old["config"][name]
     path.write_text(json.dumps(old, indent=2))
     run = Run.load(tmp_path / "run")
