@@ -76,6 +76,7 @@ bench: $(VENV)/.installed-dev
 	$(BIN)/python bench/kv_cache.py
 	$(BIN)/python bench/tool_costs.py
 	$(BIN)/python bench/interference.py
+	$(BIN)/python bench/ray_eval.py
 	$(BIN)/python bench/learning.py  # needs make smollm2 vllm; about an hour on 2 cores, resumable
 
 clean:

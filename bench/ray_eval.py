@@ -78,7 +78,7 @@ def driver_loop(address: str, samples: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--samples", type=int, default=3, help="episodes per test question (189 questions)")
+    parser.add_argument("--samples", type=int, default=2, help="episodes per test question (189 questions)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each way; the table gives medians")
     parser.add_argument("--no-write", action="store_true", help="print the table without updating bench/RESULTS.md")
     args = parser.parse_args()
