@@ -227,3 +227,20 @@ def test_rl_samples_and_validates_its_rounds_on_the_cluster(two_nodes, tiny_mode
     assert (tmp_path / "ray" / "round-1" / "rewards.jsonl").read_bytes() == (tmp_path / "one" / "round-1" / "rewards.jsonl").read_bytes()
     adapter = ("round-1", "update", "adapter")
     assert file_hashes(tmp_path.joinpath("ray", *adapter)) == file_hashes(tmp_path.joinpath("one", *adapter))
+
+
+def test_a_script_connected_to_ray_keeps_its_connection(two_nodes, one_process, tmp_path):
+    """The Python API in a script that called ray.init itself: the run uses that connection and
+    leaves it open for the script's own work."""
+    import ray
+
+    from paper_explorer import EvalConfig, evaluate
+
+    ray.init(address=two_nodes.address, logging_level="ERROR", log_to_driver=False)
+    try:
+        run = evaluate(EvalConfig(limit=8, samples=3, ray=two_nodes.address), out=tmp_path / "ray")
+        assert ray.is_initialized() and ray.get(ray.put("still connected")) == "still connected"
+    finally:
+        ray.shutdown()
+    assert run.metrics.episodes == 24
+    assert_same_run(tmp_path / "ray", one_process)

@@ -100,6 +100,7 @@ class RayCluster:
     def __init__(self, address: str) -> None:
         self.address = address
         self._ray: Any = None
+        self._owned = False  # whether this connection is ours to close
 
     def connect(self) -> None:
         """Connect, or one ``EvaluationError`` line: Ray missing, or no cluster at the address."""
@@ -107,6 +108,9 @@ class RayCluster:
             import ray
         except ImportError:
             raise EvaluationError(f"{setting('ray')} runs episodes on a Ray cluster, which needs Ray: install it with {INSTALL}") from None
+        if ray.is_initialized():  # the caller's own connection (a script that called ray.init): used, and left open
+            self._ray, self._owned = ray, False
+            return
         _check_reachable(self.address)
         env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)}
         try:
@@ -121,12 +125,12 @@ class RayCluster:
                 f"{setting('ray', self.address)}: cannot connect to a Ray cluster ({_first_line(error)}); "
                 "start one with ray start --head, or give its address (HOST:PORT, ray://HOST:10001 or auto)"
             ) from None
-        self._ray = ray
+        self._ray, self._owned = ray, True
 
     def close(self) -> None:
-        if self._ray is not None:
+        if self._ray is not None and self._owned:
             self._ray.shutdown()
-            self._ray = None
+        self._ray = None
 
     def run_batches(
         self, units: Sequence[tuple[Any, int]], corpus: Corpus, config: EvalConfig, driver: Identity

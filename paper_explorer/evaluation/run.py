@@ -241,26 +241,28 @@ class _Run:
         _refuse_other_probes(out, config, latest.values())
         done = {key for key, t in latest.items() if not (self.retry_errors and t.outcome.status == "policy_error")}
         remaining = [(q, sample) for q, sample in units if (q.id, sample) not in done]
-        cluster = self._ready(config, policy, remaining, load_adapter)
-        _make_run_directory(out)
-        index = BM25Index.cached(self.corpus)
-        if not (out / MANIFEST).exists():
-            write_manifest(out / MANIFEST, self.corpus, recorded, hashes, sandbox_isolation(self.corpus, index, config.episode))
-        # The log's opening cuts off the torn last line that reading it stepped around.
-        with (
-            contextlib.closing(cluster) if cluster is not None else contextlib.nullcontext(),
-            _running(EpisodeRunner(self.corpus, index, policy, config.episode)),
-            loaded_state_frozen(),
-            TrajectoryLog(out / TRAJECTORIES) as trajectory_log,
-        ):
-            if trajectory_log.torn_bytes:
-                self.reporter.note(f"removed a torn last line ({trajectory_log.torn_bytes} bytes) left by the interrupted run")
-            if self.resume:
-                self.reporter.say(
-                    f"resuming: {len(units) - len(remaining)} of {len(units)} episodes already written"
-                    + (f"; {len(set(latest) - done)} that ended in policy_error run again" if self.retry_errors else "")
-                )
-            stopped = self._run_all(remaining, config, trajectory_log, len(units) - len(remaining), len(units), cluster)
+        with contextlib.ExitStack() as connected:  # a Ray connection is closed however the run ends
+            cluster = self._ready(config, policy, remaining, load_adapter)
+            if cluster is not None:
+                connected.callback(cluster.close)
+            _make_run_directory(out)
+            index = BM25Index.cached(self.corpus)
+            if not (out / MANIFEST).exists():
+                write_manifest(out / MANIFEST, self.corpus, recorded, hashes, sandbox_isolation(self.corpus, index, config.episode))
+            # The log's opening cuts off the torn last line that reading it stepped around.
+            with (
+                _running(EpisodeRunner(self.corpus, index, policy, config.episode)),
+                loaded_state_frozen(),
+                TrajectoryLog(out / TRAJECTORIES) as trajectory_log,
+            ):
+                if trajectory_log.torn_bytes:
+                    self.reporter.note(f"removed a torn last line ({trajectory_log.torn_bytes} bytes) left by the interrupted run")
+                if self.resume:
+                    self.reporter.say(
+                        f"resuming: {len(units) - len(remaining)} of {len(units)} episodes already written"
+                        + (f"; {len(set(latest) - done)} that ended in policy_error run again" if self.retry_errors else "")
+                    )
+                stopped = self._run_all(remaining, config, trajectory_log, len(units) - len(remaining), len(units), cluster)
         whole = [(question.id, sample) for question, sample in units] if stopped is None else None  # put in order once whole
         replaced = settle_log(out, whole)
         if replaced:
