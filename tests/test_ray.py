@@ -1,6 +1,6 @@
 """explorer eval --ray: the episodes run as Ray tasks on a cluster of nodes started on this machine
-(a head that runs nothing and worker nodes of one CPU each, as ``ray start`` on separate machines
-would make them), and the run is byte for byte the run of one process, timings aside: with a
+at 127.0.0.1 (a head that runs nothing and worker nodes of one CPU each, as ``ray start`` on
+separate machines would make them), and the run is byte for byte the run of one process, timings aside: with a
 node killed mid-run, and with the driver killed and the run resumed."""
 
 from __future__ import annotations
@@ -32,6 +32,16 @@ pytestmark = pytest.mark.slow  # a Ray cluster takes seconds to start on a loade
 
 QUESTIONS = ["--limit", "8", "--samples", "3"]  # 24 episodes: enough that a kill lands mid-run
 HOW_IT_RAN = {"ray": None, "concurrency": None}  # the config fields that differ from the one-process run's by design
+
+
+@pytest.fixture(scope="module", autouse=True)
+def loopback_only():
+    """Ray binds 127.0.0.1, never this machine's outward address: the head, the nodes and every
+    driver the tests start (Ray's single-machine mode; it otherwise rewrites 127.0.0.1 to the
+    machine's address)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        yield
 
 
 @contextlib.contextmanager
@@ -111,6 +121,7 @@ def test_a_ray_run_is_the_run_of_one_process(two_nodes, one_process, tmp_path, c
     assert "Traceback" not in result.stderr
     assert_same_run(out, one_process)
     assert json.loads((out / "manifest.json").read_text())["config"]["ray"] == two_nodes.address
+    assert two_nodes.address.startswith("127.0.0.1:")
 
 
 def test_the_driver_killed_and_the_run_resumed_is_the_run_of_one_process(two_nodes, one_process, tmp_path, cache):

@@ -226,7 +226,8 @@ def _check_reachable(address: str) -> None:
     if dialled != host and _refused(host, int(port)) is None:
         raise EvaluationError(
             f"{setting('ray', address)}: the Ray head there listens on the loopback address only, and Ray connects to "
-            f"this machine's address {dialled}; start the head without --node-ip-address 127.0.0.1, or give {dialled}:{port}"
+            f"this machine's address {dialled}; start the head without --node-ip-address 127.0.0.1, or, for a cluster "
+            "on this machine alone, set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for the head, the nodes and this command"
         )
     raise EvaluationError(
         f"{setting('ray', address)}: no Ray cluster answers there ({refused}); "
