@@ -230,6 +230,51 @@ def test_a_cluster_without_a_cpu_stops_the_run_in_one_line(tmp_path, cache, monk
     assert (out / "manifest.json").exists() and not (out / "trajectories.jsonl").read_text()
 
 
+def _jobs_holding(address: str, text: str) -> int:
+    """How many of the cluster's jobs keep ``text`` in their runtime_env, in the cluster's job table (as GCS stores it)."""
+    import ray
+    from ray.core.generated import gcs_pb2
+
+    ray.init(address=address, log_to_driver=False)
+    try:
+        table = ray._private.state.state._connect_and_get_accessor().get_job_table(
+            skip_submission_job_info_field=True, skip_is_running_tasks_field=True
+        )
+        return sum(text in gcs_pb2.JobTableData.FromString(job).config.runtime_env_info.serialized_runtime_env for job in table)
+    finally:
+        ray.shutdown()
+
+
+def test_the_key_goes_to_a_cluster_only_for_a_policy_that_sends_it_and_only_when_named(two_nodes, tiny_tokenizer, tmp_path, monkeypatch):
+    """OPENAI_API_KEY reaches the tasks (and so the cluster's job table) only when the policy sends
+    it to a server, and a resume sends it only to a cluster its own command names."""
+    from tests.agent.test_openai_policy import FakeServer
+    from tests.test_eval_failures import openai_eval
+
+    key = "sk-ray-test-key-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    _ok(run_cli("eval", "--limit", "2", "--ray", two_nodes.address, "--out", str(tmp_path / "scripted")))
+    assert _jobs_holding(two_nodes.address, key) == 0  # a scripted policy: no server, no key
+    server = FakeServer(models=["served"])
+    try:
+        out = tmp_path / "served"
+        result = openai_eval(server.url, tiny_tokenizer, out, "--ray", two_nodes.address)
+        _ok(result)
+        assert set(server.authorizations) == {f"Bearer {key}"}  # the nodes' requests carried it
+        assert _jobs_holding(two_nodes.address, key) == 1
+        assert key not in result.stdout + result.stderr
+        assert not [path for path in out.iterdir() if key.encode() in path.read_bytes()]
+        (out / "trajectories.jsonl").write_text((out / "trajectories.jsonl").read_text().splitlines()[0] + "\n")
+        (out / "scores.jsonl").unlink()
+        (out / "metrics.json").unlink()
+        _refused(
+            run_cli("eval", "--out", str(out), "--resume", "--base-url", server.url), f"--ray {two_nodes.address}", "unset OPENAI_API_KEY"
+        )
+        _ok(run_cli("eval", "--out", str(out), "--resume", "--base-url", server.url, "--ray", two_nodes.address))
+    finally:
+        server.server.shutdown()
+
+
 def test_ray_flags_that_cannot_work_are_one_line(tmp_path, monkeypatch):
     out = tmp_path / "ray"
     _refused(run_cli("eval", "--limit", "2", "--ray", "auto", "--workers", "2", "--out", str(out)), "--workers 2", "--ray")

@@ -28,7 +28,8 @@ The corpus reaches the nodes through Ray's object store (put once, fetched once 
 process), so nodes need no copy of it. Paths in the config (a model, a tokenizer, a probes file)
 are opened on the nodes: a task runs in the driver's working directory where the node has it (a
 shared filesystem), so relative paths mean what they meant to the driver. ``OPENAI_API_KEY``, when
-set, reaches the tasks as an environment variable of the job (Ray's ``runtime_env``).
+set and the policy sends it to its server, reaches the tasks as an environment variable of the job
+(Ray's ``runtime_env``, which the cluster keeps in its job table): never for a policy that sends none.
 
 Ray is an optional extra (``pip install -e '.[ray]'``); without it ``--ray`` is refused in one line
 before anything is written.
@@ -99,8 +100,9 @@ def driver_identity(isolation: str) -> Identity:
 class RayCluster:
     """A connection to a Ray cluster for one run: ``connect``, then ``run_batches``, then ``close``."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, send_key: bool = False) -> None:
         self.address = address
+        self.send_key = send_key  # the policy sends OPENAI_API_KEY to its server: its tasks need it, and only then
         self._ray: Any = None
         self._without_cpu_since: float | None = None  # since when the cluster has had no CPU to run a task on
 
@@ -111,7 +113,8 @@ class RayCluster:
         except ImportError:
             raise EvaluationError(f"{setting('ray')} runs episodes on a Ray cluster, which needs Ray: install it with {INSTALL}") from None
         _check_reachable(self.address)
-        env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)}
+        # A job's environment is kept in the cluster's job table, where whoever reaches the cluster reads it.
+        env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)} if self.send_key else {}
         try:
             ray.init(
                 address=self.address,
@@ -255,7 +258,7 @@ def _check_reachable(address: str) -> None:
         )
     raise EvaluationError(
         f"{setting('ray', address)}: no Ray cluster answers there ({refused}); "
-        "start one with ray start --head, or give its address (ray status shows it)"
+        "start one with ray start --head, or give its address (ray status shows it), or local to run on this machine alone"
     )
 
 
