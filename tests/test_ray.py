@@ -183,9 +183,13 @@ def test_an_address_where_no_ray_head_answers_is_one_line_not_a_hang(two_nodes, 
         threading.Thread(target=web.serve_forever, daemon=True).start()
         try:
             result = run_cli("eval", "--limit", "2", "--ray", f"127.0.0.1:{web.server_address[1]}", "--out", str(out))
+            found = run_cli(  # auto finds what RAY_ADDRESS (or a stale ray start) names
+                "eval", "--limit", "2", "--ray", "auto", "--out", str(out), env={"RAY_ADDRESS": f"127.0.0.1:{web.server_address[1]}"}
+            )
         finally:
             web.shutdown()
     _refused(result, "not a Ray head", "6379")
+    _refused(found, "--ray auto (found ", f":{web.server_address[1]} in RAY_ADDRESS", "not a Ray head")
     raylet = f"{two_nodes.head_node.node_ip_address}:{two_nodes.head_node.node_manager_port}"  # gRPC, but not the head's GCS
     _refused(run_cli("eval", "--limit", "2", "--ray", raylet, "--out", str(out)), "not a Ray head")
     _refused(run_cli("eval", "--limit", "2", "--ray", "127.0.0.1:70000", "--out", str(out)), "not a Ray address")

@@ -42,6 +42,7 @@ import logging
 import os
 import socket
 import time
+import warnings
 from collections import Counter
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -116,12 +117,13 @@ class RayCluster:
         # A job's environment is kept in the cluster's job table, where whoever reaches the cluster reads it.
         env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)} if self.send_key else {}
         try:
-            ray.init(
-                address=self.address,
-                logging_level=logging.ERROR,
-                log_to_driver=False,
-                runtime_env={"env_vars": env_vars} if env_vars else None,
-            )
+            with warnings.catch_warnings(action="ignore", category=UserWarning):  # a Ray Client's timeout, said again below
+                ray.init(
+                    address=self.address,
+                    logging_level=logging.ERROR,
+                    log_to_driver=False,
+                    runtime_env={"env_vars": env_vars} if env_vars else None,
+                )
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise EvaluationError(
                 f"{setting('ray', self.address)}: cannot connect to a Ray cluster ({_first_line(error)}); "
@@ -234,14 +236,21 @@ def chunk_size(units: int, concurrency: int, cpus: int) -> int:
 
 
 def _check_reachable(address: str) -> None:
-    """A HOST:PORT where nothing listens is one line now; Ray itself would retry for minutes."""
-    if address in ("auto", "local") or "://" in address:
-        return  # found by Ray (auto, local), or a Ray Client address, which fails fast on its own
+    """A HOST:PORT where nothing listens is one line now; Ray itself would retry for minutes. So is
+    ``auto`` when what it finds (RAY_ADDRESS, or the address a stale ``ray start`` left) is such."""
+    named = setting("ray", address)
+    if address == "auto":
+        found = _auto_address()
+        if found is None:
+            return  # none found (ray.init says so at once), or a Ray Client address (it fails fast on its own)
+        named, address = f"{named} (found {found} in RAY_ADDRESS or this machine's last ray start)", found
+    elif address == "local" or "://" in address:
+        return  # a Ray of this process's own, or a Ray Client address
     host, _, port = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # an IPv6 address is written [ADDRESS]:PORT
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise EvaluationError(
-            f"{setting('ray', address)}: not a Ray address; give HOST:PORT (the head's GCS port, 6379 by default), ray://HOST:10001 or auto"
+            f"{named}: not a Ray address; give HOST:PORT (the head's GCS port, 6379 by default), ray://HOST:10001 or auto"
         )
     import ray.util
 
@@ -249,20 +258,30 @@ def _check_reachable(address: str) -> None:
     dialled = ray.util.get_node_ip_address() if host in LOOPBACK else host
     refused = _refused(dialled, int(port))
     if refused is None:
-        _check_speaks_ray(address, dialled, int(port))
+        _check_speaks_ray(named, dialled, int(port))
         return
     if dialled != host and _refused(host, int(port)) is None:
         raise EvaluationError(
-            f"{setting('ray', address)}: the Ray head there listens on the loopback address only, and Ray connects to "
+            f"{named}: the Ray head there listens on the loopback address only, and Ray connects to "
             f"this machine's address {dialled}; start the head without --node-ip-address 127.0.0.1, or give {dialled}:{port}"
         )
     raise EvaluationError(
-        f"{setting('ray', address)}: no Ray cluster answers there ({refused}); "
+        f"{named}: no Ray cluster answers there ({refused}); "
         "start one with ray start --head, or give its address (ray status shows it), or local to run on this machine alone"
     )
 
 
-def _check_speaks_ray(address: str, host: str, port: int) -> None:
+def _auto_address() -> str | None:
+    """The HOST:PORT ``ray.init(address="auto")`` would dial, or None when it finds none or is sent to a Ray Client."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError):  # ValueError: RAY_ADDRESS holds a ray:// address, not HOST:PORT
+        return None
+
+
+def _check_speaks_ray(named: str, host: str, port: int) -> None:
     """What listens at ``host:port`` answers a Ray head's first question (its cluster's id), or one
     line: given anything else (a dashboard's HTTP port, the Ray Client port without ray://, another
     server), ``ray.init`` retries for a quarter of an hour, logging as it goes."""
@@ -281,7 +300,7 @@ def _check_speaks_ray(address: str, host: str, port: int) -> None:
             # head's; DEADLINE_EXCEEDED: nothing answered. Any other code came from a Ray head (one that wants a token, say).
             if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED):
                 raise EvaluationError(
-                    f"{setting('ray', address)}: a server listens there but it is not a Ray head ({_first_line_of(error.details())}); "
+                    f"{named}: a server listens there but it is not a Ray head ({_first_line_of(error.details())}); "
                     "give the head's GCS port (6379 by default; ray status shows the address), or ray://HOST:10001 for a Ray Client"
                 ) from None
 
