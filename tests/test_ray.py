@@ -114,6 +114,22 @@ def _eval(*args: str, cache: Path):
     return run_cli_process("eval", *args, env={"EXPLORER_CACHE_DIR": str(cache)})
 
 
+def _driver_past_its_first_episode(args: tuple[str, ...], log: Path, cache: Path, **popen) -> subprocess.Popen:
+    """``explorer eval ARGS`` started in a process of its own, returned once its log holds a line (or it ended)."""
+    driver = subprocess.Popen(
+        explorer_command("eval", *args),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=checkout_environment({"EXPLORER_CACHE_DIR": str(cache)}),
+        **popen,
+    )
+    deadline = time.monotonic() + HANG_SECONDS
+    while time.monotonic() < deadline and driver.poll() is None and (not log.exists() or not log.read_text().count("\n")):
+        time.sleep(0.05)
+    return driver
+
+
 def test_a_ray_run_is_the_run_of_one_process(two_nodes, one_process, tmp_path, cache):
     out = tmp_path / "ray"
     result = _eval(*QUESTIONS, "--ray", two_nodes.address, "--concurrency", "2", "--out", str(out), cache=cache)
@@ -140,16 +156,7 @@ def test_a_node_killed_mid_run_loses_and_repeats_no_episode(one_process, tmp_pat
     log = out / "trajectories.jsonl"
     with ray_cluster(1, cache) as cluster:
         doomed = cluster.list_all_nodes()[-1]
-        driver = subprocess.Popen(
-            explorer_command("eval", *QUESTIONS, "--ray", cluster.address, "--out", str(out)),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=checkout_environment({"EXPLORER_CACHE_DIR": str(cache)}),
-        )
-        deadline = time.monotonic() + HANG_SECONDS
-        while time.monotonic() < deadline and driver.poll() is None and (not log.exists() or not log.read_text().count("\n")):
-            time.sleep(0.05)
+        driver = _driver_past_its_first_episode((*QUESTIONS, "--ray", cluster.address, "--out", str(out)), log, cache)
         cluster.remove_node(doomed, allow_graceful=False)  # its raylet and workers killed, as a lost machine's
         written = log.read_text().count("\n")
         cluster.add_node(num_cpus=1)  # where the lost node's tasks go: until it joins, they wait
@@ -170,6 +177,117 @@ def test_without_a_cluster_at_the_address_nothing_is_written(tmp_path, cache):
     assert not out.exists()
     _refused(_eval("--limit", "2", "--ray", "head-without-port", "--out", str(out), cache=cache), "not a Ray address")
     assert not out.exists()
+
+
+def test_an_address_where_no_ray_head_answers_is_one_line_not_a_hang(two_nodes, tmp_path, cache):
+    """Something that is not a Ray head at the address (a web server, a Ray daemon's other port):
+    ray.init would retry for a quarter of an hour; the run says so at once, and writes nothing."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # it would print into the command's stderr, this process's
+            pass
+
+    out = tmp_path / "ray"
+    with http.server.ThreadingHTTPServer(("", 0), Quiet) as web:
+        threading.Thread(target=web.serve_forever, daemon=True).start()
+        try:
+            result = run_cli("eval", "--limit", "2", "--ray", f"127.0.0.1:{web.server_address[1]}", "--out", str(out))
+            found = run_cli(  # auto finds what RAY_ADDRESS (or a stale ray start) names
+                "eval", "--limit", "2", "--ray", "auto", "--out", str(out), env={"RAY_ADDRESS": f"127.0.0.1:{web.server_address[1]}"}
+            )
+        finally:
+            web.shutdown()
+    _refused(result, "not a Ray head", "6379")
+    _refused(found, "--ray auto (found ", f":{web.server_address[1]} in RAY_ADDRESS", "not a Ray head")
+    raylet = f"{two_nodes.head_node.node_ip_address}:{two_nodes.head_node.node_manager_port}"  # gRPC, but not the head's GCS
+    _refused(run_cli("eval", "--limit", "2", "--ray", raylet, "--out", str(out)), "not a Ray head")
+    _refused(run_cli("eval", "--limit", "2", "--ray", "127.0.0.1:70000", "--out", str(out)), "not a Ray address")
+    assert not out.exists()
+
+
+def test_the_head_lost_mid_run_is_one_line_and_the_run_resumes(two_nodes, tmp_path, cache):
+    """The head machine lost (its GCS and the driver's own Ray daemon with it): one line, exit 2,
+    not Ray's traceback; the episodes written stay, and a resume on another cluster finishes the run."""
+    many = ("--limit", "8", "--samples", "10")  # 80 episodes: the head goes long before their end
+    one_process = tmp_path / "one"
+    _ok(_eval(*many, "--out", str(one_process), cache=cache))
+    out = tmp_path / "ray"
+    log = out / "trajectories.jsonl"
+    with ray_cluster(1, cache) as doomed:
+        address = doomed.address
+        driver = _driver_past_its_first_episode((*many, "--ray", address, "--out", str(out)), log, cache)
+        for processes in doomed.head_node.all_processes.values():  # at once, as a machine's power going
+            for process in processes:
+                process.process.kill()
+        _, stderr = driver.communicate(timeout=HANG_SECONDS)
+    written = log.read_text().count("\n")
+    assert 1 <= written < 80, written
+    assert driver.returncode == 2 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1].startswith(f"error: --ray {address}: lost the Ray cluster"), stderr
+    result = _eval("--out", str(out), "--resume", "--ray", two_nodes.address, cache=cache)
+    _ok(result)
+    assert f"resuming: {written} of 80 episodes already written" in result.stderr
+    assert_same_run(out, one_process)
+
+
+def test_a_cluster_without_a_cpu_stops_the_run_in_one_line(tmp_path, cache, monkeypatch):
+    """No node can run a task (the only worker lost, none joining): Ray would keep the tasks waiting
+    forever; the run stops after NO_CPU_SECONDS in one line, its manifest written for the resume."""
+    from paper_explorer.evaluation import ray_tasks
+
+    monkeypatch.setattr(ray_tasks, "NO_CPU_SECONDS", 2.0)
+    out = tmp_path / "ray"
+    with ray_cluster(0, cache) as head_only:
+        line = _refused(run_cli("eval", "--limit", "2", "--ray", head_only.address, "--out", str(out)), began=True)
+    assert "no node with a CPU for 2 s" in line and "resume" in line, line
+    assert (out / "manifest.json").exists() and not (out / "trajectories.jsonl").read_text()
+
+
+def _jobs_holding(address: str, text: str) -> int:
+    """How many of the cluster's jobs keep ``text`` in their runtime_env, in the cluster's job table (as GCS stores it)."""
+    import ray
+    from ray.core.generated import gcs_pb2
+
+    ray.init(address=address, log_to_driver=False)
+    try:
+        table = ray._private.state.state._connect_and_get_accessor().get_job_table(
+            skip_submission_job_info_field=True, skip_is_running_tasks_field=True
+        )
+        return sum(text in gcs_pb2.JobTableData.FromString(job).config.runtime_env_info.serialized_runtime_env for job in table)
+    finally:
+        ray.shutdown()
+
+
+def test_the_key_goes_to_a_cluster_only_for_a_policy_that_sends_it_and_only_when_named(two_nodes, tiny_tokenizer, tmp_path, monkeypatch):
+    """OPENAI_API_KEY reaches the tasks (and so the cluster's job table) only when the policy sends
+    it to a server, and a resume sends it only to a cluster its own command names."""
+    from tests.agent.test_openai_policy import FakeServer
+    from tests.test_eval_failures import openai_eval
+
+    key = "sk-ray-test-key-4242"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    _ok(run_cli("eval", "--limit", "2", "--ray", two_nodes.address, "--out", str(tmp_path / "scripted")))
+    assert _jobs_holding(two_nodes.address, key) == 0  # a scripted policy: no server, no key
+    server = FakeServer(models=["served"])
+    try:
+        out = tmp_path / "served"
+        result = openai_eval(server.url, tiny_tokenizer, out, "--ray", two_nodes.address)
+        _ok(result)
+        assert set(server.authorizations) == {f"Bearer {key}"}  # the nodes' requests carried it
+        assert _jobs_holding(two_nodes.address, key) == 1
+        assert key not in result.stdout + result.stderr
+        assert not [path for path in out.iterdir() if key.encode() in path.read_bytes()]
+        (out / "trajectories.jsonl").write_text((out / "trajectories.jsonl").read_text().splitlines()[0] + "\n")
+        (out / "scores.jsonl").unlink()
+        (out / "metrics.json").unlink()
+        _refused(
+            run_cli("eval", "--out", str(out), "--resume", "--base-url", server.url), f"--ray {two_nodes.address}", "unset OPENAI_API_KEY"
+        )
+        _ok(run_cli("eval", "--out", str(out), "--resume", "--base-url", server.url, "--ray", two_nodes.address))
+    finally:
+        server.server.shutdown()
 
 
 def test_ray_flags_that_cannot_work_are_one_line(tmp_path, monkeypatch):
@@ -201,19 +319,13 @@ def test_a_node_unlike_the_manifest_refuses_the_run(two_nodes, tmp_path, cache):
 
 def test_ctrl_c_stops_the_tasks_and_keeps_what_finished(two_nodes, tmp_path, cache):
     out = tmp_path / "ray"
-    driver = subprocess.Popen(  # 80 episodes: the Ctrl-C lands long before their end
-        explorer_command("eval", "--limit", "8", "--samples", "10", "--ray", two_nodes.address, "--out", str(out)),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=checkout_environment({"EXPLORER_CACHE_DIR": str(cache)}),
+    driver = _driver_past_its_first_episode(  # 80 episodes: the Ctrl-C lands long before their end
+        ("--limit", "8", "--samples", "10", "--ray", two_nodes.address, "--out", str(out)),
+        out / "trajectories.jsonl",
+        cache,
         start_new_session=True,
         preexec_fn=with_signals_a_terminal_leaves,
     )
-    log = out / "trajectories.jsonl"
-    deadline = time.monotonic() + HANG_SECONDS
-    while time.monotonic() < deadline and driver.poll() is None and (not log.exists() or not log.read_text().count("\n")):
-        time.sleep(0.05)
     os.killpg(driver.pid, signal.SIGINT)
     _, stderr = driver.communicate(timeout=HANG_SECONDS)
     assert driver.returncode == 130 and "Traceback" not in stderr, stderr

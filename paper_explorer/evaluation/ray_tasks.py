@@ -28,7 +28,8 @@ The corpus reaches the nodes through Ray's object store (put once, fetched once 
 process), so nodes need no copy of it. Paths in the config (a model, a tokenizer, a probes file)
 are opened on the nodes: a task runs in the driver's working directory where the node has it (a
 shared filesystem), so relative paths mean what they meant to the driver. ``OPENAI_API_KEY``, when
-set, reaches the tasks as an environment variable of the job (Ray's ``runtime_env``).
+set and the policy sends it to its server, reaches the tasks as an environment variable of the job
+(Ray's ``runtime_env``, which the cluster keeps in its job table): never for a policy that sends none.
 
 Ray is an optional extra (``pip install -e '.[ray]'``); without it ``--ray`` is refused in one line
 before anything is written.
@@ -40,6 +41,8 @@ import contextlib
 import logging
 import os
 import socket
+import time
+import warnings
 from collections import Counter
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
@@ -56,6 +59,7 @@ from paper_explorer.evaluation.errors import EvaluationError
 INSTALL = "pip install -e '.[ray]'"
 TASK_RETRIES = 3  # a chunk lost with its node runs again elsewhere, up to this many times
 CONNECT_SECONDS = 10.0  # an address where no Ray cluster listens is named after this, not after Ray's minutes of retries
+NO_CPU_SECONDS = 600.0  # a cluster without a CPU this long (its nodes lost, none joining, none autoscaled) stops the run
 WAIT_SECONDS = 1.0  # how long the driver blocks on Ray at a time: Ctrl-C is seen between waits
 CHUNKS_PER_CPU = 8  # at least this many tasks for each CPU of the cluster, for balance and a small loss per lost node
 MAX_ROUNDS = 8  # a task runs at most this many rounds of concurrency episodes
@@ -97,10 +101,12 @@ def driver_identity(isolation: str) -> Identity:
 class RayCluster:
     """A connection to a Ray cluster for one run: ``connect``, then ``run_batches``, then ``close``."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, send_key: bool = False) -> None:
         self.address = address
+        self.send_key = send_key  # the policy sends OPENAI_API_KEY to its server: its tasks need it, and only then
         self._ray: Any = None
         self._owned = False  # whether this connection is ours to close
+        self._without_cpu_since: float | None = None  # since when the cluster has had no CPU to run a task on
 
     def connect(self) -> None:
         """Connect, or one ``EvaluationError`` line: Ray missing, or no cluster at the address."""
@@ -112,14 +118,16 @@ class RayCluster:
             self._ray, self._owned = ray, False
             return
         _check_reachable(self.address)
-        env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)}
+        # A job's environment is kept in the cluster's job table, where whoever reaches the cluster reads it.
+        env_vars = {name: os.environ[name] for name in KEY_VARIABLES if os.environ.get(name)} if self.send_key else {}
         try:
-            ray.init(
-                address=self.address,
-                logging_level=logging.ERROR,
-                log_to_driver=False,
-                runtime_env={"env_vars": env_vars} if env_vars else None,
-            )
+            with warnings.catch_warnings(action="ignore", category=UserWarning):  # a Ray Client's timeout, said again below
+                ray.init(
+                    address=self.address,
+                    logging_level=logging.ERROR,
+                    log_to_driver=False,
+                    runtime_env={"env_vars": env_vars} if env_vars else None,
+                )
         except (ConnectionError, RuntimeError, ValueError) as error:
             raise EvaluationError(
                 f"{setting('ray', self.address)}: cannot connect to a Ray cluster ({_first_line(error)}); "
@@ -154,8 +162,7 @@ class RayCluster:
                 while chunks and len(pending) < window:
                     chunk = chunks.pop(0)
                     pending[remote.remote(*task, chunk)] = chunk
-                finished, _ = ray.wait(list(pending), num_returns=1, timeout=WAIT_SECONDS)
-                for ref in finished:
+                for ref in self._finished(list(pending)):
                     chunk = pending.pop(ref)
                     batch = _checked(self._result(ray, ref, len(chunk)), chunk)
                     batch = [t for t in batch if (t.question_id, t.sample) not in written]
@@ -166,6 +173,31 @@ class RayCluster:
             for ref in pending:
                 with contextlib.suppress(Exception):  # a task that finished or died meanwhile
                     ray.cancel(ref, force=True)
+
+    def _finished(self, refs: list) -> list:
+        """The tasks of ``refs`` that finished within ``WAIT_SECONDS`` (often none). One line, not a
+        hang or Ray's traceback, when the cluster went away (its head lost: the driver's own Ray
+        daemon with it), or has had no CPU to run a task on for ``NO_CPU_SECONDS`` (its nodes lost
+        and none joining; Ray would wait for one forever)."""
+        ray = self._ray
+        try:
+            finished, _ = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS)
+            if finished or ray.cluster_resources().get("CPU", 0) > 0:
+                self._without_cpu_since = None
+                return finished
+        except (OSError, ray.exceptions.RayError) as lost:
+            raise EvaluationError(
+                f"{setting('ray', self.address)}: lost the Ray cluster ({type(lost).__name__}: {_first_line(lost)}); "
+                "what finished is written: check the cluster (ray status), then resume the run"
+            ) from None
+        now = time.monotonic()
+        self._without_cpu_since = self._without_cpu_since or now
+        if now - self._without_cpu_since >= NO_CPU_SECONDS:
+            raise EvaluationError(
+                f"{setting('ray', self.address)}: the Ray cluster has had no node with a CPU for {NO_CPU_SECONDS:.0f} s, so "
+                f"{len(refs)} tasks wait to run; what finished is written: add nodes (ray start --address on each), then resume the run"
+            )
+        return []
 
     def _result(self, ray: Any, ref: Any, episodes: int) -> list[Trajectory]:
         try:
@@ -208,31 +240,79 @@ def chunk_size(units: int, concurrency: int, cpus: int) -> int:
 
 
 def _check_reachable(address: str) -> None:
-    """A HOST:PORT where nothing listens is one line now; Ray itself would retry for minutes."""
-    if address in ("auto", "local") or "://" in address:
-        return  # found by Ray (auto, local), or a Ray Client address, which fails fast on its own
+    """A HOST:PORT where nothing listens is one line now; Ray itself would retry for minutes. So is
+    ``auto`` when what it finds (RAY_ADDRESS, or the address a stale ``ray start`` left) is such."""
+    named = setting("ray", address)
+    if address == "auto":
+        found = _auto_address()
+        if found is None:
+            return  # none found (ray.init says so at once), or a Ray Client address (it fails fast on its own)
+        named, address = f"{named} (found {found} in RAY_ADDRESS or this machine's last ray start)", found
+    elif address == "local" or "://" in address:
+        return  # a Ray of this process's own, or a Ray Client address
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 address is written [ADDRESS]:PORT
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise EvaluationError(
-            f"{setting('ray', address)}: not a Ray address; give HOST:PORT (the head's GCS port, 6379 by default), ray://HOST:10001 or auto"
+            f"{named}: not a Ray address; give HOST:PORT (the head's GCS port, 6379 by default), ray://HOST:10001 or auto"
         )
     import ray.util
 
     # Ray connects to this machine's own address when given a loopback one (a head binds it, not 127.0.0.1).
-    dialled = ray.util.get_node_ip_address() if host.strip("[]") in LOOPBACK else host
+    dialled = ray.util.get_node_ip_address() if host in LOOPBACK else host
     refused = _refused(dialled, int(port))
     if refused is None:
+        _check_speaks_ray(named, dialled, int(port))
         return
     if dialled != host and _refused(host, int(port)) is None:
         raise EvaluationError(
-            f"{setting('ray', address)}: the Ray head there listens on the loopback address only, and Ray connects to "
+            f"{named}: the Ray head there listens on the loopback address only, and Ray connects to "
             f"this machine's address {dialled}; start the head without --node-ip-address 127.0.0.1, or, for a cluster "
             "on this machine alone, set RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 for the head, the nodes and this command"
         )
     raise EvaluationError(
-        f"{setting('ray', address)}: no Ray cluster answers there ({refused}); "
-        "start one with ray start --head, or give its address (ray status shows it)"
+        f"{named}: no Ray cluster answers there ({refused}); "
+        "start one with ray start --head, or give its address (ray status shows it), or local to run on this machine alone"
     )
+
+
+def _auto_address() -> str | None:
+    """The HOST:PORT ``ray.init(address="auto")`` would dial, or None when it finds none or is sent to a Ray Client."""
+    from ray._private.services import canonicalize_bootstrap_address
+
+    try:
+        return canonicalize_bootstrap_address("auto")
+    except (ConnectionError, ValueError):  # ValueError: RAY_ADDRESS holds a ray:// address, not HOST:PORT
+        return None
+
+
+def _check_speaks_ray(named: str, host: str, port: int) -> None:
+    """What listens at ``host:port`` answers a Ray head's first question (its cluster's id), or one
+    line: given anything else (a dashboard's HTTP port, the Ray Client port without ray://, another
+    server), ``ray.init`` retries for a quarter of an hour, logging as it goes."""
+    import grpc
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    with grpc.insecure_channel(target) as channel:
+        try:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]  # protoc-generated, without stubs
+                timeout=CONNECT_SECONDS,
+            )
+        except grpc.RpcError as error:
+            # UNAVAILABLE: not gRPC at all (HTTP/1, another protocol); UNIMPLEMENTED: a gRPC server that is not a Ray
+            # head's; DEADLINE_EXCEEDED: nothing answered. Any other code came from a Ray head (one that wants a token, say).
+            if error.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNIMPLEMENTED, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise EvaluationError(
+                    f"{named}: a server listens there but it is not a Ray head ({_first_line_of(error.details())}); "
+                    "give the head's GCS port (6379 by default; ray status shows the address), or ray://HOST:10001 for a Ray Client"
+                ) from None
+
+
+def _first_line_of(text: str | None) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else "no answer"
 
 
 def _refused(host: str, port: int) -> str | None:

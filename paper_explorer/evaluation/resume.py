@@ -130,6 +130,8 @@ def eval_config(out: Path, overrides: dict[str, Any], config_file: Path | None =
     refuse_changed_config(out, config, manifest)
     if SERVER_FIELD not in named:
         refuse_unnamed_server(out, config)
+    if "ray" not in named:
+        refuse_unnamed_cluster(out, config)
     return config
 
 
@@ -151,6 +153,20 @@ def refuse_unnamed_server(out: Path, config: EvalConfig) -> None:
     raise EvaluationError(
         f"{out / MANIFEST}: names the server {', '.join(urls)}, which this command does not; OPENAI_API_KEY goes only to "
         f"servers named in the command: pass {setting('policy.base_url', urls)} (or your own server's URL) to resume against it, or unset OPENAI_API_KEY"
+    )
+
+
+def refuse_unnamed_cluster(out: Path, config: EvalConfig) -> None:
+    """The same for a Ray cluster: a Ray run's tasks carry the key to the cluster's nodes, and its
+    job table keeps it; a resume sends it only to a cluster its own command names."""
+    from paper_explorer.agent.policies.servers import sends_key
+
+    if config.ray is None or config.policy.serving != "openai" or not sends_key():
+        return
+    raise EvaluationError(
+        f"{out / MANIFEST}: names the Ray cluster {config.ray}, which this command does not; OPENAI_API_KEY goes only to "
+        f"clusters named in the command: pass {setting('ray', config.ray)} (or another cluster's address, or local) to resume on it, "
+        "or unset OPENAI_API_KEY"
     )
 
 

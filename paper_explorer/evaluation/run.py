@@ -335,9 +335,10 @@ class _Run:
             self.reporter.note(preflight)
         if config.ray is None:
             return None
+        from paper_explorer.agent.policies.servers import sends_key
         from paper_explorer.evaluation.ray_tasks import RayCluster
 
-        cluster = RayCluster(config.ray)
+        cluster = RayCluster(config.ray, send_key=config.policy.serving == "openai" and sends_key())
         cluster.connect()
         return cluster
 
