@@ -59,6 +59,7 @@ from paper_explorer.evaluation.errors import EvaluationError
 INSTALL = "pip install -e '.[ray]'"
 TASK_RETRIES = 3  # a chunk lost with its node runs again elsewhere, up to this many times
 CONNECT_SECONDS = 10.0  # an address where no Ray cluster listens is named after this, not after Ray's minutes of retries
+HEAD_GONE_SECONDS = 10.0  # a head whose GCS refuses connections this long is lost (Ray's core gives up after 60 s)
 NO_CPU_SECONDS = 600.0  # a cluster without a CPU this long (its nodes lost, none joining, none autoscaled) stops the run
 WAIT_SECONDS = 1.0  # how long the driver blocks on Ray at a time: Ctrl-C is seen between waits
 CHUNKS_PER_CPU = 8  # at least this many tasks for each CPU of the cluster, for balance and a small loss per lost node
@@ -107,6 +108,8 @@ class RayCluster:
         self._ray: Any = None
         self._owned = False  # whether this connection is ours to close
         self._without_cpu_since: float | None = None  # since when the cluster has had no CPU to run a task on
+        self._gcs: tuple[str, int] | None = None  # the head's GCS (host, port), watched while the run waits
+        self._head_gone_since: float | None = None  # since when it has refused connections
 
     def connect(self) -> None:
         """Connect, or one ``EvaluationError`` line: Ray missing, or no cluster at the address."""
@@ -116,6 +119,7 @@ class RayCluster:
             raise EvaluationError(f"{setting('ray')} runs episodes on a Ray cluster, which needs Ray: install it with {INSTALL}") from None
         if ray.is_initialized():  # the caller's own connection (a script that called ray.init): used, and left open
             self._ray, self._owned = ray, False
+            self._watch_head()
             return
         _check_reachable(self.address)
         # A job's environment is kept in the cluster's job table, where whoever reaches the cluster reads it.
@@ -134,6 +138,15 @@ class RayCluster:
                 "start one with ray start --head, or give its address (HOST:PORT, ray://HOST:10001 or auto)"
             ) from None
         self._ray, self._owned = ray, True
+        self._watch_head()
+
+    def _watch_head(self) -> None:
+        """The head's GCS address, as the connection reports it (none for a Ray Client)."""
+        try:
+            host, _, port = str(self._ray.get_runtime_context().gcs_address).rpartition(":")
+            self._gcs = (host.removeprefix("[").removesuffix("]"), int(port))
+        except Exception:  # a Ray Client connection has no GCS address of its own: Ray watches it
+            self._gcs = None
 
     def close(self) -> None:
         if self._ray is not None and self._owned:
@@ -182,14 +195,16 @@ class RayCluster:
         ray = self._ray
         try:
             finished, _ = ray.wait(refs, num_returns=1, timeout=WAIT_SECONDS)
-            if finished or ray.cluster_resources().get("CPU", 0) > 0:
+            if finished:
                 self._without_cpu_since = None
                 return finished
+            if not self._head_answers():  # asking the cluster for its CPUs would block on the lost head
+                return []
+            if ray.cluster_resources().get("CPU", 0) > 0:
+                self._without_cpu_since = None
+                return []
         except (OSError, ray.exceptions.RayError) as lost:
-            raise EvaluationError(
-                f"{setting('ray', self.address)}: lost the Ray cluster ({type(lost).__name__}: {_first_line(lost)}); "
-                "what finished is written: check the cluster (ray status), then resume the run"
-            ) from None
+            raise self._lost(f"{type(lost).__name__}: {_first_line(lost)}") from None
         now = time.monotonic()
         self._without_cpu_since = self._without_cpu_since or now
         if now - self._without_cpu_since >= NO_CPU_SECONDS:
@@ -198,6 +213,28 @@ class RayCluster:
                 f"{len(refs)} tasks wait to run; what finished is written: add nodes (ray start --address on each), then resume the run"
             )
         return []
+
+    def _head_answers(self) -> bool:
+        """Whether the head's GCS port takes a connection; after ``HEAD_GONE_SECONDS`` of refusals,
+        the run stops in one line. Ray's own core ends this process, with exit 1 and a line of its
+        log, a minute after its head is lost: this says it first, and says what to do."""
+        if self._gcs is None:
+            return True
+        refused = _refused(*self._gcs, timeout=WAIT_SECONDS)
+        if refused is None:
+            self._head_gone_since = None
+            return True
+        now = time.monotonic()
+        self._head_gone_since = self._head_gone_since or now
+        if now - self._head_gone_since >= HEAD_GONE_SECONDS:
+            raise self._lost(f"its head at {self._gcs[0]}:{self._gcs[1]} refuses connections: {refused}")
+        return False
+
+    def _lost(self, why: str) -> EvaluationError:
+        return EvaluationError(
+            f"{setting('ray', self.address)}: lost the Ray cluster ({why}); "
+            "what finished is written: check the cluster (ray status), then resume the run"
+        )
 
     def _result(self, ray: Any, ref: Any, episodes: int) -> list[Trajectory]:
         try:
@@ -315,10 +352,10 @@ def _first_line_of(text: str | None) -> str:
     return lines[0] if lines else "no answer"
 
 
-def _refused(host: str, port: int) -> str | None:
+def _refused(host: str, port: int, timeout: float = CONNECT_SECONDS) -> str | None:
     """Why a TCP connection to ``host:port`` failed, or None when it was accepted."""
     try:
-        with socket.create_connection((host, port), timeout=CONNECT_SECONDS):
+        with socket.create_connection((host, port), timeout=timeout):
             return None
     except OSError as error:
         return error.strerror or str(error) or type(error).__name__
