@@ -33,6 +33,10 @@ set and the policy sends it to its server, reaches the tasks as an environment v
 
 Ray is an optional extra (``pip install -e '.[ray]'``); without it ``--ray`` is refused in one line
 before anything is written.
+
+Why one module of this size: the driver's side (connect, submit, watch the head, check what
+returns) and the node's side (the task and its runner) are the two ends of one protocol, the
+chunk and its trajectories; split, each end's guarantee would be read without the other's.
 """
 
 from __future__ import annotations
